@@ -1,0 +1,8 @@
+//! escha-convert: offline conversion of Escha-W2 / EXL3 trellis checkpoints.
+//!
+//! The crate is organised along the data flow: [`codec`] turns stored trellis words into exact
+//! fp16 values (and back), [`transform`] turns a grid of decoded tiles into the f32 weight of one
+//! linear layer.
+
+pub mod codec;
+pub mod transform;
