@@ -6,3 +6,13 @@
 
 pub mod codec;
 pub mod transform;
+pub mod checkpoint;
+pub mod layout;
+pub mod plan;
+pub mod output;
+pub mod quant;
+pub mod select;
+pub mod convert;
+pub mod cli;
+pub mod inspect;
+pub mod report;

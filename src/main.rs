@@ -1,1 +1,67 @@
-fn main() {}
+use clap::Parser;
+use escha_convert::cli::{self, BiasMode, Cli, Command, DecoderChoice, Format};
+use escha_convert::codec::{self, ScalarDecoder, TileDecoder};
+use escha_convert::convert::{convert, ConvertOptions};
+use escha_convert::layout::DenseDtype;
+use escha_convert::{inspect, output, report};
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse_from(cli::with_default_command(std::env::args_os().collect()));
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("escha-convert: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Convert(a) => {
+            output::install_signal_cleanup();
+            let decoder: &dyn TileDecoder = match a.decoder {
+                DecoderChoice::Auto => codec::best_decoder(),
+                DecoderChoice::Scalar => &ScalarDecoder,
+            };
+            let opts = ConvertOptions {
+                input: a.input,
+                output: a.output,
+                dtype: match a.format {
+                    Format::Bf16 => DenseDtype::Bf16,
+                    Format::F16 => DenseDtype::F16,
+                },
+                keep_bias: a.bias == BiasMode::Keep,
+                max_shard_size: a.max_shard_size,
+                only: a.only,
+                threads: a.threads,
+                force: a.force,
+                dry_run: a.dry_run,
+                progress: !a.quiet && !a.json,
+            };
+            let r = convert(&opts, decoder)?;
+            if !a.quiet {
+                for w in &r.warnings {
+                    eprintln!("escha-convert: warning: {w}");
+                }
+            }
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else if a.dry_run {
+                print!("{}", report::render_plan(&r));
+            } else if !a.quiet {
+                eprint!("{}", report::render_summary(&r));
+            }
+        }
+        Command::Inspect(a) => {
+            let r = inspect::inspect(&a.input)?;
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", inspect::render(&r));
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

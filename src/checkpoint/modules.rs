@@ -1,0 +1,372 @@
+//! Classification of a checkpoint's tensors into modules, with every structural check done before
+//! any weight is decoded.
+//!
+//! * coded linear: `P.escha_code` (+ `escha_rin`, `escha_rout`, optional `escha_s_in`,
+//!   `escha_s_out`, `escha_config`, `bias`), or native EXL3 `P.trellis` (+ `suh`, `svh`, optional
+//!   `mcg`/`mul1` marker, `bias`); rank 3 is one linear, rank 4 a stack of `[E]` experts;
+//! * int8 pair: `P.weight_int8` + per-row `P.weight_scale`;
+//! * everything else is a plain tensor.
+
+use super::tensor::{is_float, to_f32_vec, to_i32_vec};
+use super::{Checkpoint, TensorEntry};
+use crate::codec::{Codebook, K_RANGE};
+use crate::transform::hadamard::HADAMARD_SIZE;
+use anyhow::{bail, Result};
+use safetensors::Dtype;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// Which naming scheme a coded linear uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CodedSource {
+    Escha,
+    Exl3,
+}
+
+/// The role of a tensor inside a coded linear.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Leaf {
+    Code,
+    Rin,
+    Rout,
+    SIn,
+    SOut,
+    Config,
+    Bias,
+    McgMarker,
+    Mul1Marker,
+}
+
+const ESCHA_LEAVES: &[(&str, Leaf)] = &[
+    ("escha_code", Leaf::Code),
+    ("escha_rin", Leaf::Rin),
+    ("escha_rout", Leaf::Rout),
+    ("escha_s_in", Leaf::SIn),
+    ("escha_s_out", Leaf::SOut),
+    ("escha_config", Leaf::Config),
+    ("bias", Leaf::Bias),
+];
+
+const EXL3_LEAVES: &[(&str, Leaf)] = &[
+    ("trellis", Leaf::Code),
+    ("suh", Leaf::Rin),
+    ("svh", Leaf::Rout),
+    ("mcg", Leaf::McgMarker),
+    ("mul1", Leaf::Mul1Marker),
+    ("bias", Leaf::Bias),
+];
+
+/// One coded linear, or a stack of `[E]` experts coded alike.
+#[derive(Clone, Debug)]
+pub struct CodedModule {
+    /// Module path `P` (tensor names are `P.<leaf>`).
+    pub path: String,
+    pub source: CodedSource,
+    /// Tensor name of each leaf present.
+    pub leaves: BTreeMap<Leaf, String>,
+    /// Number of stacked experts; `None` for a single linear.
+    pub experts: Option<usize>,
+    pub k: u32,
+    pub codebook: Codebook,
+    /// Padded (stored) widths: `16·code.shape[-3]`, `16·code.shape[-2]`.
+    pub in_padded: usize,
+    pub out_padded: usize,
+    /// True widths; smaller than the padded ones only when the checkpoint says so.
+    pub in_features: usize,
+    pub out_features: usize,
+}
+
+impl CodedModule {
+    pub fn tensor(&self, leaf: Leaf) -> Option<&str> {
+        self.leaves.get(&leaf).map(String::as_str)
+    }
+
+    /// Weights per expert (true size).
+    pub fn weights_per_expert(&self) -> usize {
+        self.in_features * self.out_features
+    }
+
+    pub fn expert_count(&self) -> usize {
+        self.experts.unwrap_or(1)
+    }
+}
+
+/// An int8 weight with one scale per row.
+#[derive(Clone, Debug)]
+pub struct Int8Module {
+    pub path: String,
+    pub weight: String,
+    pub scale: String,
+    pub shape: Vec<usize>,
+}
+
+/// A tensor that is neither coded nor an int8 pair.
+#[derive(Clone, Debug)]
+pub struct PlainTensor {
+    pub name: String,
+}
+
+/// Every tensor of a checkpoint, by kind.
+#[derive(Clone, Debug, Default)]
+pub struct Catalog {
+    pub coded: Vec<CodedModule>,
+    pub int8: Vec<Int8Module>,
+    pub plain: Vec<PlainTensor>,
+    /// Vision-tower tensors: none ship in a released checkpoint; dropped and reported.
+    pub vision: Vec<String>,
+}
+
+/// Splits `name` at its last dot into (module path, leaf).
+fn split_leaf(name: &str) -> (&str, &str) {
+    name.rsplit_once('.').unwrap_or(("", name))
+}
+
+fn is_vision(name: &str) -> bool {
+    name.starts_with("model.visual.") || name.starts_with("visual.") || name.starts_with("vision_tower")
+}
+
+/// Builds the catalogue and validates every module. Errors name the file, tensor and problem.
+pub fn catalog(ck: &Checkpoint) -> Result<Catalog> {
+    let mut cat = Catalog::default();
+    let mut claimed: BTreeSet<&str> = BTreeSet::new();
+    let err = |name: &str, what: String| -> anyhow::Error {
+        let file = ck.tensors.get(name).map(|e| ck.file_of(e).display().to_string()).unwrap_or_default();
+        anyhow::anyhow!("{file}: tensor {name}: {what}")
+    };
+
+    // Unknown escha_* leaves would decode as confident noise with the fixed Hadamard: refuse them.
+    for name in ck.tensors.keys() {
+        let (_, leaf) = split_leaf(name);
+        if leaf.starts_with("escha_") && !ESCHA_LEAVES.iter().any(|(l, _)| *l == leaf) {
+            bail!(err(name, format!("unknown Escha leaf \"{leaf}\"; refusing to decode a format this tool does not know")));
+        }
+    }
+
+    // Coded modules, found by their code tensor; a module without one is caught by its vectors.
+    for (source, leaves, code_leaf) in
+        [(CodedSource::Escha, ESCHA_LEAVES, "escha_code"), (CodedSource::Exl3, EXL3_LEAVES, "trellis")]
+    {
+        let mut paths: BTreeSet<&str> = BTreeSet::new();
+        for name in ck.tensors.keys() {
+            let (path, leaf) = split_leaf(name);
+            let code_like = matches!(leaf, "escha_rin" | "escha_rout" | "escha_s_in" | "escha_s_out" | "escha_config");
+            if leaf == code_leaf || (source == CodedSource::Escha && code_like) {
+                paths.insert(path);
+            }
+        }
+        for path in paths {
+            let mut found = BTreeMap::new();
+            for (leaf_name, leaf) in leaves {
+                let full = format!("{path}.{leaf_name}");
+                if let Some((k, _)) = ck.tensors.get_key_value(&full) {
+                    found.insert(*leaf, k.clone());
+                }
+            }
+            if source == CodedSource::Exl3 {
+                for legacy in ["su", "sv", "scale"] {
+                    let full = format!("{path}.{legacy}");
+                    if ck.tensors.contains_key(&full) {
+                        bail!(err(&full, "legacy EXL3 leaf (packed signs or global scale) is not supported".into()));
+                    }
+                }
+            }
+            let module = validate_coded(ck, path, source, found, &err)?;
+            for name in module.leaves.values() {
+                claimed.insert(ck.tensors.get_key_value(name).unwrap().0.as_str());
+            }
+            cat.coded.push(module);
+        }
+    }
+
+    // int8 pairs.
+    for (name, entry) in &ck.tensors {
+        let (path, leaf) = split_leaf(name);
+        match leaf {
+            "weight_int8" => {
+                let scale = format!("{path}.weight_scale");
+                let Some(se) = ck.tensors.get(&scale) else {
+                    bail!(err(name, format!("int8 weight without its per-row scale {scale}")));
+                };
+                if entry.dtype != Dtype::I8 || entry.shape.len() != 2 {
+                    bail!(err(name, format!("expected an I8 matrix, found {:?} {:?}", entry.dtype, entry.shape)));
+                }
+                if !is_float(se.dtype) || se.shape.iter().product::<usize>() != entry.shape[0] {
+                    bail!(err(&scale, format!(
+                        "expected {} float scales (one per row of {name}), found {:?} {:?}",
+                        entry.shape[0], se.dtype, se.shape
+                    )));
+                }
+                check_finite(ck, &scale, &err)?;
+                claimed.insert(name);
+                claimed.insert(ck.tensors.get_key_value(&scale).unwrap().0);
+                cat.int8.push(Int8Module { path: path.to_string(), weight: name.clone(), scale, shape: entry.shape.clone() });
+            }
+            "weight_scale" if !ck.tensors.contains_key(&format!("{path}.weight_int8")) => {
+                bail!(err(name, format!("int8 scale without its weight {path}.weight_int8")));
+            }
+            _ => {}
+        }
+    }
+
+    for name in ck.tensors.keys() {
+        if claimed.contains(name.as_str()) {
+            continue;
+        }
+        if is_vision(name) {
+            cat.vision.push(name.clone());
+        } else {
+            cat.plain.push(PlainTensor { name: name.clone() });
+        }
+    }
+    Ok(cat)
+}
+
+fn validate_coded(
+    ck: &Checkpoint,
+    path: &str,
+    source: CodedSource,
+    leaves: BTreeMap<Leaf, String>,
+    err: &dyn Fn(&str, String) -> anyhow::Error,
+) -> Result<CodedModule> {
+    let need = |leaf: Leaf, what: &str| -> Result<(&String, &TensorEntry)> {
+        match leaves.get(&leaf) {
+            Some(n) => Ok((n, &ck.tensors[n])),
+            None => {
+                let any = leaves.values().next().map(String::as_str).unwrap_or(path);
+                Err(err(any, format!("coded linear {path} has no {what} tensor")))
+            }
+        }
+    };
+    let (leaf_code, leaf_rin, leaf_rout) = match source {
+        CodedSource::Escha => ("escha_code", "escha_rin", "escha_rout"),
+        CodedSource::Exl3 => ("trellis", "suh", "svh"),
+    };
+    let (code_name, code) = need(Leaf::Code, leaf_code)?;
+    let (rin_name, rin) = need(Leaf::Rin, leaf_rin)?;
+    let (rout_name, rout) = need(Leaf::Rout, leaf_rout)?;
+
+    if code.dtype != Dtype::I16 {
+        bail!(err(code_name, format!("code must be I16, found {:?}", code.dtype)));
+    }
+    let rank = code.shape.len();
+    if rank != 3 && rank != 4 {
+        bail!(err(code_name, format!("code must have rank 3 ([IC/16, OC/16, 16K]) or 4 ([E, …]), found shape {:?}", code.shape)));
+    }
+    let last = code.shape[rank - 1];
+    if last % 16 != 0 || !K_RANGE.contains(&((last / 16) as u32)) {
+        bail!(err(code_name, format!(
+            "last dimension {last} must be 16·K with K in 1..8 (words per tile)"
+        )));
+    }
+    let k = (last / 16) as u32;
+    let experts = (rank == 4).then(|| code.shape[0]);
+    let in_padded = 16 * code.shape[rank - 3];
+    let out_padded = 16 * code.shape[rank - 2];
+    let lead: Vec<usize> = experts.into_iter().collect();
+
+    let expect_vec = |name: &str, e: &TensorEntry, len: usize| -> Result<()> {
+        let want: Vec<usize> = lead.iter().copied().chain([len]).collect();
+        if !is_float(e.dtype) {
+            bail!(err(name, format!("expected a float vector, found {:?}", e.dtype)));
+        }
+        if e.shape != want {
+            bail!(err(name, format!("shape {:?} does not match the code (expected {want:?})", e.shape)));
+        }
+        Ok(())
+    };
+    expect_vec(rin_name, rin, in_padded)?;
+    expect_vec(rout_name, rout, out_padded)?;
+    let mut scale_names = vec![rin_name.as_str(), rout_name.as_str()];
+    for (leaf, len) in [(Leaf::SIn, in_padded), (Leaf::SOut, out_padded)] {
+        if let Some(n) = leaves.get(&leaf) {
+            expect_vec(n, &ck.tensors[n], len)?;
+            scale_names.push(n);
+        }
+    }
+    if let Some(n) = leaves.get(&Leaf::Bias) {
+        let e = &ck.tensors[n];
+        let want: Vec<usize> = lead.iter().copied().chain([out_padded]).collect();
+        if !is_float(e.dtype) || (e.shape != want && e.shape.iter().product::<usize>() != want.iter().product::<usize>()) {
+            bail!(err(n, format!("bias must be a float vector of shape {want:?}, found {:?} {:?}", e.dtype, e.shape)));
+        }
+    }
+
+    let mut codebook = match source {
+        CodedSource::Escha => Codebook::Mcg,
+        CodedSource::Exl3 => match (leaves.contains_key(&Leaf::McgMarker), leaves.contains_key(&Leaf::Mul1Marker)) {
+            (true, true) => bail!(err(code_name, "both mcg and mul1 markers present".into())),
+            (true, false) => Codebook::Mcg,
+            (false, true) => Codebook::Mul1,
+            (false, false) => Codebook::ThreeInst,
+        },
+    };
+    let (mut in_features, mut out_features) = (in_padded, out_padded);
+    if let Some(n) = leaves.get(&Leaf::Config) {
+        let e = &ck.tensors[n];
+        if e.dtype != Dtype::I32 || e.shape.len() != 1 || (e.shape[0] != 6 && e.shape[0] != 9) {
+            bail!(err(n, format!("expected I32 [6] or [9], found {:?} {:?}", e.dtype, e.shape)));
+        }
+        let c = to_i32_vec(ck.bytes(e));
+        let mismatch = |what: String| err(n, format!("{what} (config {c:?}, code shape {:?})", code.shape));
+        if c[0] != 16 {
+            bail!(mismatch(format!("field 0 must be 16, found {}", c[0])));
+        }
+        if c[1] != k as i32 {
+            bail!(mismatch(format!("says K={} but the code has K={k}", c[1])));
+        }
+        if c[2] != 2 {
+            bail!(mismatch(format!("field 2 must be 2, found {}", c[2])));
+        }
+        codebook = Codebook::from_id(c[3] as i64).ok_or_else(|| mismatch(format!("unknown codebook id {}", c[3])))?;
+        let (ic, oc) = if c.len() == 9 {
+            if experts != Some(c[4] as usize) {
+                bail!(mismatch(format!("says {} experts", c[4])));
+            }
+            if c[7] as usize != in_padded || c[8] as usize != out_padded {
+                bail!(mismatch(format!("padded dims {}×{} disagree with the code", c[7], c[8])));
+            }
+            (c[5], c[6])
+        } else {
+            if experts.is_some() {
+                bail!(mismatch("a 6-field config on a stacked [E] code".into()));
+            }
+            (c[4], c[5])
+        };
+        if ic <= 0 || oc <= 0 || ic as usize > in_padded || oc as usize > out_padded {
+            bail!(mismatch(format!("dims {ic}×{oc} do not fit the code")));
+        }
+        if c.len() == 6 && (ic as usize != in_padded || oc as usize != out_padded) {
+            bail!(mismatch(format!("dims {ic}×{oc} disagree with the code and the header has no padding fields")));
+        }
+        (in_features, out_features) = (ic as usize, oc as usize);
+    }
+    if in_padded % HADAMARD_SIZE != 0 || out_padded % HADAMARD_SIZE != 0 {
+        bail!(err(code_name, format!(
+            "stored dims {in_padded}×{out_padded} are not multiples of 128 and the checkpoint gives no padding"
+        )));
+    }
+    for n in scale_names {
+        check_finite(ck, n, err)?;
+    }
+    Ok(CodedModule {
+        path: path.to_string(),
+        source,
+        leaves,
+        experts,
+        k,
+        codebook,
+        in_padded,
+        out_padded,
+        in_features,
+        out_features,
+    })
+}
+
+/// Refuses NaN or infinite values in a scale vector: they would poison every weight they touch.
+fn check_finite(ck: &Checkpoint, name: &str, err: &dyn Fn(&str, String) -> anyhow::Error) -> Result<()> {
+    let e = &ck.tensors[name];
+    let values = to_f32_vec(ck.bytes(e), e.dtype)?;
+    if let Some(i) = values.iter().position(|v| !v.is_finite()) {
+        bail!(err(name, format!("non-finite scale {} at index {i}", values[i])));
+    }
+    Ok(())
+}

@@ -1,0 +1,79 @@
+//! One memory-mapped safetensors file and its validated header.
+
+use super::tensor::TensorEntry;
+use anyhow::{bail, Context, Result};
+use memmap2::Mmap;
+use safetensors::{SafeTensorError, SafeTensors};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+/// A safetensors file, mapped read-only. The input is never written.
+pub struct Shard {
+    pub path: PathBuf,
+    mmap: Mmap,
+}
+
+impl Shard {
+    /// Maps `path` and reads its header; every tensor's offsets are checked against the file.
+    pub fn open(path: &Path) -> Result<(Self, Vec<(String, TensorEntry)>)> {
+        let file = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+        // SAFETY: the map is read-only; a checkpoint changed by another process while we read it
+        // is outside what any reader can defend against.
+        let mmap = unsafe { Mmap::map(&file) }.with_context(|| format!("{}: cannot map", path.display()))?;
+        let (_, meta) = SafeTensors::read_metadata(&mmap).map_err(|e| describe(path, mmap.len(), e))?;
+        let header_len = 8 + u64::from_le_bytes(mmap[..8].try_into().unwrap()) as usize;
+        let mut entries: Vec<(String, TensorEntry)> = meta
+            .tensors()
+            .into_iter()
+            .map(|(name, info)| {
+                let (start, end) = info.data_offsets;
+                let entry = TensorEntry {
+                    shard: 0,
+                    dtype: info.dtype,
+                    shape: info.shape.clone(),
+                    range: header_len + start..header_len + end,
+                };
+                (name, entry)
+            })
+            .collect();
+        entries.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok((Self { path: path.to_path_buf(), mmap }, entries))
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.mmap
+    }
+}
+
+/// One line naming the file and what is wrong with it.
+fn describe(path: &Path, len: usize, e: SafeTensorError) -> anyhow::Error {
+    let p = path.display();
+    let what = match e {
+        SafeTensorError::HeaderTooSmall => format!("file of {len} bytes is too short to hold a safetensors header"),
+        SafeTensorError::InvalidHeaderLength => {
+            format!("header length runs past the end of the file ({len} bytes): truncated or not a safetensors file")
+        }
+        SafeTensorError::HeaderTooLarge => "header length is implausibly large: not a safetensors file".into(),
+        SafeTensorError::InvalidHeader(_) => "header is not valid UTF-8".into(),
+        SafeTensorError::InvalidHeaderDeserialization(e) => format!("header is not valid safetensors JSON: {e}"),
+        SafeTensorError::InvalidOffset(name) => {
+            format!("tensor {name}: data offsets are out of range or overlap another tensor")
+        }
+        SafeTensorError::TensorInvalidInfo => "a tensor's byte size does not match its dtype and shape".into(),
+        SafeTensorError::MetadataIncompleteBuffer => {
+            format!("tensor data does not end at the end of the file ({len} bytes): truncated or padded")
+        }
+        SafeTensorError::ValidationOverflow => "a tensor's shape overflows".into(),
+        other => format!("invalid safetensors file: {other}"),
+    };
+    anyhow::anyhow!("{p}: {what}")
+}
+
+/// Fails unless `path` looks like a safetensors file by name.
+pub fn require_safetensors_name(path: &Path) -> Result<()> {
+    if path.extension().is_some_and(|e| e == "safetensors") {
+        Ok(())
+    } else {
+        bail!("{}: not a .safetensors file", path.display())
+    }
+}

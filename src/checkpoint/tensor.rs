@@ -1,0 +1,54 @@
+//! A tensor's place in a shard, and typed views of its bytes.
+
+use anyhow::{bail, Result};
+use half::{bf16, f16};
+use safetensors::Dtype;
+use std::ops::Range;
+
+/// Where one tensor lives: its shard, dtype, shape and absolute byte range in the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TensorEntry {
+    pub shard: usize,
+    pub dtype: Dtype,
+    pub shape: Vec<usize>,
+    pub range: Range<usize>,
+}
+
+impl TensorEntry {
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn byte_len(&self) -> usize {
+        self.range.len()
+    }
+}
+
+/// Whether `dtype` is a float type this tool reads as numbers.
+pub fn is_float(dtype: Dtype) -> bool {
+    matches!(dtype, Dtype::F16 | Dtype::BF16 | Dtype::F32)
+}
+
+/// Widens little-endian F16/BF16/F32 bytes to f32 (exact).
+pub fn floats_to_f32(bytes: &[u8], dtype: Dtype, out: &mut Vec<f32>) -> Result<()> {
+    out.clear();
+    match dtype {
+        Dtype::F32 => out.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()))),
+        Dtype::F16 => out.extend(bytes.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())),
+        Dtype::BF16 => out.extend(bytes.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())),
+        other => bail!("dtype {other:?} is not a float type"),
+    }
+    Ok(())
+}
+
+/// The same as [`floats_to_f32`], returning a fresh vector.
+pub fn to_f32_vec(bytes: &[u8], dtype: Dtype) -> Result<Vec<f32>> {
+    let mut v = Vec::with_capacity(bytes.len() / 2);
+    floats_to_f32(bytes, dtype, &mut v)?;
+    Ok(v)
+}
+
+/// Reads little-endian I32 values.
+pub fn to_i32_vec(bytes: &[u8]) -> Vec<i32> {
+    bytes.chunks_exact(4).map(|b| i32::from_le_bytes(b.try_into().unwrap())).collect()
+}

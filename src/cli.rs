@@ -1,0 +1,153 @@
+//! Command-line definitions (clap), separate from the work they trigger.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "escha-convert",
+    version,
+    about = "Convert Escha-W2 (EXL3 trellis) checkpoints to dense bf16/f16 safetensors",
+    long_about = "Convert Escha-W2 (EXL3 trellis) checkpoints to dense bf16/f16 safetensors in Hugging Face \
+layout.\n\n`escha-convert IN OUT` is short for `escha-convert convert IN OUT`.\n\nExit codes: 0 success, \
+1 failure (bad input, write error), 2 usage error, 130 interrupted."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Decode every tensor and write a dense checkpoint (the default command).
+    Convert(ConvertArgs),
+    /// Describe a checkpoint: architecture, coded projections, bits per weight, problems.
+    Inspect(InspectArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// Dense bfloat16, Hugging Face layout.
+    Bf16,
+    /// Dense float16, Hugging Face layout.
+    F16,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BiasMode {
+    /// Leave coded linears' bias tensors out (the reference serving runtime never applies them).
+    Drop,
+    /// Write them as `<module>.bias`.
+    Keep,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DecoderChoice {
+    /// The fastest decoder this CPU supports (bit-identical to the scalar one).
+    Auto,
+    /// The scalar reference decoder.
+    Scalar,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Norms are written exactly as stored: Hugging Face Qwen3.5 norms are zero-centred and \
+HF runtimes (transformers, mlx-lm loading HF layout) add the 1 themselves.")]
+pub struct ConvertArgs {
+    /// Input: an Escha-W2 checkpoint directory or a single .safetensors file (never modified).
+    #[arg(value_name = "IN")]
+    pub input: PathBuf,
+    /// Output directory (created; written via a hidden staging directory and renamed when complete).
+    #[arg(value_name = "OUT")]
+    pub output: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = Format::Bf16)]
+    pub format: Format,
+    /// What to do with the bias tensors of coded linears.
+    #[arg(long, value_enum, default_value_t = BiasMode::Drop)]
+    pub bias: BiasMode,
+    /// Largest shard, in tensor bytes: e.g. 5GB, 500MB, 2GiB, or a number of bytes.
+    #[arg(long, default_value = "5GB", value_parser = parse_size)]
+    pub max_shard_size: u64,
+    /// Convert only output tensors whose name matches GLOB (`*` any run, `?` one character); repeatable.
+    #[arg(long, value_name = "GLOB")]
+    pub only: Vec<String>,
+    /// Worker threads (default: one per core).
+    #[arg(short = 'j', long)]
+    pub threads: Option<usize>,
+    /// Replace OUT if it exists and is not empty.
+    #[arg(long)]
+    pub force: bool,
+    /// Print the plan (every output tensor, shards, sizes, memory estimate) and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// No progress and no summary on stderr.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Print one JSON document on stdout (inputs, outputs, counts, bytes, timing, warnings).
+    #[arg(long)]
+    pub json: bool,
+    /// Tile decoder.
+    #[arg(long, value_enum, default_value_t = DecoderChoice::Auto)]
+    pub decoder: DecoderChoice,
+}
+
+#[derive(Args, Debug)]
+pub struct InspectArgs {
+    /// An Escha-W2 checkpoint directory or a single .safetensors file.
+    #[arg(value_name = "IN")]
+    pub input: PathBuf,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses "5GB" (10^9), "2GiB" (2^30), "500MB", "64KiB" or a plain byte count.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("invalid size {s:?}"))?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024f64.powi(2),
+        "gib" => 1024f64.powi(3),
+        "tib" => 1024f64.powi(4),
+        other => return Err(format!("unknown size unit {other:?} in {s:?}")),
+    };
+    let v = n * mult;
+    if v < 1.0 {
+        return Err(format!("size {s:?} must be at least one byte"));
+    }
+    Ok(v as u64)
+}
+
+/// Rewrites `escha-convert IN OUT …` to `escha-convert convert IN OUT …`.
+pub fn with_default_command(mut args: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    const KNOWN: &[&str] = &["convert", "inspect", "verify", "help"];
+    if let Some(first) = args.get(1).and_then(|a| a.to_str()) {
+        if !first.starts_with('-') && !KNOWN.contains(&first) {
+            args.insert(1, "convert".into());
+        }
+    }
+    args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("5GB"), Ok(5_000_000_000));
+        assert_eq!(parse_size("2GiB"), Ok(2 << 30));
+        assert_eq!(parse_size("1.5MB"), Ok(1_500_000));
+        assert_eq!(parse_size("4096"), Ok(4096));
+        assert!(parse_size("5XB").is_err());
+        assert!(parse_size("0").is_err());
+    }
+}

@@ -1,0 +1,252 @@
+//! `inspect`: what a user asks first about a checkpoint, without decoding any weight.
+
+use crate::checkpoint::tensor::{floats_to_f32, is_float};
+use crate::checkpoint::{catalog, Checkpoint, CodedSource, Leaf};
+use crate::layout::is_norm;
+use anyhow::Result;
+use serde::Serialize;
+use serde_json::Value;
+use std::fmt::Write;
+use std::path::Path;
+
+/// Norm weights that Qwen3.5 stores zero-centred (`w − 1`); `linear_attn.norm` is stored plain.
+const ZERO_CENTRED_NORMS: &[&str] =
+    &["input_layernorm.weight", "post_attention_layernorm.weight", "q_norm.weight", "k_norm.weight", "norm.weight"];
+
+#[derive(Debug, Serialize)]
+pub struct CodedReport {
+    pub module: String,
+    pub format: &'static str,
+    pub experts: Option<usize>,
+    pub in_features: usize,
+    pub out_features: usize,
+    pub k: u32,
+    pub codebook: &'static str,
+    pub has_s_in_s_out: bool,
+    pub has_bias: bool,
+    pub bias_nonzero: bool,
+    /// Output channels whose `rout` is exactly zero (pruned), over all experts.
+    pub zero_rout_channels: usize,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Sizes {
+    pub input_bytes: u64,
+    pub bf16_bytes: u64,
+    pub f16_bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct InspectReport {
+    pub input: String,
+    pub model_type: Option<String>,
+    pub architectures: Vec<String>,
+    pub quant_method: Option<String>,
+    pub layers: Option<u64>,
+    pub shards: usize,
+    pub tensors: usize,
+    pub coded: Vec<CodedReport>,
+    pub coded_weights: u64,
+    pub bits_per_weight: f64,
+    pub int8: Vec<String>,
+    pub plain: usize,
+    pub norms_zero_centred: usize,
+    pub norms_plain: usize,
+    pub norm_convention: String,
+    pub biases_present: usize,
+    pub biases_nonzero: usize,
+    pub mtp: bool,
+    pub sizes: Sizes,
+    pub problems: Vec<String>,
+}
+
+pub fn inspect(path: &Path) -> Result<InspectReport> {
+    let ck = Checkpoint::open(path)?;
+    let cat = catalog(&ck)?;
+    let config = ck.config.as_ref();
+    let text = ck.text_config();
+    let str_of = |v: Option<&Value>| v.and_then(Value::as_str).map(String::from);
+    let mut problems = Vec::new();
+    let mut scratch = Vec::new();
+
+    let mut coded = Vec::new();
+    let (mut coded_weights, mut coded_bits) = (0u64, 0u64);
+    for m in &cat.coded {
+        let weights = (m.weights_per_expert() * m.expert_count()) as u64;
+        coded_weights += weights;
+        coded_bits += weights * m.k as u64;
+        let rout = &ck.tensors[m.tensor(Leaf::Rout).unwrap()];
+        floats_to_f32(ck.bytes(rout), rout.dtype, &mut scratch)?;
+        let zero_rout_channels = scratch.iter().filter(|&&v| v == 0.0).count();
+        let bias_nonzero = match m.tensor(Leaf::Bias) {
+            Some(n) => {
+                let e = &ck.tensors[n];
+                floats_to_f32(ck.bytes(e), e.dtype, &mut scratch)?;
+                scratch.iter().any(|&v| v != 0.0)
+            }
+            None => false,
+        };
+        if m.source == CodedSource::Escha && m.tensor(Leaf::Config).is_none() {
+            problems.push(format!("{}: no escha_config header (K taken from the code shape, codebook MCG)", m.path));
+        }
+        coded.push(CodedReport {
+            module: m.path.clone(),
+            format: match m.source {
+                CodedSource::Escha => "escha",
+                CodedSource::Exl3 => "exl3",
+            },
+            experts: m.experts,
+            in_features: m.in_features,
+            out_features: m.out_features,
+            k: m.k,
+            codebook: m.codebook.name(),
+            has_s_in_s_out: m.tensor(Leaf::SIn).is_some() || m.tensor(Leaf::SOut).is_some(),
+            has_bias: m.tensor(Leaf::Bias).is_some(),
+            bias_nonzero,
+            zero_rout_channels,
+        });
+    }
+
+    // Norm convention: zero-centred weights sit near 0, plain ones near 1.
+    let (mut zc, mut plain_norms, mut zc_mean_sum) = (0usize, 0usize, 0f64);
+    for p in &cat.plain {
+        if !is_norm(&p.name) {
+            continue;
+        }
+        let e = &ck.tensors[&p.name];
+        if !is_float(e.dtype) {
+            continue;
+        }
+        floats_to_f32(ck.bytes(e), e.dtype, &mut scratch)?;
+        let mean = scratch.iter().map(|&v| v as f64).sum::<f64>() / scratch.len().max(1) as f64;
+        if ZERO_CENTRED_NORMS.iter().any(|s| p.name.ends_with(s)) && !p.name.ends_with("linear_attn.norm.weight") {
+            zc += 1;
+            zc_mean_sum += mean;
+        } else {
+            plain_norms += 1;
+        }
+    }
+    let zc_mean = zc_mean_sum / zc.max(1) as f64;
+    let norm_convention = if zc == 0 {
+        "no norms".to_string()
+    } else if zc_mean.abs() < 0.5 {
+        format!("zero-centred (HF Qwen3.5: runtime adds 1); mean of offset norms {zc_mean:.4}")
+    } else {
+        problems.push(format!(
+            "offset-kind norms average {zc_mean:.3}: they look already shifted by +1 (not HF layout)"
+        ));
+        format!("shifted (+1 already applied); mean of offset norms {zc_mean:.4}")
+    };
+    if !cat.vision.is_empty() {
+        problems.push(format!("{} vision-tower tensors (dropped on conversion)", cat.vision.len()));
+    }
+
+    let dense_bytes = |el: u64| -> u64 {
+        let coded: u64 = cat.coded.iter().map(|m| (m.weights_per_expert() * m.expert_count()) as u64 * el).sum();
+        let int8: u64 = cat.int8.iter().map(|m| m.shape.iter().product::<usize>() as u64 * el).sum();
+        let plain: u64 = cat
+            .plain
+            .iter()
+            .map(|p| {
+                let e = &ck.tensors[&p.name];
+                if matches!(e.dtype, safetensors::Dtype::F16 | safetensors::Dtype::BF16) {
+                    e.numel() as u64 * el
+                } else {
+                    e.byte_len() as u64
+                }
+            })
+            .sum();
+        coded + int8 + plain
+    };
+    let input_bytes = ck.shards.iter().map(|s| s.bytes().len() as u64).sum();
+    let biases: Vec<&CodedReport> = coded.iter().filter(|c| c.has_bias).collect();
+
+    Ok(InspectReport {
+        input: path.display().to_string(),
+        model_type: str_of(config.and_then(|c| c.get("model_type"))),
+        architectures: config
+            .and_then(|c| c.get("architectures"))
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|v| v.as_str().map(String::from)).collect())
+            .unwrap_or_default(),
+        quant_method: str_of(config.and_then(|c| c.get("quantization_config")).and_then(|q| q.get("quant_method"))),
+        layers: text.and_then(|t| t.get("num_hidden_layers")).and_then(Value::as_u64),
+        shards: ck.shards.len(),
+        tensors: ck.tensors.len(),
+        coded_weights,
+        bits_per_weight: if coded_weights == 0 { 0.0 } else { coded_bits as f64 / coded_weights as f64 },
+        int8: cat.int8.iter().map(|m| m.path.clone()).collect(),
+        plain: cat.plain.len(),
+        norms_zero_centred: zc,
+        norms_plain: plain_norms,
+        norm_convention,
+        biases_present: biases.len(),
+        biases_nonzero: biases.iter().filter(|c| c.bias_nonzero).count(),
+        mtp: ck.mtp_dir.is_some() || ck.tensors.keys().any(|n| n.starts_with("mtp.")),
+        sizes: Sizes { input_bytes, bf16_bytes: dense_bytes(2), f16_bytes: dense_bytes(2) },
+        coded,
+        problems,
+    })
+}
+
+/// Human-readable rendering of the report.
+pub fn render(r: &InspectReport) -> String {
+    let mut s = String::new();
+    let gb = |b: u64| b as f64 / 1e9;
+    let _ = writeln!(s, "{}", r.input);
+    let _ = writeln!(
+        s,
+        "  model_type {}  architectures {}  quant_method {}",
+        r.model_type.as_deref().unwrap_or("?"),
+        if r.architectures.is_empty() { "?".into() } else { r.architectures.join(",") },
+        r.quant_method.as_deref().unwrap_or("?")
+    );
+    let _ = writeln!(
+        s,
+        "  layers {}  shards {}  tensors {}  mtp {}",
+        r.layers.map_or("?".into(), |l| l.to_string()),
+        r.shards,
+        r.tensors,
+        if r.mtp { "yes" } else { "no" }
+    );
+    let _ = writeln!(s, "coded projections: {} ({} weights, {:.3} bits/weight)", r.coded.len(), r.coded_weights, r.bits_per_weight);
+    for c in &r.coded {
+        let experts = c.experts.map_or(String::new(), |e| format!("{e}× "));
+        let _ = writeln!(
+            s,
+            "  {:<60} {}{}×{:<6} K={} {:<5} {}{}{}",
+            c.module,
+            experts,
+            c.in_features,
+            c.out_features,
+            c.k,
+            c.codebook,
+            if c.has_s_in_s_out { "s_in/s_out " } else { "" },
+            if c.has_bias { if c.bias_nonzero { "bias(non-zero) " } else { "bias(zero) " } } else { "" },
+            if c.zero_rout_channels > 0 { format!("pruned channels {}", c.zero_rout_channels) } else { String::new() },
+        );
+    }
+    let _ = writeln!(s, "int8 pairs: {}", r.int8.len());
+    for m in &r.int8 {
+        let _ = writeln!(s, "  {m}");
+    }
+    let _ = writeln!(s, "plain tensors: {}", r.plain);
+    let _ = writeln!(s, "norms: {} offset-kind, {} plain; {}", r.norms_zero_centred, r.norms_plain, r.norm_convention);
+    let _ = writeln!(s, "biases: {} present, {} non-zero (dropped by default)", r.biases_present, r.biases_nonzero);
+    let _ = writeln!(
+        s,
+        "sizes: input {:.3} GB, bf16 output {:.3} GB, f16 output {:.3} GB",
+        gb(r.sizes.input_bytes),
+        gb(r.sizes.bf16_bytes),
+        gb(r.sizes.f16_bytes)
+    );
+    if r.problems.is_empty() {
+        let _ = writeln!(s, "problems: none found");
+    } else {
+        let _ = writeln!(s, "problems:");
+        for p in &r.problems {
+            let _ = writeln!(s, "  {p}");
+        }
+    }
+    s
+}

@@ -1,0 +1,100 @@
+//! Target layouts: which output tensors a checkpoint becomes, with names, shapes and dtypes.
+
+pub mod hf;
+
+use safetensors::Dtype;
+
+/// How one output tensor is made from the input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Recipe {
+    /// Reconstruct coded module `catalog.coded[i]`: `[OC, IC]`, or `[E, OC, IC]` for a stack.
+    Coded(usize),
+    /// Dequantize int8 pair `catalog.int8[i]`: `[rows, cols]`.
+    Int8(usize),
+    /// The bias of coded module `catalog.coded[i]`, cast to the output dtype.
+    Bias(usize),
+    /// Copy an input tensor, casting 16-bit floats to the output dtype.
+    Copy(String),
+}
+
+/// What kind of tensor an output is, for reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Coded,
+    CodedExperts,
+    Int8,
+    Norm,
+    Bias,
+    Plain,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Coded => "coded",
+            Kind::CodedExperts => "coded_experts",
+            Kind::Int8 => "int8",
+            Kind::Norm => "norm",
+            Kind::Bias => "bias",
+            Kind::Plain => "plain",
+        }
+    }
+}
+
+/// One tensor of the output checkpoint.
+#[derive(Clone, Debug)]
+pub struct OutputTensor {
+    pub name: String,
+    pub dtype: Dtype,
+    pub shape: Vec<usize>,
+    pub recipe: Recipe,
+    pub kind: Kind,
+}
+
+impl OutputTensor {
+    pub fn byte_len(&self) -> usize {
+        self.shape.iter().product::<usize>() * self.dtype.bitsize() / 8
+    }
+}
+
+/// Dense output element type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DenseDtype {
+    Bf16,
+    F16,
+}
+
+impl DenseDtype {
+    pub fn dtype(self) -> Dtype {
+        match self {
+            DenseDtype::Bf16 => Dtype::BF16,
+            DenseDtype::F16 => Dtype::F16,
+        }
+    }
+}
+
+/// Whether a name is an RMSNorm weight (reported as a norm; the HF layout keeps it as stored).
+pub fn is_norm(name: &str) -> bool {
+    name.ends_with("norm.weight") || name.contains("_norm_") && name.ends_with(".weight")
+}
+
+/// Sort key that orders `layers.10` after `layers.9`, so shards follow the model's order.
+pub fn natural_key(name: &str) -> Vec<(String, u64)> {
+    let mut key = Vec::new();
+    let mut text = String::new();
+    let mut chars = name.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            let mut n = c.to_digit(10).unwrap() as u64;
+            while let Some(d) = chars.peek().and_then(|d| d.to_digit(10)) {
+                n = n.saturating_mul(10).saturating_add(d as u64);
+                chars.next();
+            }
+            key.push((std::mem::take(&mut text), n));
+        } else {
+            text.push(c);
+        }
+    }
+    key.push((text, u64::MAX));
+    key
+}

@@ -1,0 +1,3 @@
+//! Output encodings of f32 values.
+
+pub mod dense;
