@@ -1,0 +1,242 @@
+//! Synthetic checkpoints for the conversion tests: small, valid Escha-W2 files with random codes,
+//! an independent f64 reconstruction to compare against, and ways to break them.
+#![allow(dead_code)]
+
+use half::{bf16, f16};
+use serde_json::json;
+use std::path::{Path, PathBuf};
+
+/// A tensor to write: name, safetensors dtype string, shape, little-endian bytes.
+#[derive(Clone, Debug)]
+pub struct T {
+    pub name: String,
+    pub dtype: &'static str,
+    pub shape: Vec<usize>,
+    pub data: Vec<u8>,
+}
+
+impl T {
+    pub fn new(name: &str, dtype: &'static str, shape: &[usize], data: Vec<u8>) -> T {
+        T { name: name.into(), dtype, shape: shape.to_vec(), data }
+    }
+    pub fn f16(name: &str, shape: &[usize], v: &[f32]) -> T {
+        T::new(name, "F16", shape, v.iter().flat_map(|&x| f16::from_f32(x).to_le_bytes()).collect())
+    }
+    pub fn f32(name: &str, shape: &[usize], v: &[f32]) -> T {
+        T::new(name, "F32", shape, v.iter().flat_map(|&x| x.to_le_bytes()).collect())
+    }
+    pub fn i32(name: &str, v: &[i32]) -> T {
+        T::new(name, "I32", &[v.len()], v.iter().flat_map(|&x| x.to_le_bytes()).collect())
+    }
+}
+
+/// Writes a safetensors file with tensors in the given order (header JSON written by hand so
+/// tests can also write broken ones).
+pub fn write_safetensors(path: &Path, tensors: &[T]) {
+    let mut header = serde_json::Map::new();
+    header.insert("__metadata__".into(), json!({"format": "pt"}));
+    let mut offset = 0;
+    for t in tensors {
+        header.insert(
+            t.name.clone(),
+            json!({"dtype": t.dtype, "shape": t.shape, "data_offsets": [offset, offset + t.data.len()]}),
+        );
+        offset += t.data.len();
+    }
+    let mut text = serde_json::to_string(&header).unwrap();
+    while text.len() % 8 != 0 {
+        text.push(' ');
+    }
+    let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(text.as_bytes());
+    for t in tensors {
+        bytes.extend_from_slice(&t.data);
+    }
+    std::fs::write(path, bytes).unwrap();
+}
+
+pub struct Rng(u64);
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    pub fn u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
+        lo + (hi - lo) * ((self.u64() >> 40) as f32 / (1u64 << 24) as f32)
+    }
+    pub fn vec(&mut self, n: usize, lo: f32, hi: f32) -> Vec<f32> {
+        (0..n).map(|_| self.uniform(lo, hi)).collect()
+    }
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.u64() as u8).collect()
+    }
+}
+
+/// The tensors of one coded linear `P` (dense when `experts` is None).
+pub fn coded_linear(rng: &mut Rng, path: &str, experts: Option<usize>, ic: usize, oc: usize, k: u32, with_s: bool, bias: bool) -> Vec<T> {
+    let e = experts.unwrap_or(1);
+    let lead: Vec<usize> = experts.into_iter().collect();
+    let shape = |rest: &[usize]| -> Vec<usize> { lead.iter().chain(rest).copied().collect() };
+    let mut out = vec![
+        T::new(&format!("{path}.escha_code"), "I16", &shape(&[ic / 16, oc / 16, 16 * k as usize]), rng.bytes(e * ic * oc * k as usize / 8)),
+        T::f16(&format!("{path}.escha_rin"), &shape(&[ic]), &rng.vec(e * ic, -0.02, 0.02)),
+        T::f16(&format!("{path}.escha_rout"), &shape(&[oc]), &rng.vec(e * oc, -1.2, 1.2)),
+    ];
+    if with_s {
+        out.push(T::f32(&format!("{path}.escha_s_in"), &shape(&[ic]), &rng.vec(e * ic, 0.98, 1.02)));
+        out.push(T::f32(&format!("{path}.escha_s_out"), &shape(&[oc]), &rng.vec(e * oc, 0.98, 1.02)));
+    }
+    let config: Vec<i32> = match experts {
+        None => vec![16, k as i32, 2, 1, ic as i32, oc as i32],
+        Some(n) => vec![16, k as i32, 2, 1, n as i32, ic as i32, oc as i32, ic as i32, oc as i32],
+    };
+    out.push(T::i32(&format!("{path}.escha_config"), &config));
+    if bias {
+        out.push(T::f16(&format!("{path}.bias"), &shape(&[oc]), &rng.vec(e * oc, -0.01, 0.01)));
+    }
+    out
+}
+
+/// A small valid checkpoint: two coded linears (one with s_in/s_out and bias), a stacked expert
+/// pair, an int8 embedding, norms, an F32 plain tensor, config.json and a tokenizer file.
+pub fn small_checkpoint(seed: u64) -> Vec<T> {
+    let mut rng = Rng::new(seed);
+    let p = "model.language_model.layers.0";
+    let mut t = Vec::new();
+    t.extend(coded_linear(&mut rng, &format!("{p}.mlp.up_proj"), None, 256, 384, 3, true, true));
+    t.extend(coded_linear(&mut rng, &format!("{p}.linear_attn.out_proj"), None, 128, 256, 2, false, false));
+    t.extend(coded_linear(&mut rng, &format!("{p}.mlp.experts.gate_up_proj"), Some(3), 128, 256, 2, true, false));
+    let (vocab, hidden) = (40, 256);
+    let w8: Vec<u8> = rng.bytes(vocab * hidden);
+    t.push(T::new("model.language_model.embed_tokens.weight_int8", "I8", &[vocab, hidden], w8));
+    t.push(T::f16("model.language_model.embed_tokens.weight_scale", &[vocab], &rng.vec(vocab, 0.001, 0.01)));
+    t.push(T::f16(&format!("{p}.input_layernorm.weight"), &[256], &rng.vec(256, -0.1, 0.1)));
+    t.push(T::f16(&format!("{p}.linear_attn.norm.weight"), &[128], &rng.vec(128, 0.9, 1.1)));
+    t.push(T::f32(&format!("{p}.linear_attn.A_log"), &[4], &rng.vec(4, -1.0, 1.0)));
+    t.push(T::new(&format!("{p}.linear_attn.conv1d.weight"), "BF16", &[8, 1, 4],
+        rng.vec(32, -1.0, 1.0).iter().flat_map(|&x| bf16::from_f32(x).to_le_bytes()).collect()));
+    t
+}
+
+pub fn config_json() -> serde_json::Value {
+    json!({
+        "architectures": ["Qwen3_5ForConditionalGeneration"],
+        "model_type": "qwen3_5",
+        "text_config": {"hidden_size": 256, "num_hidden_layers": 1, "rope_parameters": {"rope_theta": 10000000}},
+        "quantization_config": {"quant_method": "escha", "bits": 2.0},
+        "tie_word_embeddings": false
+    })
+}
+
+/// Writes `tensors` as a one-shard checkpoint directory with config.json and side files.
+pub fn write_checkpoint(dir: &Path, tensors: &[T]) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    write_safetensors(&dir.join("model.safetensors"), tensors);
+    std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&config_json()).unwrap()).unwrap();
+    std::fs::write(dir.join("tokenizer_config.json"), "{\"model_max_length\": 4096}\n").unwrap();
+    std::fs::write(dir.join("quantize_config.json"), "{\"quant_method\": \"escha\"}\n").unwrap();
+    dir.to_path_buf()
+}
+
+/// Reads every tensor of a safetensors file: name → (dtype, shape, bytes).
+pub fn read_safetensors(path: &Path) -> std::collections::BTreeMap<String, (String, Vec<usize>, Vec<u8>)> {
+    let bytes = std::fs::read(path).unwrap();
+    let n = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Value = serde_json::from_slice(&bytes[8..8 + n]).unwrap();
+    let mut out = std::collections::BTreeMap::new();
+    for (name, info) in header.as_object().unwrap() {
+        if name == "__metadata__" {
+            continue;
+        }
+        let off = info["data_offsets"].as_array().unwrap();
+        let (a, b) = (off[0].as_u64().unwrap() as usize, off[1].as_u64().unwrap() as usize);
+        let shape = info["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
+        out.insert(name.clone(), (info["dtype"].as_str().unwrap().to_string(), shape, bytes[8 + n + a..8 + n + b].to_vec()));
+    }
+    out
+}
+
+/// Decodes f16 little-endian bytes.
+pub fn f16s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(2).map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
+}
+pub fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+pub fn bf16s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(2).map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
+}
+
+/// Independent f64 reconstruction of one linear `[OC, IC]` from its code bytes and vectors:
+/// tile states and values from the documented formulas, then explicit Hadamard products.
+pub fn reference_linear(code: &[u8], ic: usize, oc: usize, k: u32, su: &[f64], sv: &[f64]) -> Vec<f64> {
+    use escha_convert::codec::{Codebook, PERM};
+    let (it, ot) = (ic / 16, oc / 16);
+    let tile_bytes = 32 * k as usize;
+    let mut inner = vec![0f64; ic * oc];
+    for i in 0..it {
+        for j in 0..ot {
+            let tile = &code[(i * ot + j) * tile_bytes..][..tile_bytes];
+            let bit = |p: usize| -> u32 {
+                let w = u16::from_le_bytes([tile[2 * ((p >> 4) ^ 1)], tile[2 * ((p >> 4) ^ 1) + 1]]);
+                ((w >> (15 - (p & 15))) & 1) as u32
+            };
+            let total = 256 * k as usize;
+            for t in 0..256 {
+                let mut state = 0u32;
+                for b in 0..16 {
+                    state = (state << 1) | bit(((t + 1) * k as usize + total - 16 + b) % total);
+                }
+                let v = Codebook::Mcg.value(state as u16) as f64;
+                let p = PERM[t] as usize;
+                inner[(16 * i + p / 16) * oc + 16 * j + p % 16] = v;
+            }
+        }
+    }
+    let h = |a: usize, b: usize| -> f64 {
+        let s = if ((a % 128) & (b % 128)).count_ones() % 2 == 0 { 1.0 } else { -1.0 };
+        s / (128f64).sqrt()
+    };
+    let mut left = vec![0f64; oc * ic]; // Hn · W_innerᵀ
+    for o in 0..oc {
+        for p in (o / 128) * 128..(o / 128 + 1) * 128 {
+            for i in 0..ic {
+                left[o * ic + i] += h(o, p) * inner[i * oc + p];
+            }
+        }
+    }
+    let mut w = vec![0f64; oc * ic];
+    for o in 0..oc {
+        for i in 0..ic {
+            let acc: f64 = ((i / 128) * 128..(i / 128 + 1) * 128).map(|q| left[o * ic + q] * h(q, i)).sum();
+            w[o * ic + i] = sv[o] * acc * su[i];
+        }
+    }
+    w
+}
+
+/// Asserts `got` (bf16) is `want` (f64) correctly rounded, except where `want` lies so close to a
+/// rounding tie (within 1e-6 of the tensor's largest magnitude, the f32 reconstruction's error)
+/// that f32 and f64 arithmetic may legitimately round apart.
+pub fn assert_bf16_rounding_of(got: &[f32], want: &[f64], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let tolerance = 1e-6 * want.iter().fold(0f64, |m, w| m.max(w.abs()));
+    let mut near_ties = 0;
+    for (n, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let r = bf16::from_f64(w).to_f32();
+        if g == r {
+            continue;
+        }
+        let ulp = (bf16::from_f32(r).to_f32() - bf16::from_bits(bf16::from_f32(r).to_bits() - 1).to_f32()).abs() as f64;
+        let tie_distance = ((w - g as f64).abs() - ulp / 2.0).abs();
+        assert!(tie_distance < tolerance, "{what}[{n}]: got {g}, want {w} (rounds to {r})");
+        near_ties += 1;
+    }
+    assert!(near_ties * 1000 <= got.len(), "{what}: {near_ties} near-tie disagreements is too many");
+}
