@@ -23,6 +23,8 @@ pub enum Command {
     Convert(ConvertArgs),
     /// Describe a checkpoint: architecture, coded projections, bits per weight, problems.
     Inspect(InspectArgs),
+    /// Check a decode against the unquantized base model (exit 0 pass, 1 fail, 2 usage).
+    Verify(VerifyArgs),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -97,6 +99,35 @@ pub struct InspectArgs {
     #[arg(value_name = "IN")]
     pub input: PathBuf,
     /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    /// The Escha-W2 checkpoint (directory or .safetensors file).
+    #[arg(value_name = "IN")]
+    pub input: PathBuf,
+    /// The unquantized base model: HF layout (bf16/f16/f32 or fp8 e4m3 with weight_scale_inv) or
+    /// MLX layout bf16; a directory or a .safetensors file.
+    #[arg(long, value_name = "BASE")]
+    pub base: PathBuf,
+    /// Check only tensors whose output name matches GLOB; repeatable.
+    #[arg(long, value_name = "GLOB")]
+    pub only: Vec<String>,
+    /// Check N evenly spread 128-row output blocks per tensor instead of whole tensors.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub sample: Option<u64>,
+    /// Fail when the ratio of the relative error to the Shannon bound exceeds R.
+    #[arg(long, value_name = "R", default_value_t = 2.0)]
+    pub max_ratio: f64,
+    /// Fail when the element-wise correlation is below C (default 0.8 for K≤2, 0.9 for K≥3).
+    #[arg(long, value_name = "C")]
+    pub min_corr: Option<f64>,
+    /// Worker threads (default: one per core).
+    #[arg(short = 'j', long)]
+    pub threads: Option<usize>,
+    /// Print one JSON document with every figure instead of the table.
     #[arg(long)]
     pub json: bool,
 }

@@ -16,3 +16,4 @@ pub mod convert;
 pub mod cli;
 pub mod inspect;
 pub mod report;
+pub mod verify;

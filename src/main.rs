@@ -3,6 +3,7 @@ use escha_convert::cli::{self, BiasMode, Cli, Command, DecoderChoice, Format};
 use escha_convert::codec::{self, ScalarDecoder, TileDecoder};
 use escha_convert::convert::{convert, ConvertOptions};
 use escha_convert::layout::DenseDtype;
+use escha_convert::verify::{self, VerifyOptions};
 use escha_convert::{inspect, output, report};
 use std::process::ExitCode;
 
@@ -60,6 +61,33 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 println!("{}", serde_json::to_string_pretty(&r)?);
             } else {
                 print!("{}", inspect::render(&r));
+            }
+        }
+        Command::Verify(a) => {
+            let opts = VerifyOptions {
+                input: a.input,
+                base: a.base,
+                only: a.only,
+                sample: a.sample.map(|n| n as usize),
+                max_ratio: a.max_ratio,
+                min_corr: a.min_corr,
+                threads: a.threads,
+            };
+            // Exit 1 is reserved for failed checks: a run that could not check anything is 2.
+            let r = match verify::verify(&opts, codec::best_decoder()) {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("escha-convert: error: {e:#}");
+                    return Ok(ExitCode::from(2));
+                }
+            };
+            if a.json {
+                println!("{}", serde_json::to_string_pretty(&r)?);
+            } else {
+                print!("{}", verify::render(&r));
+            }
+            if !r.passed {
+                return Ok(ExitCode::from(1));
             }
         }
     }

@@ -1,3 +1,4 @@
 //! Output encodings of f32 values.
 
 pub mod dense;
+pub mod fp8;
