@@ -2,3 +2,4 @@
 
 pub mod dense;
 pub mod fp8;
+pub mod mlx_affine;

@@ -1,0 +1,416 @@
+//! MLX affine quantization, bit-exact with `mx.quantize(w, group_size, bits)` on MLX's CPU
+//! backend (`mlx/backend/cpu/quantized.cpp`), and the exact int8 → 8-bit affine repack.
+//!
+//! Per group of `group_size` consecutive values of a row, all in f32 (see `mlx-affine.md` §1.2):
+//!
+//! ```text
+//! n_bins = 2^bits − 1;  eps = 1e-7
+//! hi = max(g); lo = min(g); use_min = |lo| > |hi|
+//! s = max((hi − lo) / n_bins, eps);  if !use_min { s = −s }     // negative when the edge is max
+//! edge = use_min ? lo : hi;  q0 = rint(edge / s)
+//! if q0 != 0 { s = edge / q0; bias = edge } else { bias = 0 }
+//! q = clamp(rint((x − bias) / s), 0, n_bins)                   // true division, ties to even
+//! ```
+//!
+//! The codes use the unrounded f32 scale and bias; only the stored copies are rounded (RNE) to
+//! the scale dtype. Codes are packed as one little-endian, LSB-first bit stream per row (so 3-,
+//! 5- and 6-bit codes straddle U32 words), written as U32 little-endian bytes.
+
+use half::{bf16, f16};
+use safetensors::Dtype;
+
+/// Bit widths MLX's affine mode accepts.
+pub const BITS: [u32; 6] = [2, 3, 4, 5, 6, 8];
+/// Group sizes MLX's affine mode accepts.
+pub const GROUP_SIZES: [usize; 3] = [32, 64, 128];
+
+/// One affine quantization setting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct AffineSpec {
+    pub bits: u32,
+    pub group_size: usize,
+}
+
+impl AffineSpec {
+    /// A validated spec: `bits` in [`BITS`], `group_size` in [`GROUP_SIZES`].
+    pub fn new(bits: u32, group_size: usize) -> Result<AffineSpec, String> {
+        if !BITS.contains(&bits) {
+            return Err(format!("MLX affine quantization supports bits {BITS:?}, not {bits}"));
+        }
+        if !GROUP_SIZES.contains(&group_size) {
+            return Err(format!("MLX affine quantization supports group sizes {GROUP_SIZES:?}, not {group_size}"));
+        }
+        Ok(AffineSpec { bits, group_size })
+    }
+
+    /// Whether a row of `cols` values can be quantized with this group size.
+    pub fn fits(&self, cols: usize) -> bool {
+        cols > 0 && cols % self.group_size == 0
+    }
+
+    /// U32 words per packed row of `cols` values.
+    pub fn packed_cols(&self, cols: usize) -> usize {
+        cols * self.bits as usize / 32
+    }
+
+    /// Groups (scales, biases) per row of `cols` values.
+    pub fn groups(&self, cols: usize) -> usize {
+        cols / self.group_size
+    }
+
+    pub fn n_bins(&self) -> f32 {
+        ((1u32 << self.bits) - 1) as f32
+    }
+}
+
+/// The f32 scale and bias MLX computes for one group, and its codes (written to `codes`).
+pub fn quantize_group(group: &[f32], bits: u32, codes: &mut [u32]) -> (f32, f32) {
+    debug_assert_eq!(group.len(), codes.len());
+    let n_bins = ((1u32 << bits) - 1) as f32;
+    let eps = 1e-7f32;
+    let (mut hi, mut lo) = (f32::NEG_INFINITY, f32::INFINITY);
+    for &x in group {
+        // std::max(w_max, x) / std::min(w_min, x) as MLX writes them.
+        if hi < x {
+            hi = x;
+        }
+        if x < lo {
+            lo = x;
+        }
+    }
+    let use_min = lo.abs() > hi.abs();
+    let mut scale = ((hi - lo) / n_bins).max(eps);
+    if !use_min {
+        scale = -scale;
+    }
+    let edge = if use_min { lo } else { hi };
+    let q0 = (edge / scale).round_ties_even();
+    let mut bias = 0.0f32;
+    if q0 != 0.0 {
+        scale = edge / q0;
+        bias = edge;
+    }
+    for (c, &x) in codes.iter_mut().zip(group) {
+        let q = ((x - bias) / scale).round_ties_even();
+        *c = q.max(0.0).min(n_bins) as u32;
+    }
+    (scale, bias)
+}
+
+/// Appends `v` rounded (RNE) to `dtype` (BF16, F16 or F32), little-endian.
+pub fn push_float(v: f32, dtype: Dtype, out: &mut Vec<u8>) {
+    match dtype {
+        Dtype::BF16 => out.extend_from_slice(&bf16::from_f32(v).to_le_bytes()),
+        Dtype::F16 => out.extend_from_slice(&f16::from_f32(v).to_le_bytes()),
+        Dtype::F32 => out.extend_from_slice(&v.to_le_bytes()),
+        other => panic!("scales cannot be stored as {other:?}"),
+    }
+}
+
+/// `v` rounded (RNE) to `dtype` and widened back to f32.
+pub fn round_to(v: f32, dtype: Dtype) -> f32 {
+    match dtype {
+        Dtype::BF16 => bf16::from_f32(v).to_f32(),
+        Dtype::F16 => f16::from_f32(v).to_f32(),
+        Dtype::F32 => v,
+        other => panic!("cannot round to {other:?}"),
+    }
+}
+
+/// Packs the codes of one row as an LSB-first bit stream of `bits`-wide fields, appending the
+/// U32 words as little-endian bytes.
+pub fn pack_row(codes: &[u32], bits: u32, out: &mut Vec<u8>) {
+    let mut acc = 0u64;
+    let mut nacc = 0u32;
+    for &q in codes {
+        acc |= (q as u64) << nacc;
+        nacc += bits;
+        while nacc >= 32 {
+            out.extend_from_slice(&(acc as u32).to_le_bytes());
+            acc >>= 32;
+            nacc -= 32;
+        }
+    }
+    debug_assert_eq!(nacc, 0, "a row of whole groups fills whole words");
+}
+
+/// Quantizes `values` (`rows × cols`, row-major) as `mx.quantize(values, group_size, bits)`
+/// does on the CPU, appending the packed U32 words, the scales and the biases (each in
+/// `scale_dtype`) as little-endian bytes. `cols` must be a multiple of the group size.
+///
+/// `values` are the inputs as MLX would see them: for a bf16 model, pass bf16 values widened to
+/// f32 (see [`round_to`]).
+#[allow(clippy::too_many_arguments)]
+pub fn quantize_rows(
+    values: &[f32],
+    cols: usize,
+    spec: AffineSpec,
+    scale_dtype: Dtype,
+    packed: &mut Vec<u8>,
+    scales: &mut Vec<u8>,
+    biases: &mut Vec<u8>,
+) {
+    assert!(spec.fits(cols), "row length {cols} is not a multiple of group size {}", spec.group_size);
+    assert_eq!(values.len() % cols, 0, "values are not whole rows of {cols}");
+    let rows = values.len() / cols;
+    packed.reserve(rows * spec.packed_cols(cols) * 4);
+    let el = scale_dtype.bitsize() / 8;
+    scales.reserve(rows * spec.groups(cols) * el);
+    biases.reserve(rows * spec.groups(cols) * el);
+    let mut codes = vec![0u32; cols];
+    for row in values.chunks_exact(cols) {
+        for (g, c) in row.chunks_exact(spec.group_size).zip(codes.chunks_exact_mut(spec.group_size)) {
+            let (s, b) = quantize_group(g, spec.bits, c);
+            push_float(s, scale_dtype, scales);
+            push_float(b, scale_dtype, biases);
+        }
+        pack_row(&codes, spec.bits, packed);
+    }
+}
+
+/// The largest group size MLX accepts that divides `cols` (the exact int8 repack works at any).
+pub fn int8_group_size(cols: usize) -> Option<usize> {
+    GROUP_SIZES.iter().rev().copied().find(|g| cols % g == 0)
+}
+
+/// Exact repack of int8 rows with one scale per row into 8-bit affine (`mlx-affine.md` §4):
+/// `q = w8 + 128`, packed four per U32 (the byte row XOR 0x80), `scale` repeated over the row's
+/// groups and `bias = −128·scale`. The bias is computed from the *stored* scale, so
+/// `scale·q + bias = w8·scale` holds for the stored values whatever `scale_dtype` is; with F32
+/// (or F16 for F16 row scales) the stored scale is the row scale exactly.
+#[allow(clippy::too_many_arguments)]
+pub fn repack_int8_rows(
+    w8: &[u8],
+    row_scales: &[f32],
+    cols: usize,
+    group_size: usize,
+    scale_dtype: Dtype,
+    packed: &mut Vec<u8>,
+    scales: &mut Vec<u8>,
+    biases: &mut Vec<u8>,
+) {
+    assert!(cols > 0 && cols % group_size == 0, "row length {cols} is not a multiple of group size {group_size}");
+    assert_eq!(w8.len(), row_scales.len() * cols, "one scale per row of {cols} bytes");
+    packed.extend(w8.iter().map(|&b| b ^ 0x80));
+    for &s in row_scales {
+        let stored = round_to(s, scale_dtype);
+        for _ in 0..cols / group_size {
+            push_float(stored, scale_dtype, scales);
+            push_float(-128.0 * stored, scale_dtype, biases);
+        }
+    }
+}
+
+/// Reads the codes of one packed row (`cols` values) back from its little-endian U32 bytes.
+pub fn unpack_row(packed: &[u8], cols: usize, bits: u32) -> Vec<u32> {
+    let mask = (1u64 << bits) - 1;
+    let mut out = Vec::with_capacity(cols);
+    let mut acc = 0u64;
+    let mut nacc = 0u32;
+    let mut words = packed.chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
+    for _ in 0..cols {
+        if nacc < bits {
+            acc |= (words.next().expect("enough packed words") as u64) << nacc;
+            nacc += 32;
+        }
+        out.push((acc & mask) as u32);
+        acc >>= bits;
+        nacc -= bits;
+    }
+    out
+}
+
+/// Dequantizes rows (for tests and checks): `scale·q + bias` in f32 from the stored scales and
+/// biases (`scale_dtype` bytes).
+pub fn dequantize_rows(packed: &[u8], scales: &[u8], biases: &[u8], cols: usize, spec: AffineSpec, scale_dtype: Dtype) -> Vec<f32> {
+    let read = |bytes: &[u8]| -> Vec<f32> {
+        let mut v = Vec::new();
+        crate::checkpoint::tensor::floats_to_f32(bytes, scale_dtype, &mut v).expect("a float dtype");
+        v
+    };
+    let (s, b) = (read(scales), read(biases));
+    let row_bytes = spec.packed_cols(cols) * 4;
+    let groups = spec.groups(cols);
+    let mut out = Vec::with_capacity(packed.len() / row_bytes * cols);
+    for (r, row) in packed.chunks_exact(row_bytes).enumerate() {
+        for (i, q) in unpack_row(row, cols, spec.bits).into_iter().enumerate() {
+            let g = r * groups + i / spec.group_size;
+            out.push(s[g] * q as f32 + b[g]);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(bytes: &[u8]) -> Vec<u32> {
+        bytes.chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().unwrap())).collect()
+    }
+
+    fn quantize_f32(values: &[f32], cols: usize, bits: u32, gs: usize) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
+        let (mut p, mut s, mut b) = (Vec::new(), Vec::new(), Vec::new());
+        quantize_rows(values, cols, AffineSpec::new(bits, gs).unwrap(), Dtype::F32, &mut p, &mut s, &mut b);
+        let f = |v: &[u8]| v.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+        (words(&p), f(&s), f(&b))
+    }
+
+    #[test]
+    fn evenly_spaced_group_realigns_the_scale() {
+        // 32 values over 0.1…0.9 at 4 bits: scale −0.05294117 (not −0.05333), bias 0.9, and 0.1
+        // maps to 15.11, stored as 15.
+        let g: Vec<f32> = (0..32).map(|i| 0.1 + 0.8 * i as f32 / 31.0).collect();
+        let mut codes = vec![0; 32];
+        let (s, b) = quantize_group(&g, 4, &mut codes);
+        assert!((s - -0.052_941_17).abs() < 1e-7, "{s}");
+        assert_eq!(b, g[31]);
+        assert_eq!(codes[0], 15);
+        assert_eq!(codes[31], 0);
+    }
+
+    #[test]
+    fn far_end_is_clamped() {
+        let mut g = vec![0.1f32; 32];
+        g[0] = 0.86;
+        g[1] = -0.64;
+        let mut codes = vec![0; 32];
+        let (s, b) = quantize_group(&g, 4, &mut codes);
+        assert!((s - -0.095_555_56).abs() < 1e-7, "{s}");
+        assert_eq!(b, 0.86);
+        // (−0.64 − 0.86)/s = 15.70 → 16 → clamped to 15.
+        assert_eq!(codes[1], 15);
+        assert_eq!(codes[0], 0);
+    }
+
+    #[test]
+    fn all_negative_group_measures_from_its_minimum() {
+        let g: Vec<f32> = (0..32).map(|i| -0.1 - 0.8 * i as f32 / 31.0).collect();
+        let mut codes = vec![0; 32];
+        let (s, b) = quantize_group(&g, 4, &mut codes);
+        assert!((s - 0.052_941_2).abs() < 1e-6, "{s}");
+        assert_eq!(b, g[31]);
+        assert_eq!(codes[31], 0);
+    }
+
+    #[test]
+    fn zero_and_constant_groups() {
+        let mut codes = vec![7; 64];
+        let (s, b) = quantize_group(&[0.0; 64], 4, &mut codes);
+        assert_eq!((s, b), (-1e-7, 0.0));
+        assert!(codes.iter().all(|&c| c == 0));
+        let (s, b) = quantize_group(&[0.25; 64], 4, &mut codes);
+        assert_eq!(b, 0.25);
+        assert!(s < 0.0 && s > -2e-7, "{s}");
+        assert!(codes.iter().all(|&c| c == 0));
+    }
+
+    #[test]
+    fn ties_round_to_even() {
+        // Group −15..0 step 1 plus values at k + ½: scale 1, bias −15 (|min| > |max|).
+        let mut g: Vec<f32> = (0..32).map(|i| -15.0 + (i % 16) as f32).collect();
+        g[0] = -15.0;
+        g[5] = -15.0 + 2.5; // (x − bias)/s = 2.5 → 2
+        g[6] = -15.0 + 3.5; // 3.5 → 4
+        let mut codes = vec![0; 32];
+        let (s, b) = quantize_group(&g, 4, &mut codes);
+        assert_eq!((s, b), (1.0, -15.0));
+        assert_eq!((codes[5], codes[6]), (2, 4));
+    }
+
+    #[test]
+    fn packing_matches_the_worked_words() {
+        // A group from −n_bins up to 0 gives scale 1, bias −n_bins and q_i = i mod 2^bits.
+        let cases: &[(u32, usize, &[u32])] = &[
+            (2, 32, &[0xe4e4e4e4, 0xe4e4e4e4]),
+            (3, 32, &[0x88fac688, 0xc688fac6, 0xfac688fa]),
+            (4, 32, &[0x76543210, 0xfedcba98, 0x76543210, 0xfedcba98]),
+            (5, 32, &[0x8a418820, 0xc5a92839, 0xca307b9a, 0x38bdab49, 0xffbbcdeb]),
+            (6, 64, &[0x440c2040, 0xa2481c61, 0x3ce34c2c, 0x544d2450, 0xa6585d65, 0x7de75c6d]),
+        ];
+        for &(bits, gs, want) in cases {
+            let n = (1u32 << bits) as usize;
+            let mut g: Vec<f32> = (0..gs).map(|i| (i % n) as f32 - (n - 1) as f32).collect();
+            g[gs - 1] = 0.0; // keep the max at 0 and the min at −n_bins
+            g[0] = -((n - 1) as f32);
+            let (p, s, b) = quantize_f32(&g, gs, bits, gs);
+            assert_eq!((s[0], b[0]), (1.0, -((n - 1) as f32)), "bits {bits}");
+            // Element gs−1 was forced to 0 ⇒ code n−1; the first words are untouched by it.
+            assert_eq!(&p[..want.len().min(p.len() - 1)], &want[..want.len().min(p.len() - 1)], "bits {bits}");
+            let codes = unpack_row(&p.iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<_>>(), gs, bits);
+            for (i, &c) in codes.iter().enumerate().take(gs - 1) {
+                assert_eq!(c as usize, i % n, "bits {bits} element {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn straddling_fields() {
+        // 3-bit element 10 occupies bits 30–31 of word 0 and bit 0 of word 1.
+        let mut codes = vec![0u32; 32];
+        codes[10] = 0b111;
+        let mut out = Vec::new();
+        pack_row(&codes, 3, &mut out);
+        let w = words(&out);
+        assert_eq!((w[0], w[1]), (0xC000_0000, 1));
+        // 6-bit element 5: bits 30–31 of word 0 and bits 0–3 of word 1.
+        let mut codes = vec![0u32; 32];
+        codes[5] = 0b111111;
+        out.clear();
+        pack_row(&codes, 6, &mut out);
+        let w = words(&out);
+        assert_eq!((w[0], w[1]), (0xC000_0000, 0xF));
+        assert_eq!(unpack_row(&out, 32, 6), codes);
+    }
+
+    #[test]
+    fn dequantize_round_trip_within_half_a_step() {
+        let mut x = 0x1234_5678u64;
+        let vals: Vec<f32> = (0..4 * 256)
+            .map(|_| {
+                x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((x >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.2
+            })
+            .collect();
+        for bits in BITS {
+            for gs in GROUP_SIZES {
+                let spec = AffineSpec::new(bits, gs).unwrap();
+                let (mut p, mut s, mut b) = (Vec::new(), Vec::new(), Vec::new());
+                quantize_rows(&vals, 256, spec, Dtype::F32, &mut p, &mut s, &mut b);
+                assert_eq!(p.len(), 4 * spec.packed_cols(256) * 4);
+                let back = dequantize_rows(&p, &s, &b, 256, spec, Dtype::F32);
+                let sf: Vec<f32> = s.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+                for (i, (&a, &v)) in back.iter().zip(&vals).enumerate() {
+                    let step = sf[i / gs].abs();
+                    // Clamping at the far end can cost up to one step; elsewhere half a step.
+                    assert!((a - v).abs() <= step * 1.0001 + 1e-6, "bits {bits} gs {gs} i {i}: {a} vs {v}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn int8_repack_is_exact() {
+        let cols = 256;
+        let w8: Vec<u8> = (0..2 * cols).map(|i| (i * 37 % 256) as u8).collect();
+        let row_scales = [f16::from_f32(0.0123).to_f32(), f16::from_f32(-3.5e-4).to_f32()];
+        let gs = int8_group_size(cols).unwrap();
+        assert_eq!(gs, 128);
+        let (mut p, mut s, mut b) = (Vec::new(), Vec::new(), Vec::new());
+        repack_int8_rows(&w8, &row_scales, cols, gs, Dtype::F32, &mut p, &mut s, &mut b);
+        let back = dequantize_rows(&p, &s, &b, cols, AffineSpec::new(8, gs).unwrap(), Dtype::F32);
+        for (i, (&got, &q)) in back.iter().zip(&w8).enumerate() {
+            assert_eq!(got, q as i8 as f32 * row_scales[i / cols], "element {i}");
+        }
+        assert_eq!(int8_group_size(96), Some(32));
+        assert_eq!(int8_group_size(100), None);
+    }
+
+    #[test]
+    fn specs_are_validated() {
+        assert!(AffineSpec::new(7, 64).is_err());
+        assert!(AffineSpec::new(4, 16).is_err());
+        let s = AffineSpec::new(3, 128).unwrap();
+        assert_eq!((s.packed_cols(512), s.groups(512)), (48, 4));
+    }
+}
