@@ -23,6 +23,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 /// Elements per work unit for int8 and plain tensors (bounded memory, enough work per unit).
@@ -277,17 +278,41 @@ struct Scratch {
 
 fn write_part(part: &Part, dir: &Path, dtype: DenseDtype, decoder: &dyn TileDecoder, progress: &indicatif::ProgressBar) -> Result<()> {
     let files = ShardFiles::create(dir, &part.plan)?;
-    units(part).par_iter().try_for_each_init(Scratch::default, |scratch, unit| -> Result<()> {
+    let units = units(part);
+    // Units left per output tensor: when a tensor's last unit is done, its large inputs are
+    // released from memory.
+    let mut left: Vec<usize> = vec![0; part.plan.tensors.len()];
+    for u in &units {
+        left[u.tensor] += 1;
+    }
+    let left: Vec<AtomicUsize> = left.into_iter().map(AtomicUsize::new).collect();
+    units.par_iter().try_for_each_init(Scratch::default, |scratch, unit| -> Result<()> {
         let planned = &part.plan.tensors[unit.tensor];
         let offset = run_unit(part, unit, dtype, decoder, scratch)
             .with_context(|| format!("while writing {}", planned.tensor.name))?;
         files.write_at(planned.shard, planned.offset + offset, &scratch.bytes)?;
         progress.inc(scratch.bytes.len() as u64);
+        if left[unit.tensor].fetch_sub(1, Ordering::AcqRel) == 1 {
+            if let Some(entry) = bulk_input(part, &planned.tensor.recipe) {
+                part.ck.release(entry);
+            }
+        }
         Ok(())
     })?;
     files.finish()?;
     std::fs::write(dir.join("model.safetensors.index.json"), pretty(&part.plan.index_json()))?;
     Ok(())
+}
+
+/// The large input a recipe reads (codes, int8 weights, copied tensors).
+fn bulk_input<'a>(part: &'a Part, recipe: &Recipe) -> Option<&'a crate::checkpoint::TensorEntry> {
+    let name = match recipe {
+        Recipe::Coded(i) => part.cat.coded[*i].tensor(Leaf::Code)?,
+        Recipe::Int8(i) => &part.cat.int8[*i].weight,
+        Recipe::Copy(name) => name,
+        Recipe::Bias(_) => return None,
+    };
+    part.ck.tensors.get(name)
 }
 
 /// Fills `scratch.bytes` with the unit's output and returns its offset within the tensor.

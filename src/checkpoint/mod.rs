@@ -154,6 +154,11 @@ impl Checkpoint {
         &self.shards[entry.shard].bytes()[entry.range.clone()]
     }
 
+    /// Releases a tensor's pages once nothing will read it again (see [`Shard::release`]).
+    pub fn release(&self, entry: &TensorEntry) {
+        self.shards[entry.shard].release(entry.range.clone());
+    }
+
     /// The file a tensor lives in (for error messages).
     pub fn file_of(&self, entry: &TensorEntry) -> &Path {
         &self.shards[entry.shard].path

@@ -43,6 +43,14 @@ impl Shard {
     pub fn bytes(&self) -> &[u8] {
         &self.mmap
     }
+
+    /// Drops the pages of `range` from this process's memory (they stay in the page cache), so
+    /// resident memory does not grow with the model. Reading the range again simply re-faults it.
+    pub fn release(&self, range: std::ops::Range<usize>) {
+        // SAFETY: the mapping is private and never written, so after MADV_DONTNEED a later access
+        // reads the same file bytes back; no reference observes different contents.
+        let _ = unsafe { self.mmap.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, range.start, range.len()) };
+    }
 }
 
 /// One line naming the file and what is wrong with it.
