@@ -1,0 +1,92 @@
+//! Writes a large synthetic Escha-W2 checkpoint with random codes, for conversion benchmarks:
+//! dense-27B-shaped MLP layers (gate K=2, up and down K=3, 5120×17408) until the codes reach the
+//! requested size.
+//!
+//!     cargo run --release --example make_synthetic -- OUT_DIR [GB_OF_CODES]
+
+use half::f16;
+use serde_json::json;
+use std::io::Write;
+
+const HIDDEN: usize = 5120;
+const INTERMEDIATE: usize = 17408;
+
+struct Tensor {
+    name: String,
+    dtype: &'static str,
+    shape: Vec<usize>,
+    len: usize,
+}
+
+fn main() -> std::io::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let out = std::path::PathBuf::from(args.get(1).expect("usage: make_synthetic OUT_DIR [GB_OF_CODES]"));
+    let gb: f64 = args.get(2).map_or(2.0, |s| s.parse().expect("GB_OF_CODES is a number"));
+    std::fs::create_dir_all(&out)?;
+
+    let mut tensors = Vec::new();
+    let mut code_bytes = 0usize;
+    let mut layer = 0;
+    while (code_bytes as f64) < gb * 1e9 {
+        for (proj, ic, oc, k) in [("gate_proj", HIDDEN, INTERMEDIATE, 2), ("up_proj", HIDDEN, INTERMEDIATE, 3), ("down_proj", INTERMEDIATE, HIDDEN, 3)] {
+            let p = format!("model.language_model.layers.{layer}.mlp.{proj}");
+            let code_len = ic * oc * k / 8;
+            code_bytes += code_len;
+            tensors.push(Tensor { name: format!("{p}.escha_code"), dtype: "I16", shape: vec![ic / 16, oc / 16, 16 * k], len: code_len });
+            tensors.push(Tensor { name: format!("{p}.escha_rin"), dtype: "F16", shape: vec![ic], len: 2 * ic });
+            tensors.push(Tensor { name: format!("{p}.escha_rout"), dtype: "F16", shape: vec![oc], len: 2 * oc });
+        }
+        layer += 1;
+    }
+
+    // One shard per layer keeps files at a realistic size.
+    let mut rng = 0x1234_5678_9ABC_DEF0u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for (l, chunk) in tensors.chunks(9).enumerate() {
+        let mut header = serde_json::Map::new();
+        let mut offset = 0;
+        for t in chunk {
+            header.insert(t.name.clone(), json!({"dtype": t.dtype, "shape": t.shape, "data_offsets": [offset, offset + t.len]}));
+            offset += t.len;
+        }
+        let mut text = serde_json::to_string(&header)?;
+        while text.len() % 8 != 0 {
+            text.push(' ');
+        }
+        let path = out.join(format!("layer-{l:03}.safetensors"));
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&path)?);
+        f.write_all(&(text.len() as u64).to_le_bytes())?;
+        f.write_all(text.as_bytes())?;
+        for t in chunk {
+            if t.dtype == "F16" {
+                // Scales of a plausible size: rin ~ 0.01, rout ~ 1, random signs.
+                let base = if t.name.ends_with("rin") { 0.01 } else { 1.0 };
+                for _ in 0..t.len / 2 {
+                    let r = next();
+                    let v = base * (0.5 + (r >> 40) as f32 / (1u64 << 24) as f32) * if r & 1 == 0 { 1.0 } else { -1.0 };
+                    f.write_all(&f16::from_f32(v).to_le_bytes())?;
+                }
+            } else {
+                let mut buf = vec![0u8; 1 << 20];
+                let mut left = t.len;
+                while left > 0 {
+                    let n = left.min(buf.len());
+                    for c in buf[..n].chunks_mut(8) {
+                        let r = next().to_le_bytes();
+                        c.copy_from_slice(&r[..c.len()]);
+                    }
+                    f.write_all(&buf[..n])?;
+                    left -= n;
+                }
+            }
+        }
+    }
+    std::fs::write(out.join("config.json"), json!({"model_type": "qwen3_5", "quantization_config": {"quant_method": "escha"}}).to_string())?;
+    eprintln!("{} layers, {:.2} GB of codes in {}", layer, code_bytes as f64 / 1e9, out.display());
+    Ok(())
+}
