@@ -3,6 +3,7 @@
 
 pub mod codebook;
 pub mod decoder;
+pub mod encode;
 pub mod simd;
 pub mod tile;
 
