@@ -1,0 +1,54 @@
+"""`verify` against an MLX-layout base: the bf16 base as mlx-lm itself lays it out after loading
+(renamed keys, norms +1, conv1d transposed, experts split into switch_mlp), written by mlx."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import mlx.core as mx
+import pytest
+from mlx.utils import tree_flatten
+from mlx_lm.utils import load_model
+
+
+def mlx_layout_copy(base: Path, out: Path) -> Path:
+    model, _ = load_model(base)
+    weights = dict(tree_flatten(model.parameters()))
+    out.mkdir()
+    mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
+    shutil.copy(base / "config.json", out / "config.json")
+    return out
+
+
+def verify(binary: Path, escha: Path, base: Path):
+    p = subprocess.run([str(binary), "verify", str(escha), "--base", str(base), "--json"], capture_output=True, text=True)
+    return p.returncode, json.loads(p.stdout) if p.stdout else p.stderr
+
+
+@pytest.mark.parametrize("model", ["dense", "moe"])
+def test_fixture_passes_against_its_mlx_layout_base(escha_convert, repo_root, tmp_path, model):
+    base = mlx_layout_copy(repo_root / "fixtures" / f"{model}-base", tmp_path / "mlx-base")
+    code, report = verify(escha_convert, repo_root / "fixtures" / model, base)
+    assert code == 0, report
+    assert report["base_layout"] == "mlx"
+    assert not report["missing_in_base"]
+    for row in report["coded"]:
+        assert 1.0 <= row["ratio"] <= 1.3, row
+    kinds = {(n["kind"], n["verdict"]) for n in report["norms"]}
+    # Offset norms match with +1 folded in; the gated linear_attn.norm matches as stored.
+    assert kinds == {("zero-centred", "+1"), ("plain", "as stored")}
+
+
+def test_an_hf_checkpoint_passed_where_mlx_norms_are_expected_fails(escha_convert, repo_root, tmp_path):
+    """An MLX base whose norms lack the +1 (a converter that forgot it) is caught by the norm table."""
+    base = mlx_layout_copy(repo_root / "fixtures" / "dense-base", tmp_path / "mlx-base")
+    weights = mx.load(str(base / "model.safetensors"))
+    for k in list(weights):
+        if k.endswith("input_layernorm.weight"):
+            weights[k] = weights[k] - 1.0
+    mx.save_safetensors(str(base / "model.safetensors"), weights, metadata={"format": "mlx"})
+    code, report = verify(escha_convert, repo_root / "fixtures" / "dense", base)
+    assert code == 1
+    failing = [n["tensor"] for n in report["norms"] if n["failures"]]
+    assert failing and all(t.endswith("input_layernorm.weight") for t in failing)
