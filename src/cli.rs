@@ -33,6 +33,17 @@ pub enum Format {
     Bf16,
     /// Dense float16, Hugging Face layout.
     F16,
+    /// MLX layout, affine-quantized (`--bits`, `--group-size`, `--int8`), as `mlx_lm.convert -q`
+    /// writes it; mlx-lm loads it directly.
+    Mlx,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Int8Choice {
+    /// Repack int8 weights exactly as 8-bit affine (F32 scales): no new rounding.
+    Exact,
+    /// Quantize their bf16 dequantization at `--bits`/`--group-size` like every other layer.
+    Requant,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -53,7 +64,9 @@ pub enum DecoderChoice {
 
 #[derive(Args, Debug)]
 #[command(after_help = "Norms are written exactly as stored: Hugging Face Qwen3.5 norms are zero-centred and \
-HF runtimes (transformers, mlx-lm loading HF layout) add the 1 themselves.")]
+HF runtimes (transformers, mlx-lm loading HF layout) add the 1 themselves. --format mlx folds the 1 in \
+(mlx-lm's own layout), quantizes each coded weight from its bf16 rounding (byte-identical to \
+`mlx_lm.convert -q` run on the bf16 export) and writes no MTP head.")]
 pub struct ConvertArgs {
     /// Input: an Escha-W2 checkpoint directory or a single .safetensors file (never modified).
     #[arg(value_name = "IN")]
@@ -67,9 +80,19 @@ pub struct ConvertArgs {
     /// What to do with the bias tensors of coded linears.
     #[arg(long, value_enum, default_value_t = BiasMode::Drop)]
     pub bias: BiasMode,
-    /// Largest shard, in tensor bytes: e.g. 5GB, 500MB, 2GiB, or a number of bytes.
-    #[arg(long, default_value = "5GB", value_parser = parse_size)]
-    pub max_shard_size: u64,
+    /// MLX affine bits per weight (`--format mlx`; default 4).
+    #[arg(long, value_parser = ["2", "3", "4", "5", "6", "8"])]
+    pub bits: Option<String>,
+    /// MLX affine group size (`--format mlx`; default 64).
+    #[arg(long, value_parser = ["32", "64", "128"])]
+    pub group_size: Option<String>,
+    /// How int8 weights become MLX (`--format mlx`; default exact).
+    #[arg(long, value_enum)]
+    pub int8: Option<Int8Choice>,
+    /// Largest shard, in tensor bytes: e.g. 5GB, 500MB, 2GiB, or a number of bytes (default 5GB;
+    /// 5GiB, mlx-lm's limit, for --format mlx).
+    #[arg(long, value_parser = parse_size)]
+    pub max_shard_size: Option<u64>,
     /// Convert only output tensors whose name matches GLOB (`*` any run, `?` one character); repeatable.
     #[arg(long, value_name = "GLOB")]
     pub only: Vec<String>,

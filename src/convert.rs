@@ -8,10 +8,11 @@
 use crate::checkpoint::tensor::{floats_to_f32, is_float};
 use crate::checkpoint::{catalog, Catalog, Checkpoint, CodedModule, Leaf};
 use crate::codec::TileDecoder;
+use crate::layout::mlx::{self, MlxOptions, MlxRecipe, RowSource};
 use crate::layout::{self, DenseDtype, Recipe};
 use crate::output::{ShardFiles, Staging};
 use crate::plan::Plan;
-use crate::quant::dense;
+use crate::quant::{dense, mlx_affine};
 use crate::select::selected;
 use crate::transform::hadamard::HADAMARD_SIZE;
 use crate::transform::{fold_scales, CodedLinear};
@@ -41,6 +42,9 @@ pub struct ConvertOptions {
     pub force: bool,
     pub dry_run: bool,
     pub progress: bool,
+    /// MLX layout with affine quantization instead of dense Hugging Face layout (`dtype` is then
+    /// unused: dense MLX tensors take the model dtype).
+    pub mlx: Option<MlxOptions>,
 }
 
 /// One planned output tensor, for `--dry-run` and `--json`.
@@ -99,15 +103,21 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
 
     let mut parts = vec![open_part(&opts.input, "", opts, &mut warnings)?];
     if let Some(mtp) = parts[0].ck.mtp_dir.clone() {
-        parts.push(open_part(&mtp, "mtp", opts, &mut warnings)?);
+        if opts.mlx.is_some() {
+            // mlx-lm has no MTP head, and an `mtp.*` key makes older loaders shift every norm again.
+            warnings.push(format!("{}: not written: the MLX layout carries no MTP head", mtp.display()));
+        } else {
+            parts.push(open_part(&mtp, "mtp", opts, &mut warnings)?);
+        }
     }
 
     let mut report = ConvertReport {
         input: opts.input.display().to_string(),
         output: opts.output.display().to_string(),
-        format: match opts.dtype {
-            DenseDtype::Bf16 => "bf16",
-            DenseDtype::F16 => "f16",
+        format: match (opts.mlx, opts.dtype) {
+            (Some(_), _) => "mlx",
+            (None, DenseDtype::Bf16) => "bf16",
+            (None, DenseDtype::F16) => "f16",
         },
         dry_run: opts.dry_run,
         decoder: decoder.name(),
@@ -158,7 +168,14 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
         let dir = staging.path().join(part.subdir);
         std::fs::create_dir_all(&dir)?;
         pool.install(|| write_part(part, &dir, opts.dtype, decoder, &progress))?;
-        report.copied_files.extend(copy_side_files(&part.ck, &dir, part.subdir)?);
+        let config = part.ck.config.as_ref().map(|c| match opts.mlx {
+            Some(m) => {
+                let tensors: Vec<_> = part.plan.tensors.iter().map(|p| p.tensor.clone()).collect();
+                mlx::config_json(c, mlx::quantization(&tensors, m, mlx::is_moe(&tensors)))
+            }
+            None => dense_config(c),
+        });
+        report.copied_files.extend(copy_side_files(&part.ck, &dir, part.subdir, config)?);
     }
     progress.finish_and_clear();
     staging.commit()?;
@@ -185,12 +202,31 @@ fn open_part(path: &Path, subdir: &'static str, opts: &ConvertOptions, warnings:
             ));
         }
     }
-    let mut tensors = layout::hf::layout(&ck, &cat, opts.dtype, opts.keep_bias);
-    tensors.retain(|t| selected(&t.name, &opts.only));
+    let tensors = match opts.mlx {
+        None => {
+            let mut tensors = layout::hf::layout(&ck, &cat, opts.dtype, opts.keep_bias);
+            tensors.retain(|t| selected(&t.name, &opts.only));
+            tensors
+        }
+        Some(m) => {
+            let (mut tensors, dropped) = mlx::layout(&ck, &cat, m, opts.keep_bias)?;
+            if dropped.mtp > 0 {
+                warnings.push(format!("{}: dropped {} MTP tensors (the MLX layout carries none)", path.display(), dropped.mtp));
+            }
+            if dropped.tied_head > 0 {
+                warnings.push(format!("{}: dropped lm_head: tie_word_embeddings is set", path.display()));
+            }
+            if dropped.expert_biases > 0 {
+                warnings.push(format!("{}: dropped {} bias tensors of stacked experts (no MLX slot)", path.display(), dropped.expert_biases));
+            }
+            mlx::retain_selected(&mut tensors, &opts.only);
+            tensors
+        }
+    };
     if tensors.is_empty() && subdir.is_empty() {
         bail!("{}: nothing to convert{}", path.display(), if opts.only.is_empty() { "" } else { " (no tensor matches --only)" });
     }
-    let plan = Plan::new(tensors, opts.max_shard_size, "pt");
+    let plan = Plan::new(tensors, opts.max_shard_size, if opts.mlx.is_some() { "mlx" } else { "pt" });
     Ok(Part { ck, cat, plan, subdir })
 }
 
@@ -230,6 +266,9 @@ enum Work {
     CodedBlock { expert: usize, block: usize },
     Int8Rows(Range<usize>),
     Elements(Range<usize>),
+    /// MLX: rows `rows` of expert `lead` of a row source; `params`: the plan indices of the
+    /// `.scales` and `.biases` tensors the unit also writes.
+    MlxRows { lead: usize, rows: Range<usize>, params: Option<[usize; 2]> },
 }
 
 struct Unit {
@@ -257,15 +296,76 @@ fn units(part: &Part) -> Vec<Unit> {
                     units.push(Unit { tensor: t, work: Work::Int8Rows(start..(start + rows_per_unit).min(shape[0])) });
                 }
             }
-            Recipe::Bias(_) | Recipe::Copy(_) => {
+            Recipe::Bias(_) | Recipe::Copy(_) | Recipe::Mlx(MlxRecipe::NormPlusOne(_)) => {
                 let n = p.tensor.shape.iter().product::<usize>();
                 for start in (0..n.max(1)).step_by(ELEMENTS_PER_UNIT) {
                     units.push(Unit { tensor: t, work: Work::Elements(start..(start + ELEMENTS_PER_UNIT).min(n)) });
                 }
             }
+            Recipe::Mlx(r) => mlx_units(part, t, r, &mut units),
         }
     }
     units
+}
+
+/// Units of an MLX row recipe: one per 128-row block of a coded source (per expert), runs of
+/// rows otherwise. Quantized units also carry where their scales and biases go.
+fn mlx_units(part: &Part, t: usize, recipe: &MlxRecipe, units: &mut Vec<Unit>) {
+    let index = |name: &str| part.plan.tensors.iter().position(|p| p.tensor.name == name);
+    let (source, params) = match recipe {
+        MlxRecipe::Quantized { source, scales, biases, .. } => (source, index(scales).zip(index(biases))),
+        MlxRecipe::Int8Exact { int8, scales, biases, .. } => {
+            let rows = part.cat.int8[*int8].shape[0];
+            let params = index(scales).zip(index(biases)).map(|(s, b)| [s, b]);
+            let per_unit = (ELEMENTS_PER_UNIT / part.cat.int8[*int8].shape[1].max(1)).max(1);
+            for start in (0..rows).step_by(per_unit) {
+                units.push(Unit { tensor: t, work: Work::MlxRows { lead: 0, rows: start..(start + per_unit).min(rows), params } });
+            }
+            return;
+        }
+        MlxRecipe::Dense(source) => (source, None),
+        MlxRecipe::NormPlusOne(_) | MlxRecipe::Companion => return,
+    };
+    let params = params.map(|(s, b)| [s, b]);
+    match source {
+        RowSource::Coded { coded, rows, .. } => {
+            let m = &part.cat.coded[*coded];
+            for lead in 0..m.expert_count() {
+                for block in rows.start / HADAMARD_SIZE..rows.end.div_ceil(HADAMARD_SIZE) {
+                    let r = (block * HADAMARD_SIZE).max(rows.start)..((block + 1) * HADAMARD_SIZE).min(rows.end);
+                    units.push(Unit { tensor: t, work: Work::MlxRows { lead, rows: r, params } });
+                }
+            }
+        }
+        RowSource::Int8(_) | RowSource::Plain { .. } => {
+            let (leads, rows, cols) = row_source_dims(part, source);
+            let per_unit = (ELEMENTS_PER_UNIT / cols.max(1)).max(1);
+            for lead in 0..leads {
+                for start in (rows.start..rows.end).step_by(per_unit) {
+                    units.push(Unit { tensor: t, work: Work::MlxRows { lead, rows: start..(start + per_unit).min(rows.end), params } });
+                }
+            }
+        }
+    }
+}
+
+/// (leading count, row range, columns) of a row source.
+fn row_source_dims(part: &Part, source: &RowSource) -> (usize, Range<usize>, usize) {
+    match source {
+        RowSource::Coded { coded, rows, .. } => {
+            let m = &part.cat.coded[*coded];
+            (m.expert_count(), rows.clone(), m.in_features)
+        }
+        RowSource::Int8(i) => {
+            let shape = &part.cat.int8[*i].shape;
+            (1, 0..shape[0], shape[1])
+        }
+        RowSource::Plain { name, rows } => {
+            let shape = &part.ck.tensors[name].shape;
+            let leads = shape[..shape.len() - 2].iter().product();
+            (leads, rows.clone(), shape[shape.len() - 1])
+        }
+    }
 }
 
 /// Per-thread scratch, reused across units.
@@ -274,6 +374,10 @@ struct Scratch {
     block: Vec<f32>,
     values: Vec<f32>,
     bytes: Vec<u8>,
+    /// MLX: the unit's scales and biases, and their offset within their tensors.
+    scales: Vec<u8>,
+    biases: Vec<u8>,
+    params_offset: u64,
 }
 
 fn write_part(part: &Part, dir: &Path, dtype: DenseDtype, decoder: &dyn TileDecoder, progress: &indicatif::ProgressBar) -> Result<()> {
@@ -292,6 +396,13 @@ fn write_part(part: &Part, dir: &Path, dtype: DenseDtype, decoder: &dyn TileDeco
             .with_context(|| format!("while writing {}", planned.tensor.name))?;
         files.write_at(planned.shard, planned.offset + offset, &scratch.bytes)?;
         progress.inc(scratch.bytes.len() as u64);
+        if let Work::MlxRows { params: Some([s, b]), .. } = unit.work {
+            for (t, bytes) in [(s, &scratch.scales), (b, &scratch.biases)] {
+                let p = &part.plan.tensors[t];
+                files.write_at(p.shard, p.offset + scratch.params_offset, bytes)?;
+                progress.inc(bytes.len() as u64);
+            }
+        }
         if left[unit.tensor].fetch_sub(1, Ordering::AcqRel) == 1 {
             if let Some(entry) = bulk_input(part, &planned.tensor.recipe) {
                 part.ck.release(entry);
@@ -300,7 +411,12 @@ fn write_part(part: &Part, dir: &Path, dtype: DenseDtype, decoder: &dyn TileDeco
         Ok(())
     })?;
     files.finish()?;
-    std::fs::write(dir.join("model.safetensors.index.json"), pretty(&part.plan.index_json()))?;
+    let mut index = part.plan.index_json();
+    if part.plan.tensors.iter().any(|p| matches!(p.tensor.recipe, Recipe::Mlx(_))) {
+        let params = mlx::total_parameters(part.plan.tensors.iter().map(|p| &p.tensor));
+        index["metadata"]["total_parameters"] = params.into();
+    }
+    std::fs::write(dir.join("model.safetensors.index.json"), pretty(&index))?;
     Ok(())
 }
 
@@ -311,6 +427,23 @@ fn bulk_input<'a>(part: &'a Part, recipe: &Recipe) -> Option<&'a crate::checkpoi
         Recipe::Int8(i) => &part.cat.int8[*i].weight,
         Recipe::Copy(name) => name,
         Recipe::Bias(_) => return None,
+        Recipe::Mlx(r) => match r {
+            MlxRecipe::Quantized { source, .. } | MlxRecipe::Dense(source) => match source {
+                // A fused gate_up feeds two outputs: released by neither.
+                RowSource::Coded { coded, rows, .. } => {
+                    let m = &part.cat.coded[*coded];
+                    if rows.len() != m.out_features {
+                        return None;
+                    }
+                    m.tensor(Leaf::Code)?
+                }
+                RowSource::Int8(i) => &part.cat.int8[*i].weight,
+                RowSource::Plain { name, rows } if rows.start == 0 && rows.end == part.ck.tensors[name].shape[part.ck.tensors[name].shape.len() - 2] => name,
+                RowSource::Plain { .. } => return None,
+            },
+            MlxRecipe::Int8Exact { int8, .. } => &part.cat.int8[*int8].weight,
+            MlxRecipe::NormPlusOne(_) | MlxRecipe::Companion => return None,
+        },
     };
     part.ck.tensors.get(name)
 }
@@ -363,8 +496,124 @@ fn run_unit(part: &Part, unit: &Unit, dtype: DenseDtype, decoder: &dyn TileDecod
             copy_elements(ck, &ck.tensors[name], tensor.dtype, range.clone(), scratch)?;
             Ok((range.start * el) as u64)
         }
+        (Recipe::Mlx(MlxRecipe::NormPlusOne(name)), Work::Elements(range)) => {
+            let e = &ck.tensors[name];
+            let src_el = e.dtype.bitsize() / 8;
+            floats_to_f32(&ck.bytes(e)[range.start * src_el..range.end * src_el], e.dtype, &mut scratch.values)?;
+            // Zero-centred storage: MLX layout folds the 1 in, rounding once.
+            scratch.values.iter_mut().for_each(|v| *v += 1.0);
+            dense::encode(&scratch.values, tensor.dtype, &mut scratch.bytes);
+            Ok((range.start * el) as u64)
+        }
+        (Recipe::Mlx(r), Work::MlxRows { lead, rows, .. }) => run_mlx_rows(part, r, tensor, *lead, rows.clone(), decoder, scratch),
         _ => unreachable!("work units are built from their recipe"),
     }
+}
+
+/// An MLX row unit: fills `scratch.bytes` (and, when quantized, `scratch.scales`/`biases` with
+/// `scratch.params_offset`) and returns the offset of `scratch.bytes` within the tensor.
+fn run_mlx_rows(
+    part: &Part,
+    recipe: &MlxRecipe,
+    tensor: &layout::OutputTensor,
+    lead: usize,
+    rows: Range<usize>,
+    decoder: &dyn TileDecoder,
+    scratch: &mut Scratch,
+) -> Result<u64> {
+    scratch.scales.clear();
+    scratch.biases.clear();
+    if let MlxRecipe::Int8Exact { int8, group_size, .. } = recipe {
+        let m = &part.cat.int8[*int8];
+        let cols = m.shape[1];
+        let (w, s) = (&part.ck.tensors[&m.weight], &part.ck.tensors[&m.scale]);
+        let s_el = s.dtype.bitsize() / 8;
+        floats_to_f32(&part.ck.bytes(s)[rows.start * s_el..rows.end * s_el], s.dtype, &mut scratch.values)?;
+        let w8 = &part.ck.bytes(w)[rows.start * cols..rows.end * cols];
+        mlx_affine::repack_int8_rows(w8, &scratch.values, cols, *group_size, mlx::INT8_SCALE_DTYPE, &mut scratch.bytes, &mut scratch.scales, &mut scratch.biases);
+        scratch.params_offset = (rows.start * (cols / group_size) * mlx::INT8_SCALE_DTYPE.bitsize() / 8) as u64;
+        return Ok((rows.start * cols) as u64);
+    }
+    let (source, quantized) = match recipe {
+        MlxRecipe::Quantized { source, spec, scale_dtype, .. } => (source, Some((*spec, *scale_dtype))),
+        MlxRecipe::Dense(source) => (source, None),
+        _ => unreachable!("other MLX recipes have no row units"),
+    };
+    let (_, all_rows, cols) = row_source_dims(part, source);
+    mlx_source_rows(part, source, lead, rows.clone(), decoder, scratch)?;
+    // The output row index within the tensor: experts are stacked, each with `all_rows` rows.
+    let row = lead * all_rows.len() + (rows.start - all_rows.start);
+    match quantized {
+        Some((spec, scale_dtype)) => {
+            // The values MLX would quantize: the weight in the model dtype (= scale dtype).
+            scratch.values.iter_mut().for_each(|v| *v = mlx_affine::round_to(*v, scale_dtype));
+            mlx_affine::quantize_rows(&scratch.values, cols, spec, scale_dtype, &mut scratch.bytes, &mut scratch.scales, &mut scratch.biases);
+            scratch.params_offset = (row * spec.groups(cols) * scale_dtype.bitsize() / 8) as u64;
+            Ok((row * spec.packed_cols(cols) * 4) as u64)
+        }
+        None => {
+            dense::encode(&scratch.values, tensor.dtype, &mut scratch.bytes);
+            Ok((row * cols * tensor.dtype.bitsize() / 8) as u64)
+        }
+    }
+}
+
+/// Rows `rows` of expert `lead` of a row source as f32 in `scratch.values` (`rows × cols`).
+fn mlx_source_rows(part: &Part, source: &RowSource, lead: usize, rows: Range<usize>, decoder: &dyn TileDecoder, scratch: &mut Scratch) -> Result<()> {
+    let ck = &part.ck;
+    scratch.values.clear();
+    match source {
+        RowSource::Coded { coded, dead_columns_from, .. } => {
+            let m = &part.cat.coded[*coded];
+            let (su, sv) = expert_scales(ck, m, lead)?;
+            let code_entry = &ck.tensors[m.tensor(Leaf::Code).unwrap()];
+            let per_expert = code_entry.byte_len() / m.expert_count();
+            let code = &ck.bytes(code_entry)[lead * per_expert..(lead + 1) * per_expert];
+            let lin = CodedLinear { code, k: m.k, codebook: m.codebook, su: &su, sv: &sv };
+            let block = rows.start / HADAMARD_SIZE;
+            scratch.block.resize(HADAMARD_SIZE * m.in_padded, 0.0);
+            lin.reconstruct_block(decoder, block, &mut scratch.block);
+            for r in rows.clone() {
+                let local = (r - block * HADAMARD_SIZE) * m.in_padded;
+                scratch.values.extend_from_slice(&scratch.block[local..local + m.in_features]);
+            }
+            if let Some(g) = dead_columns_from {
+                // A channel whose gate and up rows are exactly zero never fires; its down_proj
+                // column only widens the affine ranges. Zero it (mlx-affine.md §9).
+                let gm = &part.cat.coded[*g];
+                let (_, gsv) = expert_scales(ck, gm, lead)?;
+                let half = gm.out_features / 2;
+                let dead: Vec<usize> = (0..m.in_features).filter(|&c| gsv[c] == 0.0 && gsv[half + c] == 0.0).collect();
+                if !dead.is_empty() {
+                    for row in scratch.values.chunks_exact_mut(m.in_features) {
+                        dead.iter().for_each(|&c| row[c] = 0.0);
+                    }
+                }
+            }
+        }
+        RowSource::Int8(i) => {
+            let m = &part.cat.int8[*i];
+            let cols = m.shape[1];
+            let (w, s) = (&ck.tensors[&m.weight], &ck.tensors[&m.scale]);
+            let s_el = s.dtype.bitsize() / 8;
+            let mut scales = Vec::new();
+            floats_to_f32(&ck.bytes(s)[rows.start * s_el..rows.end * s_el], s.dtype, &mut scales)?;
+            let weights = &ck.bytes(w)[rows.start * cols..rows.end * cols];
+            for (row, &scale) in weights.chunks_exact(cols).zip(&scales) {
+                // Exact in f32, as in the dense export.
+                scratch.values.extend(row.iter().map(|&q| q as i8 as f32 * scale));
+            }
+        }
+        RowSource::Plain { name, .. } => {
+            let e = &ck.tensors[name];
+            let (r_all, cols) = (e.shape[e.shape.len() - 2], e.shape[e.shape.len() - 1]);
+            let el = e.dtype.bitsize() / 8;
+            let start = (lead * r_all + rows.start) * cols * el;
+            let end = (lead * r_all + rows.end) * cols * el;
+            floats_to_f32(&ck.bytes(e)[start..end], e.dtype, &mut scratch.values)?;
+        }
+    }
+    Ok(())
 }
 
 /// Copies elements `range` of `entry`, converting floats to `out` when the dtypes differ.
@@ -398,16 +647,17 @@ pub fn expert_scales(ck: &Checkpoint, m: &CodedModule, expert: usize) -> Result<
     Ok((fold_scales(&rin, s_in.as_deref()), fold_scales(&rout, s_out.as_deref())))
 }
 
-/// Copies tokenizer/generation files and writes config.json without `quantization_config`.
-fn copy_side_files(ck: &Checkpoint, dir: &Path, subdir: &str) -> Result<Vec<String>> {
+/// Copies tokenizer/generation files and writes `config` (the dense or MLX config.json).
+fn copy_side_files(ck: &Checkpoint, dir: &Path, subdir: &str, config: Option<Value>) -> Result<Vec<String>> {
     let mut copied = Vec::new();
     for src in &ck.copied_files {
         let name = src.file_name().unwrap();
         std::fs::copy(src, dir.join(name)).with_context(|| format!("{}: cannot copy", src.display()))?;
         copied.push(Path::new(subdir).join(name).display().to_string());
     }
-    if let Some(config) = &ck.config {
-        std::fs::write(dir.join("config.json"), pretty(&dense_config(config)))?;
+    if let Some(config) = &config {
+        let text = if config.get("quantization").is_some() { pretty_mlx(config) } else { pretty(config) };
+        std::fs::write(dir.join("config.json"), text)?;
         copied.push(Path::new(subdir).join("config.json").display().to_string());
     }
     Ok(copied)
@@ -420,6 +670,16 @@ pub fn dense_config(config: &Value) -> Value {
         obj.shift_remove("quantization_config");
     }
     c
+}
+
+/// JSON with a 4-space indent, as mlx-lm's `save_config` writes it.
+fn pretty_mlx(v: &Value) -> String {
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, serde_json::ser::PrettyFormatter::with_indent(b"    "));
+    v.serialize(&mut ser).expect("JSON serialises");
+    let mut s = String::from_utf8(out).expect("JSON is UTF-8");
+    s.push('\n');
+    s
 }
 
 fn pretty(v: &Value) -> String {

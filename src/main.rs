@@ -1,8 +1,10 @@
 use clap::Parser;
-use escha_convert::cli::{self, BiasMode, Cli, Command, DecoderChoice, Format};
+use escha_convert::cli::{self, BiasMode, Cli, Command, DecoderChoice, Format, Int8Choice};
 use escha_convert::codec::{self, ScalarDecoder, TileDecoder};
 use escha_convert::convert::{convert, ConvertOptions};
+use escha_convert::layout::mlx::{Int8Mode, MlxOptions};
 use escha_convert::layout::DenseDtype;
+use escha_convert::quant::mlx_affine::AffineSpec;
 use escha_convert::verify::{self, VerifyOptions};
 use escha_convert::{inspect, output, report};
 use std::process::ExitCode;
@@ -30,16 +32,20 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 input: a.input,
                 output: a.output,
                 dtype: match a.format {
-                    Format::Bf16 => DenseDtype::Bf16,
+                    Format::Bf16 | Format::Mlx => DenseDtype::Bf16,
                     Format::F16 => DenseDtype::F16,
                 },
                 keep_bias: a.bias == BiasMode::Keep,
-                max_shard_size: a.max_shard_size,
+                max_shard_size: a.max_shard_size.unwrap_or(match a.format {
+                    Format::Mlx => 5 << 30,
+                    _ => 5_000_000_000,
+                }),
                 only: a.only,
                 threads: a.threads,
                 force: a.force,
                 dry_run: a.dry_run,
                 progress: !a.quiet && !a.json,
+                mlx: mlx_options(a.format, a.bits.as_deref(), a.group_size.as_deref(), a.int8)?,
             };
             let r = convert(&opts, decoder)?;
             if !a.quiet {
@@ -92,4 +98,22 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--bits`, `--group-size` and `--int8` for `--format mlx` (refused with any other format).
+fn mlx_options(format: Format, bits: Option<&str>, group_size: Option<&str>, int8: Option<Int8Choice>) -> anyhow::Result<Option<MlxOptions>> {
+    if format != Format::Mlx {
+        if bits.is_some() || group_size.is_some() || int8.is_some() {
+            anyhow::bail!("--bits, --group-size and --int8 apply to --format mlx only");
+        }
+        return Ok(None);
+    }
+    let bits = bits.map_or(Ok(4), str::parse)?;
+    let group_size = group_size.map_or(Ok(64), str::parse)?;
+    let spec = AffineSpec::new(bits, group_size).map_err(anyhow::Error::msg)?;
+    let int8 = match int8.unwrap_or(Int8Choice::Exact) {
+        Int8Choice::Exact => Int8Mode::Exact,
+        Int8Choice::Requant => Int8Mode::Requant,
+    };
+    Ok(Some(MlxOptions { spec, int8 }))
 }

@@ -1,6 +1,7 @@
 //! Target layouts: which output tensors a checkpoint becomes, with names, shapes and dtypes.
 
 pub mod hf;
+pub mod mlx;
 
 use safetensors::Dtype;
 
@@ -15,6 +16,9 @@ pub enum Recipe {
     Bias(usize),
     /// Copy an input tensor, casting 16-bit floats to the output dtype.
     Copy(String),
+    /// MLX layout: affine-quantized modules, their scales and biases, norms with +1 (see
+    /// [`mlx`]).
+    Mlx(mlx::MlxRecipe),
 }
 
 /// What kind of tensor an output is, for reports.
@@ -26,6 +30,8 @@ pub enum Kind {
     Norm,
     Bias,
     Plain,
+    /// Scales or biases of an affine-quantized module.
+    QuantParams,
 }
 
 impl Kind {
@@ -37,6 +43,7 @@ impl Kind {
             Kind::Norm => "norm",
             Kind::Bias => "bias",
             Kind::Plain => "plain",
+            Kind::QuantParams => "quant_params",
         }
     }
 }

@@ -1,0 +1,511 @@
+//! MLX layout (mlx-lm's own, after its `sanitize`) with MLX affine quantization, for Qwen3.5,
+//! Qwen3.5-MoE and Qwen3-Next (`mlx-affine.md` §5–§7, §9).
+//!
+//! * names: Qwen3.5 `model.language_model.X` → `language_model.model.X`, other keys get a
+//!   `language_model.` prefix (`lm_head.X` → `language_model.lm_head.X`); Qwen3-Next keeps its
+//!   names;
+//! * every Linear/Embedding weight (coded, int8 pair or plain 2-D `.weight`) is quantized as
+//!   `P.weight` (U32) + `P.scales` + `P.biases`, unless its input width is not a multiple of the
+//!   run's group size (then it stays a dense weight in the model dtype), exactly as
+//!   `mlx_lm.convert -q` decides; MoE routers (`mlp.gate`, `shared_expert_gate`) at 8 bits,
+//!   group 64, as mlx-lm's `quant_predicate` does;
+//! * coded linears are reconstructed to f32, rounded once to the model dtype (bf16), then
+//!   quantized: the result is byte-identical to `mlx_lm.convert -q` (CPU) applied to this
+//!   converter's own bf16 Hugging Face export, with no bf16 copy on disk;
+//! * int8 pairs: exact 8-bit repack (F32 scales, largest group size dividing the row) by default,
+//!   or requantized at the run's setting from their bf16 dequantization;
+//! * stacked experts go to `mlp.switch_mlp.{gate,up,down}_proj` `[E, out, in]` (fused `gate_up`
+//!   split gate-first); a channel whose gate and up rows are both exactly zero (its `rout` scales
+//!   are zero) is dead, and its `down_proj` input column is zeroed before quantizing;
+//! * norms of the five offset kinds get +1 folded in (`round(f32(w) + 1)`), `linear_attn.norm`
+//!   does not; conv1d is written `[C, K, 1]`; `A_log` keeps its source dtype (Qwen3.5); other
+//!   floats are cast to the model dtype;
+//! * no `mtp.*` key and no vision tensor is written (either would make some loader shift the
+//!   norms a second time or fail a strict load).
+
+use super::{natural_key, Kind, OutputTensor, Recipe};
+use crate::checkpoint::{Catalog, Checkpoint, Leaf};
+use crate::quant::mlx_affine::{int8_group_size, AffineSpec};
+use crate::select::selected;
+use anyhow::{bail, Result};
+use safetensors::Dtype;
+use serde_json::{json, Map, Value};
+use std::collections::BTreeSet;
+use std::ops::Range;
+
+/// How int8 pairs are written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Int8Mode {
+    /// Exact 8-bit affine repack (`q = w8 + 128`), F32 scales and biases.
+    Exact,
+    /// Dequantize, round to the model dtype and quantize at the run's bits and group size.
+    Requant,
+}
+
+/// Options of an MLX-layout conversion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MlxOptions {
+    /// The run's default bits and group size.
+    pub spec: AffineSpec,
+    pub int8: Int8Mode,
+}
+
+/// Scales and biases of exactly repacked int8 modules: F32 keeps the repack exact.
+pub const INT8_SCALE_DTYPE: Dtype = Dtype::F32;
+
+/// The setting mlx-lm's MoE `quant_predicate` gives routers.
+pub const ROUTER_SPEC: AffineSpec = AffineSpec { bits: 8, group_size: 64 };
+
+/// Where the f32 rows of a quantized or dense MLX tensor come from. Row ranges are within one
+/// expert (or the single matrix); the output has `rows.len()` rows per expert.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RowSource {
+    /// Rows of coded module `catalog.coded[coded]`. `dead_columns_from`: a fused `gate_up`
+    /// coded module whose dead channels zero the matching input columns (MoE `down_proj`).
+    Coded { coded: usize, rows: Range<usize>, dead_columns_from: Option<usize> },
+    /// Every row of int8 pair `catalog.int8[i]`, dequantized exactly in f32.
+    Int8(usize),
+    /// Rows of a plain float tensor `[rows, cols]` or `[E, rows, cols]`.
+    Plain { name: String, rows: Range<usize> },
+}
+
+/// MLX-layout recipes, all carried by [`Recipe::Mlx`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MlxRecipe {
+    /// The packed U32 `.weight` of an affine-quantized module; its units also write the named
+    /// `.scales` and `.biases` tensors (stored in `scale_dtype`).
+    Quantized { source: RowSource, spec: AffineSpec, scale_dtype: Dtype, scales: String, biases: String },
+    /// Exact 8-bit repack of int8 pair `catalog.int8[int8]`; scales and biases in
+    /// [`INT8_SCALE_DTYPE`].
+    Int8Exact { int8: usize, group_size: usize, scales: String, biases: String },
+    /// Rows written densely in the tensor's dtype (a layer that is not quantized).
+    Dense(RowSource),
+    /// A zero-centred RMSNorm weight with +1 folded in: `round(f32(w) + 1)`.
+    NormPlusOne(String),
+    /// `.scales` or `.biases` of a quantized module: written by the units of its `.weight`.
+    Companion,
+}
+
+/// Which mlx-lm model family names follow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Family {
+    /// `qwen3_5`, `qwen3_5_moe`: `language_model.` prefixes.
+    Qwen35,
+    /// `qwen3_next`: names kept.
+    Qwen3Next,
+}
+
+/// What the layout dropped, for warnings.
+#[derive(Clone, Debug, Default)]
+pub struct Dropped {
+    pub mtp: usize,
+    pub tied_head: usize,
+    pub expert_biases: usize,
+}
+
+/// The model family, from `model_type` (or from the tensor names when there is no config).
+pub fn family(ck: &Checkpoint) -> Result<Family> {
+    let model_type = ck.config.as_ref().and_then(|c| c.get("model_type")).and_then(Value::as_str);
+    match model_type {
+        Some("qwen3_5" | "qwen3_5_moe") => Ok(Family::Qwen35),
+        Some("qwen3_next") => Ok(Family::Qwen3Next),
+        Some(other) => bail!(
+            "{}: model_type \"{other}\": the MLX layout is defined for qwen3_5, qwen3_5_moe and qwen3_next",
+            ck.root.display()
+        ),
+        None if ck.tensors.keys().any(|k| k.starts_with("model.language_model.")) => Ok(Family::Qwen35),
+        None => Ok(Family::Qwen3Next),
+    }
+}
+
+/// The model dtype mlx-lm would convert to: `torch_dtype`, else `text_config.dtype`; bf16 when
+/// neither names a float type.
+pub fn model_dtype(config: Option<&Value>) -> Dtype {
+    let name = config.and_then(|c| {
+        c.get("torch_dtype")
+            .and_then(Value::as_str)
+            .or_else(|| c.get("text_config").and_then(|t| t.get("dtype")).and_then(Value::as_str))
+    });
+    match name {
+        Some("float16") => Dtype::F16,
+        Some("float32") => Dtype::F32,
+        _ => Dtype::BF16,
+    }
+}
+
+/// The MLX name of an input key.
+pub fn mlx_name(family: Family, name: &str) -> String {
+    match family {
+        Family::Qwen3Next => name.to_string(),
+        Family::Qwen35 => {
+            if let Some(rest) = name.strip_prefix("model.language_model.") {
+                format!("language_model.model.{rest}")
+            } else if name.starts_with("language_model.") {
+                name.to_string()
+            } else {
+                format!("language_model.{name}")
+            }
+        }
+    }
+}
+
+/// mlx-lm's suffixes of the zero-centred norms (`sanitize`), matched on MLX names.
+const OFFSET_NORMS: &[&str] =
+    &[".input_layernorm.weight", ".post_attention_layernorm.weight", "model.norm.weight", ".q_norm.weight", ".k_norm.weight"];
+
+/// Whether an (MLX-named, 1-D) tensor is a norm that carries +1 in MLX layout.
+pub fn is_offset_norm(mlx_name: &str) -> bool {
+    OFFSET_NORMS.iter().any(|s| mlx_name.ends_with(s))
+}
+
+/// Whether a module path is an MoE router that mlx-lm quantizes at [`ROUTER_SPEC`].
+fn is_router(path: &str) -> bool {
+    path.ends_with("mlp.gate") || path.ends_with("shared_expert_gate")
+}
+
+fn is_dropped_key(name: &str) -> bool {
+    // mlx-lm's old loaders test `"mtp." in key`: any such key would trigger a second +1.
+    name.contains("mtp.")
+}
+
+struct Builder<'a> {
+    opts: MlxOptions,
+    dtype: Dtype,
+    moe: bool,
+    out: &'a mut Vec<OutputTensor>,
+}
+
+impl Builder<'_> {
+    /// A module `path` (MLX name, no suffix) with `cols` inputs and `lead` leading dims:
+    /// quantized at `spec` when the run's group size divides `cols`, dense otherwise.
+    fn linear(&mut self, path: &str, lead: &[usize], rows: usize, cols: usize, source: RowSource, kind: Kind) {
+        let spec = if self.moe && is_router(path) { ROUTER_SPEC } else { self.opts.spec };
+        let shape = |last: usize| lead.iter().copied().chain([rows, last]).collect::<Vec<_>>();
+        if self.opts.spec.fits(cols) && spec.fits(cols) {
+            let (scales, biases) = (format!("{path}.scales"), format!("{path}.biases"));
+            for n in [&scales, &biases] {
+                self.out.push(OutputTensor {
+                    name: n.clone(),
+                    dtype: self.dtype,
+                    shape: shape(spec.groups(cols)),
+                    recipe: Recipe::Mlx(MlxRecipe::Companion),
+                    kind: Kind::QuantParams,
+                });
+            }
+            self.out.push(OutputTensor {
+                name: format!("{path}.weight"),
+                dtype: Dtype::U32,
+                shape: shape(spec.packed_cols(cols)),
+                recipe: Recipe::Mlx(MlxRecipe::Quantized { source, spec, scale_dtype: self.dtype, scales, biases }),
+                kind,
+            });
+        } else {
+            self.out.push(OutputTensor {
+                name: format!("{path}.weight"),
+                dtype: self.dtype,
+                shape: shape(cols),
+                recipe: Recipe::Mlx(MlxRecipe::Dense(source)),
+                kind,
+            });
+        }
+    }
+
+    fn copy(&mut self, name: String, src: &str, dtype: Dtype, shape: Vec<usize>, kind: Kind) {
+        self.out.push(OutputTensor { name, dtype, shape, recipe: Recipe::Copy(src.to_string()), kind });
+    }
+}
+
+/// The MLX-layout output tensors of a checkpoint, sorted in model order.
+pub fn layout(ck: &Checkpoint, cat: &Catalog, opts: MlxOptions, keep_bias: bool) -> Result<(Vec<OutputTensor>, Dropped)> {
+    let family = family(ck)?;
+    let text = ck.text_config();
+    let moe = family == Family::Qwen3Next
+        || text.and_then(|t| t.get("num_experts")).and_then(Value::as_u64).unwrap_or(0) > 0
+        || cat.coded.iter().any(|m| m.experts.is_some());
+    let tied = text.and_then(|t| t.get("tie_word_embeddings")).and_then(Value::as_bool).unwrap_or(false);
+    let dtype = model_dtype(ck.config.as_ref());
+    let mut tensors = Vec::new();
+    let mut dropped = Dropped::default();
+    let mut b = Builder { opts, dtype, moe, out: &mut tensors };
+    let skip = |name: &str, dropped: &mut Dropped| -> bool {
+        if is_dropped_key(name) {
+            dropped.mtp += 1;
+            return true;
+        }
+        if tied && (name == "lm_head" || name.starts_with("lm_head.")) {
+            dropped.tied_head += 1;
+            return true;
+        }
+        false
+    };
+
+    for (i, m) in cat.coded.iter().enumerate() {
+        if skip(&m.path, &mut dropped) {
+            continue;
+        }
+        let path = mlx_name(family, &m.path);
+        let (ic, oc) = (m.in_features, m.out_features);
+        let Some(e) = m.experts else {
+            b.linear(&path, &[], oc, ic, RowSource::Coded { coded: i, rows: 0..oc, dead_columns_from: None }, Kind::Coded);
+            if keep_bias && m.tensor(Leaf::Bias).is_some() {
+                b.out.push(OutputTensor {
+                    name: format!("{path}.bias"),
+                    dtype,
+                    shape: vec![oc],
+                    recipe: Recipe::Bias(i),
+                    kind: Kind::Bias,
+                });
+            }
+            continue;
+        };
+        if keep_bias && m.tensor(Leaf::Bias).is_some() {
+            dropped.expert_biases += 1;
+        }
+        let kind = Kind::CodedExperts;
+        let Some((prefix, leaf)) = path.rsplit_once(".experts.") else {
+            bail!("{}: a stacked [E] coded module outside `mlp.experts`; its MLX name is unknown", m.path);
+        };
+        let switch = format!("{prefix}.switch_mlp");
+        match leaf {
+            "gate_up_proj" => {
+                if oc % 2 != 0 {
+                    bail!("{}: fused gate_up with an odd output width {oc}", m.path);
+                }
+                let half = oc / 2;
+                let gate = RowSource::Coded { coded: i, rows: 0..half, dead_columns_from: None };
+                b.linear(&format!("{switch}.gate_proj"), &[e], half, ic, gate, kind);
+                let up = RowSource::Coded { coded: i, rows: half..oc, dead_columns_from: None };
+                b.linear(&format!("{switch}.up_proj"), &[e], half, ic, up, kind);
+            }
+            "down_proj" | "gate_proj" | "up_proj" => {
+                let fused = format!("{}.gate_up_proj", m.path.rsplit_once('.').unwrap().0);
+                let dead = (leaf == "down_proj")
+                    .then(|| cat.coded.iter().position(|g| g.path == fused && g.experts == Some(e) && g.out_features == 2 * ic))
+                    .flatten();
+                let source = RowSource::Coded { coded: i, rows: 0..oc, dead_columns_from: dead };
+                b.linear(&format!("{switch}.{leaf}"), &[e], oc, ic, source, kind);
+            }
+            other => bail!("{}: unknown expert projection \"{other}\"", m.path),
+        }
+    }
+
+    for (i, m) in cat.int8.iter().enumerate() {
+        if skip(&m.path, &mut dropped) {
+            continue;
+        }
+        let path = mlx_name(family, &m.path);
+        let (rows, cols) = (m.shape[0], m.shape[1]);
+        match (opts.int8, int8_group_size(cols)) {
+            (Int8Mode::Exact, Some(gs)) => {
+                let (scales, biases) = (format!("{path}.scales"), format!("{path}.biases"));
+                for n in [&scales, &biases] {
+                    b.out.push(OutputTensor {
+                        name: n.clone(),
+                        dtype: INT8_SCALE_DTYPE,
+                        shape: vec![rows, cols / gs],
+                        recipe: Recipe::Mlx(MlxRecipe::Companion),
+                        kind: Kind::QuantParams,
+                    });
+                }
+                b.out.push(OutputTensor {
+                    name: format!("{path}.weight"),
+                    dtype: Dtype::U32,
+                    shape: vec![rows, cols / 4],
+                    recipe: Recipe::Mlx(MlxRecipe::Int8Exact { int8: i, group_size: gs, scales, biases }),
+                    kind: Kind::Int8,
+                });
+            }
+            _ => b.linear(&path, &[], rows, cols, RowSource::Int8(i), Kind::Int8),
+        }
+    }
+
+    for p in &cat.plain {
+        if skip(&p.name, &mut dropped) {
+            continue;
+        }
+        let entry = &ck.tensors[&p.name];
+        let name = mlx_name(family, &p.name);
+        let float = matches!(entry.dtype, Dtype::F16 | Dtype::BF16 | Dtype::F32);
+        let shape = entry.shape.clone();
+        if !float {
+            b.copy(name, &p.name, entry.dtype, shape, Kind::Plain);
+        } else if shape.len() == 1 && is_offset_norm(&name) {
+            b.out.push(OutputTensor { name, dtype, shape, recipe: Recipe::Mlx(MlxRecipe::NormPlusOne(p.name.clone())), kind: Kind::Norm });
+        } else if name.ends_with("conv1d.weight") && shape.len() == 3 {
+            // [C, 1, K] → [C, K, 1]: one axis has length 1, so the bytes keep their order.
+            let shape = if shape[2] != 1 && shape[1] == 1 { vec![shape[0], shape[2], 1] } else { shape };
+            b.copy(name, &p.name, dtype, shape, Kind::Plain);
+        } else if name.ends_with("A_log") {
+            let keep = if family == Family::Qwen35 { entry.dtype } else { dtype };
+            b.copy(name, &p.name, keep, shape, Kind::Plain);
+        } else if let Some(path) = name.strip_suffix(".weight").filter(|_| shape.len() == 2) {
+            // A Linear or an Embedding: quantized like mlx-lm does.
+            let source = RowSource::Plain { name: p.name.clone(), rows: 0..shape[0] };
+            b.linear(path, &[], shape[0], shape[1], source, Kind::Plain);
+        } else if let Some((prefix, leaf)) = name.rsplit_once(".experts.").filter(|_| shape.len() == 3) {
+            // Plain fused HF expert parameters (no `.weight` suffix).
+            let switch = format!("{prefix}.switch_mlp");
+            let (e, oc, ic) = (shape[0], shape[1], shape[2]);
+            match leaf {
+                "gate_up_proj" if oc % 2 == 0 => {
+                    let half = oc / 2;
+                    let src = |rows| RowSource::Plain { name: p.name.clone(), rows };
+                    b.linear(&format!("{switch}.gate_proj"), &[e], half, ic, src(0..half), Kind::Plain);
+                    b.linear(&format!("{switch}.up_proj"), &[e], half, ic, src(half..oc), Kind::Plain);
+                }
+                "down_proj" => {
+                    let src = RowSource::Plain { name: p.name.clone(), rows: 0..oc };
+                    b.linear(&format!("{switch}.down_proj"), &[e], oc, ic, src, Kind::Plain);
+                }
+                other => bail!("{}: unknown plain expert parameter \"{other}\"", p.name),
+            }
+        } else {
+            b.copy(name, &p.name, dtype, shape, if super::is_norm(&p.name) { Kind::Norm } else { Kind::Plain });
+        }
+    }
+    tensors.sort_by_cached_key(|t| natural_key(&t.name));
+    Ok((tensors, dropped))
+}
+
+/// Keeps the tensors `--only` selects, together with the other tensors of their module (a packed
+/// `.weight` is useless without its `.scales` and `.biases`, and those are written by its units).
+pub fn retain_selected(tensors: &mut Vec<OutputTensor>, only: &[String]) {
+    if only.is_empty() {
+        return;
+    }
+    let module = |name: &str| -> String {
+        for leaf in [".weight", ".scales", ".biases"] {
+            if let Some(p) = name.strip_suffix(leaf) {
+                return p.to_string();
+            }
+        }
+        name.to_string()
+    };
+    let keep: BTreeSet<String> = tensors.iter().filter(|t| selected(&t.name, only)).map(|t| module(&t.name)).collect();
+    tensors.retain(|t| keep.contains(&module(&t.name)));
+}
+
+/// The module path (MLX name without `.weight`) and setting of every quantized module.
+pub fn quantized_modules(tensors: &[OutputTensor]) -> Vec<(String, AffineSpec)> {
+    tensors
+        .iter()
+        .filter_map(|t| {
+            let spec = match &t.recipe {
+                Recipe::Mlx(MlxRecipe::Quantized { spec, .. }) => *spec,
+                Recipe::Mlx(MlxRecipe::Int8Exact { group_size, .. }) => AffineSpec { bits: 8, group_size: *group_size },
+                _ => return None,
+            };
+            Some((t.name.strip_suffix(".weight")?.to_string(), spec))
+        })
+        .collect()
+}
+
+/// `config.json`'s `quantization`: the run's defaults plus one entry per module that differs
+/// (and, as mlx-lm writes them, every MoE router).
+pub fn quantization(tensors: &[OutputTensor], opts: MlxOptions, moe: bool) -> Value {
+    let mut q = Map::new();
+    q.insert("group_size".into(), json!(opts.spec.group_size));
+    q.insert("bits".into(), json!(opts.spec.bits));
+    q.insert("mode".into(), json!("affine"));
+    for (path, spec) in quantized_modules(tensors) {
+        if spec != opts.spec || (moe && is_router(&path)) {
+            q.insert(path, json!({ "group_size": spec.group_size, "bits": spec.bits }));
+        }
+    }
+    Value::Object(q)
+}
+
+/// The MLX `config.json`: the input config without Escha's `quantization_config`,
+/// `_name_or_path` and `vision_config` (as mlx-lm's `save_config` drops them), with identical
+/// `quantization` and `quantization_config`, top-level keys sorted.
+pub fn config_json(config: &Value, quantization: Value) -> Value {
+    let Some(obj) = config.as_object() else { return config.clone() };
+    let mut out: Vec<(String, Value)> = obj
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "quantization_config" | "quantization" | "_name_or_path" | "vision_config"))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    out.push(("quantization".into(), quantization.clone()));
+    out.push(("quantization_config".into(), quantization));
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Value::Object(out.into_iter().collect())
+}
+
+/// The index's `total_parameters` as mlx-lm counts them: a quantized module counts its
+/// unpacked weight (`packed·32/bits`), scales and biases count nothing, the parameters of leaf
+/// modules their elements.
+pub fn total_parameters<'a>(tensors: impl Iterator<Item = &'a OutputTensor>) -> u64 {
+    tensors
+        .map(|t| {
+            let n = t.shape.iter().product::<usize>() as u64;
+            match &t.recipe {
+                Recipe::Mlx(MlxRecipe::Quantized { spec, .. }) => n * 32 / spec.bits as u64,
+                Recipe::Mlx(MlxRecipe::Int8Exact { .. }) => n * 4,
+                Recipe::Mlx(MlxRecipe::Companion) => 0,
+                // mlx-lm counts leaf modules only: the GDN block's own parameters are left out.
+                _ if t.name.ends_with(".A_log") || t.name.ends_with(".dt_bias") => 0,
+                _ => n,
+            }
+        })
+        .sum()
+}
+
+/// Whether the layout has MoE routers (for [`quantization`]).
+pub fn is_moe(tensors: &[OutputTensor]) -> bool {
+    tensors.iter().any(|t| t.name.contains(".switch_mlp."))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert_eq!(mlx_name(Family::Qwen35, "model.language_model.layers.0.mlp.gate.weight"), "language_model.model.layers.0.mlp.gate.weight");
+        assert_eq!(mlx_name(Family::Qwen35, "lm_head.weight"), "language_model.lm_head.weight");
+        assert_eq!(mlx_name(Family::Qwen35, "language_model.lm_head.weight"), "language_model.lm_head.weight");
+        assert_eq!(mlx_name(Family::Qwen3Next, "model.layers.0.mlp.gate.weight"), "model.layers.0.mlp.gate.weight");
+    }
+
+    #[test]
+    fn offset_norms() {
+        for n in [
+            "language_model.model.layers.3.input_layernorm.weight",
+            "language_model.model.layers.3.post_attention_layernorm.weight",
+            "language_model.model.layers.3.self_attn.q_norm.weight",
+            "language_model.model.layers.3.self_attn.k_norm.weight",
+            "language_model.model.norm.weight",
+            "model.norm.weight",
+        ] {
+            assert!(is_offset_norm(n), "{n}");
+        }
+        assert!(!is_offset_norm("language_model.model.layers.0.linear_attn.norm.weight"));
+    }
+
+    #[test]
+    fn routers_and_dropped_keys() {
+        assert!(is_router("language_model.model.layers.7.mlp.gate"));
+        assert!(is_router("language_model.model.layers.7.mlp.shared_expert_gate"));
+        assert!(!is_router("language_model.model.layers.7.mlp.gate_proj"));
+        assert!(is_dropped_key("mtp.fc.weight"));
+        assert!(is_dropped_key("model.tq_mtp.x"));
+    }
+
+    #[test]
+    fn config_is_sorted_and_carries_both_copies() {
+        let c = json!({"model_type": "qwen3_5", "vision_config": {}, "quantization_config": {"quant_method": "escha"}, "architectures": ["x"]});
+        let q = json!({"group_size": 64, "bits": 4, "mode": "affine"});
+        let out = config_json(&c, q.clone());
+        let keys: Vec<&String> = out.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["architectures", "model_type", "quantization", "quantization_config"]);
+        assert_eq!(out["quantization"], q);
+        assert_eq!(out["quantization_config"], q);
+    }
+
+    #[test]
+    fn model_dtypes() {
+        assert_eq!(model_dtype(None), Dtype::BF16);
+        assert_eq!(model_dtype(Some(&json!({"text_config": {"dtype": "float16"}}))), Dtype::F16);
+        assert_eq!(model_dtype(Some(&json!({"torch_dtype": "bfloat16", "text_config": {"dtype": "float16"}}))), Dtype::BF16);
+    }
+}
