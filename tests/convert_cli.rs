@@ -4,6 +4,7 @@ mod synth;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use escha_convert::codec::Codebook;
 use synth::*;
 
 fn bin() -> Command {
@@ -301,3 +302,33 @@ extern "C" {
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
 
+
+#[test]
+fn native_exl3_checkpoints_convert_through_the_same_path() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rng = Rng::new(16);
+    let (ic, oc, k) = (256, 128, 4);
+    let code = rng.bytes(ic * oc * k / 8);
+    let (suh, svh) = (rng.vec(ic, -0.03, 0.03), rng.vec(oc, -1.0, 1.0));
+    let mut tensors = Vec::new();
+    for (p, marker) in [("model.layers.0.mlp.down_proj", Some("mul1")), ("model.layers.0.mlp.up_proj", Some("mcg")), ("model.layers.0.mlp.gate_proj", None)] {
+        tensors.push(T::new(&format!("{p}.trellis"), "I16", &[ic / 16, oc / 16, 16 * k], code.clone()));
+        tensors.push(T::f16(&format!("{p}.suh"), &[ic], &suh));
+        tensors.push(T::f16(&format!("{p}.svh"), &[oc], &svh));
+        if let Some(m) = marker {
+            tensors.push(T::new(&format!("{p}.{m}"), "I32", &[], vec![0; 4]));
+        }
+    }
+    let input = write_checkpoint(&tmp.path().join("in"), &tensors);
+    let out = tmp.path().join("out");
+    let o = run(&[&input, &out, &"--quiet"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got = output_tensors(&out);
+    assert_eq!(got.len(), 3, "markers are consumed, one weight per module");
+    let su: Vec<f64> = f16s(&tensors[1].data).iter().map(|&v| v as f64).collect();
+    let sv: Vec<f64> = f16s(&tensors[2].data).iter().map(|&v| v as f64).collect();
+    for (p, cb) in [("model.layers.0.mlp.down_proj", Codebook::Mul1), ("model.layers.0.mlp.up_proj", Codebook::Mcg), ("model.layers.0.mlp.gate_proj", Codebook::ThreeInst)] {
+        let want = reference_linear_with(cb, &code, ic, oc, k as u32, &su, &sv);
+        assert_bf16_rounding_of(&bf16s(&got[&format!("{p}.weight")].2), &want, p);
+    }
+}

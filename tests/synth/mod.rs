@@ -176,7 +176,12 @@ pub fn bf16s(b: &[u8]) -> Vec<f32> {
 /// Independent f64 reconstruction of one linear `[OC, IC]` from its code bytes and vectors:
 /// tile states and values from the documented formulas, then explicit Hadamard products.
 pub fn reference_linear(code: &[u8], ic: usize, oc: usize, k: u32, su: &[f64], sv: &[f64]) -> Vec<f64> {
-    use escha_convert::codec::{Codebook, PERM};
+    reference_linear_with(escha_convert::codec::Codebook::Mcg, code, ic, oc, k, su, sv)
+}
+
+/// [`reference_linear`] with any codebook.
+pub fn reference_linear_with(cb: escha_convert::codec::Codebook, code: &[u8], ic: usize, oc: usize, k: u32, su: &[f64], sv: &[f64]) -> Vec<f64> {
+    use escha_convert::codec::PERM;
     let (it, ot) = (ic / 16, oc / 16);
     let tile_bytes = 32 * k as usize;
     let mut inner = vec![0f64; ic * oc];
@@ -193,7 +198,7 @@ pub fn reference_linear(code: &[u8], ic: usize, oc: usize, k: u32, su: &[f64], s
                 for b in 0..16 {
                     state = (state << 1) | bit(((t + 1) * k as usize + total - 16 + b) % total);
                 }
-                let v = Codebook::Mcg.value(state as u16) as f64;
+                let v = cb.value(state as u16) as f64;
                 let p = PERM[t] as usize;
                 inner[(16 * i + p / 16) * oc + 16 * j + p % 16] = v;
             }
