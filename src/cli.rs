@@ -55,11 +55,15 @@ pub enum BiasMode {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum DecoderChoice {
-    /// The fastest decoder this CPU supports (bit-identical to the scalar one).
+pub enum BackendChoice {
+    /// The fastest CPU decoder; the GPU only when asked for.
     Auto,
+    /// The fastest decoder this CPU supports (bit-identical to the scalar one).
+    Cpu,
     /// The scalar reference decoder.
     Scalar,
+    /// The Metal GPU kernel (macOS, a build with `--features metal`; bit-identical too).
+    Metal,
 }
 
 #[derive(Args, Debug)]
@@ -111,9 +115,12 @@ pub struct ConvertArgs {
     /// Print one JSON document on stdout (inputs, outputs, counts, bytes, timing, warnings).
     #[arg(long)]
     pub json: bool,
-    /// Tile decoder.
-    #[arg(long, value_enum, default_value_t = DecoderChoice::Auto)]
-    pub decoder: DecoderChoice,
+    /// Who decodes the trellis tiles (`--decoder` is accepted as another name).
+    #[arg(long, value_enum, alias = "decoder", default_value_t = BackendChoice::Auto)]
+    pub backend: BackendChoice,
+    /// Decode tiles on the GPU through Metal: short for `--backend metal`.
+    #[arg(long, conflicts_with = "backend")]
+    pub metal: bool,
 }
 
 #[derive(Args, Debug)]

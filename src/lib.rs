@@ -5,6 +5,7 @@
 //! linear layer.
 
 pub mod codec;
+pub mod backend;
 pub mod transform;
 pub mod checkpoint;
 pub mod layout;

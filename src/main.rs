@@ -1,6 +1,7 @@
 use clap::Parser;
-use escha_convert::cli::{self, BiasMode, Cli, Command, DecoderChoice, Format, Int8Choice};
-use escha_convert::codec::{self, ScalarDecoder, TileDecoder};
+use escha_convert::backend::{Backend, BackendKind};
+use escha_convert::cli::{self, BackendChoice, BiasMode, Cli, Command, Format, Int8Choice};
+use escha_convert::codec;
 use escha_convert::convert::{convert, ConvertOptions};
 use escha_convert::layout::mlx::{Int8Mode, MlxOptions};
 use escha_convert::layout::DenseDtype;
@@ -24,10 +25,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Convert(a) => {
             output::install_signal_cleanup();
-            let decoder: &dyn TileDecoder = match a.decoder {
-                DecoderChoice::Auto => codec::best_decoder(),
-                DecoderChoice::Scalar => &ScalarDecoder,
-            };
+            let backend = Backend::new(match (a.metal, a.backend) {
+                (true, _) | (_, BackendChoice::Metal) => BackendKind::Metal,
+                (_, BackendChoice::Auto) => BackendKind::Auto,
+                (_, BackendChoice::Cpu) => BackendKind::Cpu,
+                (_, BackendChoice::Scalar) => BackendKind::Scalar,
+            })?;
+            let decoder = backend.decoder();
             let opts = ConvertOptions {
                 input: a.input,
                 output: a.output,
