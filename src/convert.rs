@@ -327,6 +327,19 @@ fn mlx_units(part: &Part, t: usize, recipe: &MlxRecipe, units: &mut Vec<Unit>) {
         MlxRecipe::NormPlusOne(_) | MlxRecipe::Companion => return,
     };
     let params = params.map(|(s, b)| [s, b]);
+    if let RowSource::Stack(members) = source {
+        for (lead, member) in members.iter().enumerate() {
+            let (_, rows, cols) = row_source_dims(part, member);
+            let per_unit = match member {
+                RowSource::Coded { .. } => HADAMARD_SIZE,
+                _ => (ELEMENTS_PER_UNIT / cols.max(1)).max(1),
+            };
+            for start in (rows.start..rows.end).step_by(per_unit) {
+                units.push(Unit { tensor: t, work: Work::MlxRows { lead, rows: start..(start + per_unit).min(rows.end), params } });
+            }
+        }
+        return;
+    }
     match source {
         RowSource::Coded { coded, rows, .. } => {
             let m = &part.cat.coded[*coded];
@@ -337,7 +350,7 @@ fn mlx_units(part: &Part, t: usize, recipe: &MlxRecipe, units: &mut Vec<Unit>) {
                 }
             }
         }
-        RowSource::Int8(_) | RowSource::Plain { .. } => {
+        RowSource::Int8(_) | RowSource::Plain { .. } | RowSource::Stack(_) => {
             let (leads, rows, cols) = row_source_dims(part, source);
             let per_unit = (ELEMENTS_PER_UNIT / cols.max(1)).max(1);
             for lead in 0..leads {
@@ -364,6 +377,10 @@ fn row_source_dims(part: &Part, source: &RowSource) -> (usize, Range<usize>, usi
             let shape = &part.ck.tensors[name].shape;
             let leads = shape[..shape.len() - 2].iter().product();
             (leads, rows.clone(), shape[shape.len() - 1])
+        }
+        RowSource::Stack(members) => {
+            let (_, rows, cols) = row_source_dims(part, &members[0]);
+            (members.len(), rows, cols)
         }
     }
 }
@@ -439,7 +456,7 @@ fn bulk_input<'a>(part: &'a Part, recipe: &Recipe) -> Option<&'a crate::checkpoi
                 }
                 RowSource::Int8(i) => &part.cat.int8[*i].weight,
                 RowSource::Plain { name, rows } if rows.start == 0 && rows.end == part.ck.tensors[name].shape[part.ck.tensors[name].shape.len() - 2] => name,
-                RowSource::Plain { .. } => return None,
+                RowSource::Plain { .. } | RowSource::Stack(_) => return None,
             },
             MlxRecipe::Int8Exact { int8, .. } => &part.cat.int8[*int8].weight,
             MlxRecipe::NormPlusOne(_) | MlxRecipe::Companion => return None,
@@ -563,6 +580,7 @@ fn mlx_source_rows(part: &Part, source: &RowSource, lead: usize, rows: Range<usi
     let ck = &part.ck;
     scratch.values.clear();
     match source {
+        RowSource::Stack(members) => return mlx_source_rows(part, &members[lead], 0, rows, decoder, scratch),
         RowSource::Coded { coded, dead_columns_from, .. } => {
             let m = &part.cat.coded[*coded];
             let (su, sv) = expert_scales(ck, m, lead)?;

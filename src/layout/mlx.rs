@@ -67,6 +67,9 @@ pub enum RowSource {
     Int8(usize),
     /// Rows of a plain float tensor `[rows, cols]` or `[E, rows, cols]`.
     Plain { name: String, rows: Range<usize> },
+    /// Per-expert modules (`experts.{e}.X`, Hugging Face Qwen3-Next) stacked in expert order:
+    /// expert `e` is entry `e`, read as a single matrix.
+    Stack(Vec<RowSource>),
 }
 
 /// MLX-layout recipes, all carried by [`Recipe::Mlx`].
@@ -163,6 +166,18 @@ fn is_router(path: &str) -> bool {
     path.ends_with("mlp.gate") || path.ends_with("shared_expert_gate")
 }
 
+/// `(prefix, expert, projection)` of a per-expert module path `prefix.experts.{e}.{gate,up,down}_proj`.
+fn per_expert(path: &str) -> Option<(&str, usize, &str)> {
+    let (prefix, rest) = path.rsplit_once(".experts.")?;
+    let (e, leaf) = rest.split_once('.')?;
+    let e = e.parse().ok()?;
+    matches!(leaf, "gate_proj" | "up_proj" | "down_proj").then_some((prefix, e, leaf))
+}
+
+/// Per-expert modules waiting to be stacked: (MLX prefix, projection) → (expert, source, rows,
+/// cols, kind).
+type Stacks = std::collections::BTreeMap<(String, String), Vec<(usize, RowSource, usize, usize, Kind)>>;
+
 fn is_dropped_key(name: &str) -> bool {
     // mlx-lm's old loaders test `"mtp." in key`: any such key would trigger a second +1.
     name.contains("mtp.")
@@ -239,12 +254,18 @@ pub fn layout(ck: &Checkpoint, cat: &Catalog, opts: MlxOptions, keep_bias: bool)
         false
     };
 
+    let mut stacks = Stacks::new();
     for (i, m) in cat.coded.iter().enumerate() {
         if skip(&m.path, &mut dropped) {
             continue;
         }
         let path = mlx_name(family, &m.path);
         let (ic, oc) = (m.in_features, m.out_features);
+        if let (None, Some((prefix, e, leaf))) = (m.experts, per_expert(&path)) {
+            let source = RowSource::Coded { coded: i, rows: 0..oc, dead_columns_from: None };
+            stacks.entry((prefix.to_string(), leaf.to_string())).or_default().push((e, source, oc, ic, Kind::CodedExperts));
+            continue;
+        }
         let Some(e) = m.experts else {
             b.linear(&path, &[], oc, ic, RowSource::Coded { coded: i, rows: 0..oc, dead_columns_from: None }, Kind::Coded);
             if keep_bias && m.tensor(Leaf::Bias).is_some() {
@@ -295,6 +316,11 @@ pub fn layout(ck: &Checkpoint, cat: &Catalog, opts: MlxOptions, keep_bias: bool)
         }
         let path = mlx_name(family, &m.path);
         let (rows, cols) = (m.shape[0], m.shape[1]);
+        if let Some((prefix, e, leaf)) = per_expert(&path) {
+            // Stacked experts are quantized at the run's setting (no exact repack per expert).
+            stacks.entry((prefix.to_string(), leaf.to_string())).or_default().push((e, RowSource::Int8(i), rows, cols, Kind::Int8));
+            continue;
+        }
         match (opts.int8, int8_group_size(cols)) {
             (Int8Mode::Exact, Some(gs)) => {
                 let (scales, biases) = (format!("{path}.scales"), format!("{path}.biases"));
@@ -338,6 +364,9 @@ pub fn layout(ck: &Checkpoint, cat: &Catalog, opts: MlxOptions, keep_bias: bool)
         } else if name.ends_with("A_log") {
             let keep = if family == Family::Qwen35 { entry.dtype } else { dtype };
             b.copy(name, &p.name, keep, shape, Kind::Plain);
+        } else if let Some((prefix, e, leaf)) = name.strip_suffix(".weight").filter(|_| shape.len() == 2).and_then(per_expert) {
+            let source = RowSource::Plain { name: p.name.clone(), rows: 0..shape[0] };
+            stacks.entry((prefix.to_string(), leaf.to_string())).or_default().push((e, source, shape[0], shape[1], Kind::Plain));
         } else if let Some(path) = name.strip_suffix(".weight").filter(|_| shape.len() == 2) {
             // A Linear or an Embedding: quantized like mlx-lm does.
             let source = RowSource::Plain { name: p.name.clone(), rows: 0..shape[0] };
@@ -362,6 +391,16 @@ pub fn layout(ck: &Checkpoint, cat: &Catalog, opts: MlxOptions, keep_bias: bool)
         } else {
             b.copy(name, &p.name, dtype, shape, if super::is_norm(&p.name) { Kind::Norm } else { Kind::Plain });
         }
+    }
+    for ((prefix, leaf), mut members) in stacks {
+        members.sort_by_key(|m| m.0);
+        let (_, _, rows, cols, kind) = members[0].clone();
+        let n = members.len();
+        if members.iter().enumerate().any(|(i, m)| m.0 != i || m.2 != rows || m.3 != cols) {
+            bail!("{prefix}.experts.*.{leaf}: experts are not numbered 0..{n} with one shape; cannot stack them");
+        }
+        let sources = members.into_iter().map(|m| m.1).collect();
+        b.linear(&format!("{prefix}.switch_mlp.{leaf}"), &[n], rows, cols, RowSource::Stack(sources), kind);
     }
     tensors.sort_by_cached_key(|t| natural_key(&t.name));
     Ok((tensors, dropped))
@@ -489,6 +528,9 @@ mod tests {
         assert!(!is_router("language_model.model.layers.7.mlp.gate_proj"));
         assert!(is_dropped_key("mtp.fc.weight"));
         assert!(is_dropped_key("model.tq_mtp.x"));
+        assert_eq!(per_expert("model.layers.0.mlp.experts.12.up_proj"), Some(("model.layers.0.mlp", 12, "up_proj")));
+        assert_eq!(per_expert("model.layers.0.mlp.experts.gate_up_proj"), None);
+        assert_eq!(per_expert("model.layers.0.mlp.shared_expert.up_proj"), None);
     }
 
     #[test]

@@ -433,3 +433,77 @@ def test_injected_mistakes_are_caught(run, reference_logits, tmp_path, name, mis
     shift_old_loader(bad, loaded)
     s = stats(logits_of(loaded), ref)
     assert s["top1"] < 0.8 or s["mean"] > 0.1, s
+
+
+# ---------------------------------------------------------------------------------------------
+# Qwen3-Next (Hugging Face layout: per-expert weights), from a plain bf16 checkpoint
+
+
+QWEN3_NEXT = {
+    "model_type": "qwen3_next", "hidden_size": 128, "num_hidden_layers": 4, "intermediate_size": 256,
+    "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 64, "linear_num_value_heads": 2,
+    "linear_num_key_heads": 1, "linear_key_head_dim": 64, "linear_value_head_dim": 64,
+    "linear_conv_kernel_dim": 4, "num_experts": 4, "num_experts_per_tok": 2, "decoder_sparse_step": 1,
+    "shared_expert_intermediate_size": 128, "mlp_only_layers": [], "moe_intermediate_size": 64,
+    "rms_norm_eps": 1e-6, "vocab_size": 256, "rope_theta": 1000000.0, "partial_rotary_factor": 0.25,
+    "max_position_embeddings": 4096, "full_attention_interval": 4, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+
+@pytest.fixture(scope="session")
+def qwen3_next_hf(tmp_path_factory):
+    """A random tiny Qwen3-Next in Hugging Face layout (per-expert experts, conv1d [C, 1, K],
+    zero-centred norms), bf16, built from mlx-lm's own model definition."""
+    from mlx.utils import tree_flatten
+    from mlx_lm.models import qwen3_next
+
+    mx.random.seed(5)
+    model = qwen3_next.Model(qwen3_next.ModelArgs.from_dict(QWEN3_NEXT))
+    rng = np.random.default_rng(5)
+    hf = {}
+    for k, v in tree_flatten(model.parameters()):
+        v = v.astype(mx.bfloat16)
+        if k.endswith(OFFSET_NORMS):
+            v = mx.array(rng.normal(0, 0.1, v.shape).astype(np.float32)).astype(mx.bfloat16)  # HF: w − 1
+        if "conv1d.weight" in k:
+            v = v.swapaxes(1, 2)
+        if ".switch_mlp." in k:
+            prefix, leaf = k.split(".switch_mlp.")
+            for e in range(v.shape[0]):
+                hf[f"{prefix}.experts.{e}.{leaf}"] = v[e]
+            continue
+        hf[k] = v
+    d = tmp_path_factory.mktemp("qwen3_next_hf")
+    mx.save_safetensors(str(d / "model.safetensors"), hf, metadata={"format": "pt"})
+    (d / "config.json").write_text(json.dumps(QWEN3_NEXT))
+    shutil.copy(REPO / "fixtures" / "moe" / "tokenizer_config.json", d)
+    return d
+
+
+@pytest.mark.parametrize("bits,gs", [(4, 64), (3, 128)] + ([(b, g) for b, g in ALL_COMBOS if (b, g) not in ((4, 64), (3, 128))] if SLOW else []))
+def test_qwen3_next_equals_mlx_lm_convert(binary, qwen3_next_hf, tmp_path, bits, gs):
+    """Per-expert weights are stacked into switch_mlp, nothing is renamed, routers go to 8 bits,
+    and a down_proj whose width (64) the group size 128 does not divide stays bf16: byte for
+    byte what `mlx_lm.convert -q` writes, and it loads strictly to the same logits."""
+    import contextlib
+    import io
+
+    from mlx_lm import convert
+
+    ours_dir = tmp_path / "ours"
+    subprocess.run([str(binary), str(qwen3_next_hf), str(ours_dir), "-q", "--format", "mlx",
+                    "--bits", str(bits), "--group-size", str(gs)], check=True)
+    ref_dir = tmp_path / "ref"
+    with contextlib.redirect_stdout(io.StringIO()):
+        convert(str(qwen3_next_hf), str(ref_dir), quantize=True, q_bits=bits, q_group_size=gs)
+    ours, ref = load_dir(ours_dir), load_dir(ref_dir)
+    assert set(ours) == set(ref)
+    assert [k for k in ours if not same_bytes(ours[k], ref[k])] == []
+    if gs == 128:
+        assert "model.layers.0.mlp.switch_mlp.down_proj.scales" not in ours
+    c_ours = json.loads((ours_dir / "config.json").read_text())
+    c_ref = json.loads((ref_dir / "config.json").read_text())
+    assert c_ours["quantization"] == c_ref["quantization"]
+    # f32: a bf16 (unquantized) SwitchLinear has no CPU gather_mm in bf16.
+    assert np.array_equal(logits_of(ours_dir, f32=True), logits_of(ref_dir, f32=True))
