@@ -137,7 +137,7 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
     for part in &parts {
         for p in &part.plan.tensors {
             *report.counts.entry(p.tensor.kind.name()).or_default() += 1;
-            report.weights += p.tensor.shape.iter().product::<usize>() as u64;
+            report.weights += p.tensor.weights();
             let file = Path::new(part.subdir).join(&part.plan.shards[p.shard].file_name);
             report.tensors.push(TensorReport {
                 name: p.tensor.name.clone(),

@@ -62,6 +62,17 @@ impl OutputTensor {
     pub fn byte_len(&self) -> usize {
         self.shape.iter().product::<usize>() * self.dtype.bitsize() / 8
     }
+
+    /// Weights the tensor holds, counting packed affine words as the values they pack.
+    pub fn weights(&self) -> u64 {
+        let n = self.shape.iter().product::<usize>() as u64;
+        match &self.recipe {
+            Recipe::Mlx(mlx::MlxRecipe::Quantized { spec, .. }) => n * 32 / spec.bits as u64,
+            Recipe::Mlx(mlx::MlxRecipe::Int8Exact { .. }) => n * 4,
+            Recipe::Mlx(mlx::MlxRecipe::Companion) => 0,
+            _ => n,
+        }
+    }
 }
 
 /// Dense output element type.
