@@ -19,8 +19,8 @@ pub enum Codebook {
 
 pub const ALL_CODEBOOKS: [Codebook; 3] = [Codebook::ThreeInst, Codebook::Mcg, Codebook::Mul1];
 
-const INST_MUL: u32 = 89_226_354;
-const INST_ADD: u32 = 64_248_484;
+pub(crate) const INST_MUL: u32 = 89_226_354;
+pub(crate) const INST_ADD: u32 = 64_248_484;
 pub(crate) const MCG_MUL: u32 = 0xCBAC_1FED;
 pub(crate) const MUL1_MUL: u32 = 0x83DC_D12D;
 /// Keeps sign and mantissa of both halves and the low bits of their exponents...
