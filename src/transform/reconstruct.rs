@@ -7,8 +7,8 @@
 //! The work unit is one block of 128 output channels: it needs only the tile column strip
 //! `code[:, 8b..8b+8]` and yields 128 finished rows, so memory stays bounded by the input width.
 
-use super::hadamard::{fwht_across_rows, fwht_blocks, HADAMARD_SIZE};
-use crate::codec::{bytes_per_tile, Codebook, TileDecoder, PERM, TILE_EDGE, TILE_LEN};
+use super::hadamard::{Square, HADAMARD_SIZE};
+use crate::codec::{bytes_per_tile, Codebook, TileDecoder, TILE_EDGE, TILE_LEN};
 
 /// Tiles per 128-wide block.
 const TILES_PER_BLOCK: usize = HADAMARD_SIZE / TILE_EDGE;
@@ -56,33 +56,23 @@ impl CodedLinear<'_> {
         assert_eq!(self.code.len(), in_tiles * out_tiles * tile_bytes, "code size");
         assert_eq!(out.len(), HADAMARD_SIZE * ic, "block buffer size");
 
-        // Where trellis position t of a tile lands in the transposed strip, relative to the tile.
-        let scatter: [usize; TILE_LEN] = std::array::from_fn(|t| {
-            let p = PERM[t] as usize;
-            (p % TILE_EDGE) * ic + p / TILE_EDGE
-        });
+        // Work on one 128×128 square (128 output channels × 128 input features) at a time, so
+        // that both transforms run in cache. The operations per element are those of a
+        // whole-strip transform: all input-side butterflies, then all output-side ones, then
+        // the scales, so the result does not depend on this tiling.
+        let mut square = Square::default();
         let mut values = [0f32; TILES_PER_BLOCK * TILE_LEN];
-        for i in 0..in_tiles {
-            let first = (i * out_tiles + block * TILES_PER_BLOCK) * tile_bytes;
-            let strip = &self.code[first..first + TILES_PER_BLOCK * tile_bytes];
-            decoder.decode_tiles(strip, self.k, self.codebook, &mut values);
-            for (j, tile) in values.chunks_exact(TILE_LEN).enumerate() {
-                let base = j * TILE_EDGE * ic + i * TILE_EDGE;
-                for (&v, &s) in tile.iter().zip(scatter.iter()) {
-                    out[base + s] = v;
-                }
-            }
-        }
-
-        fwht_blocks(out); // along input features, within each row
-        fwht_across_rows(out, ic); // along output channels
-
         let sv = &self.sv[block * HADAMARD_SIZE..(block + 1) * HADAMARD_SIZE];
-        for (row, &s) in out.chunks_exact_mut(ic).zip(sv) {
-            let row_scale = s * HADAMARD_NORM;
-            for (w, &u) in row.iter_mut().zip(self.su) {
-                *w = *w * row_scale * u;
+        let row_scales: [f32; HADAMARD_SIZE] = std::array::from_fn(|o| sv[o] * HADAMARD_NORM);
+        for c in 0..ic / HADAMARD_SIZE {
+            for ti in 0..TILES_PER_BLOCK {
+                let i = c * TILES_PER_BLOCK + ti;
+                let first = (i * out_tiles + block * TILES_PER_BLOCK) * tile_bytes;
+                decoder.decode_tiles(&self.code[first..first + TILES_PER_BLOCK * tile_bytes], self.k, self.codebook, &mut values);
+                scatter_transposed(&values, ti, &mut square);
             }
+            let su: &[f32; HADAMARD_SIZE] = self.su[c * HADAMARD_SIZE..(c + 1) * HADAMARD_SIZE].try_into().unwrap();
+            square.transform_scaled(&row_scales, su, &mut out[c * HADAMARD_SIZE..], ic);
         }
     }
 
@@ -102,10 +92,53 @@ impl CodedLinear<'_> {
     }
 }
 
+/// Writes the 8 tiles of tile row `ti` of a square (trellis order, one tile per output column
+/// strip) into `square[output channel][input feature]`.
+///
+/// Positions `2p` and `2p + 1` of a tile are neighbours in the transposed tile (same output
+/// channel, consecutive input features), so values move in pairs: position `s = 32m + 8q + 2e`
+/// (pair `e` of group `q` of lane block `m`) lands at output channel `m + 8(e >> 1)`, input
+/// features `2q + 8(e & 1)` and the next one (see `PERM`).
+fn scatter_transposed(values: &[f32], ti: usize, square: &mut Square) {
+    for (j, tile) in values.chunks_exact(TILE_LEN).enumerate() {
+        for (m, lanes) in tile.chunks_exact(32).enumerate() {
+            for e in 0..4 {
+                let row = square.row_mut(j * TILE_EDGE + m + 8 * (e >> 1));
+                let dst = &mut row[ti * TILE_EDGE + 8 * (e & 1)..][..8];
+                for q in 0..4 {
+                    dst[2 * q..2 * q + 2].copy_from_slice(&lanes[8 * q + 2 * e..8 * q + 2 * e + 2]);
+                }
+            }
+        }
+    }
+}
+
 /// `r·s` in f32, the documented fold of an fp16 sign×scale vector and an optional f32 scale.
 pub fn fold_scales(r: &[f32], s: Option<&[f32]>) -> Vec<f32> {
     match s {
         Some(s) => r.iter().zip(s).map(|(a, b)| a * b).collect(),
         None => r.to_vec(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec::PERM;
+
+    #[test]
+    fn scatter_places_every_value_where_perm_says() {
+        let values: Vec<f32> = (0..TILES_PER_BLOCK * TILE_LEN).map(|v| v as f32).collect();
+        for ti in [0, 5] {
+            let mut square = Square::default();
+            scatter_transposed(&values, ti, &mut square);
+            for (j, tile) in values.chunks_exact(TILE_LEN).enumerate() {
+                for (t, &v) in tile.iter().enumerate() {
+                    let (row, col) = (PERM[t] as usize / TILE_EDGE, PERM[t] as usize % TILE_EDGE);
+                    // Tile rows are input features, columns output channels; the square is transposed.
+                    assert_eq!(square.row(TILE_EDGE * j + col)[TILE_EDGE * ti + row], v);
+                }
+            }
+        }
     }
 }
