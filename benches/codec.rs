@@ -1,0 +1,170 @@
+//! Decode and reconstruction speed in ns per weight (median of several runs, and the minimum).
+//!
+//! `cargo bench --bench codec [-- decode | reconstruct]`. Decoding is single-threaded, 8 tiles per
+//! call. The reconstruction case is a 5120×17408 (IC×OC) K=3 MCG linear with random codes: decode,
+//! both Hadamards, scales and bf16 rounding into a `Vec<u16>`, on one thread and then on two
+//! (rayon, one 128-row block per task).
+
+use escha_convert::codec::simd::PortableDecoder;
+use escha_convert::codec::{self, bytes_per_tile, Codebook, ScalarDecoder, TileDecoder, TILE_LEN};
+use escha_convert::transform::CodedLinear;
+use rayon::prelude::*;
+use std::hint::black_box;
+use std::time::Instant;
+
+const IC: usize = 5120;
+const OC: usize = 17408;
+const K: u32 = 3;
+/// Tiles per decode call, as `CodedLinear::reconstruct_block` asks for them.
+const TILES_PER_CALL: usize = 8;
+
+/// SplitMix64, so the bench needs no RNG crate.
+fn random_bytes(n: usize, mut seed: u64) -> Vec<u8> {
+    let mut v = Vec::with_capacity(n + 8);
+    while v.len() < n {
+        seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = seed;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        v.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+    }
+    v.truncate(n);
+    v
+}
+
+/// Times `reps` runs of `f` (after one warm-up run), in ns per weight.
+fn ns_per_weight(reps: usize, weights: usize, mut f: impl FnMut()) -> Stat {
+    f(); // warm-up: page faults, lazily built tables, thread pool start
+    let mut times: Vec<f64> = (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64() * 1e9 / weights as f64
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    Stat { median: times[reps / 2], min: times[0] }
+}
+
+/// Median and minimum of repeated wall-clock timings; the minimum shows what other load on the
+/// machine hides.
+#[derive(Clone, Copy)]
+struct Stat {
+    median: f64,
+    min: f64,
+}
+
+impl std::fmt::Display for Stat {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "{:6.3} (min {:6.3})", self.median, self.min)
+    }
+}
+
+fn decode_ns(decoder: &dyn TileDecoder, code: &[u8], k: u32, cb: Codebook, reps: usize) -> Stat {
+    let call_bytes = TILES_PER_CALL * bytes_per_tile(k);
+    let tiles = code.len() / bytes_per_tile(k);
+    let mut out = vec![0f32; TILES_PER_CALL * TILE_LEN];
+    ns_per_weight(reps, tiles * TILE_LEN, || {
+        for chunk in code.chunks_exact(call_bytes) {
+            decoder.decode_tiles(black_box(chunk), k, cb, &mut out);
+            black_box(&mut out);
+        }
+    })
+}
+
+/// Scale vectors of about the size of real folded `rin·s_in` values (±0.03).
+fn scales(n: usize, seed: u64) -> Vec<f32> {
+    random_bytes(2 * n, seed).chunks_exact(2).map(|b| (u16::from_le_bytes([b[0], b[1]]) as f32 - 32768.0) * 1e-6).collect()
+}
+
+/// Reconstructs output block `b` of `lin` and rounds it to bf16 rows in `out`.
+fn reconstruct_bf16(lin: &CodedLinear, decoder: &dyn TileDecoder, block_buf: &mut [f32], b: usize, out: &mut [u16]) {
+    lin.reconstruct_block(decoder, b, block_buf);
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") {
+        // SAFETY: AVX2 was detected.
+        unsafe { to_bf16_avx2(block_buf, out) };
+        return;
+    }
+    to_bf16(block_buf, out);
+}
+
+#[inline(always)]
+fn to_bf16(src: &[f32], dst: &mut [u16]) {
+    for (o, &w) in dst.iter_mut().zip(src) {
+        *o = half::bf16::from_f32(w).to_bits();
+    }
+}
+
+/// The same loop, compiled with AVX2 so that the compiler vectorises it 8 wide.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn to_bf16_avx2(src: &[f32], dst: &mut [u16]) {
+    to_bf16(src, dst)
+}
+
+fn main() {
+    // `cargo bench --bench codec -- decode` (or `reconstruct`) runs one part only.
+    let filter: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    let wanted = |part: &str| filter.is_empty() || filter.iter().any(|f| part.contains(f.as_str()));
+    let simd = codec::best_decoder();
+    println!("decoder: {}", simd.name());
+    let code = random_bytes(IC / 16 * OC / 16 * bytes_per_tile(K), 1);
+
+    if wanted("decode") {
+        decode_benches(simd, &code);
+    }
+    if wanted("reconstruct") {
+        reconstruct_benches(simd, &code);
+    }
+}
+
+fn decode_benches(simd: &dyn TileDecoder, code: &[u8]) {
+    println!("\nsingle-thread decode, K={K}, {} tiles per call (ns/weight, median):", TILES_PER_CALL);
+    let slice = &code[..32768 * bytes_per_tile(K)];
+    let scalar = decode_ns(&ScalarDecoder, slice, K, Codebook::Mcg, 7);
+    let portable = decode_ns(&PortableDecoder, slice, K, Codebook::Mcg, 7);
+    println!("  scalar   MCG   {scalar}");
+    println!("  portable MCG   {portable}");
+    for cb in codec::ALL_CODEBOOKS {
+        let t = decode_ns(simd, slice, K, cb, 15);
+        println!("  {:8} {:5} {t}", simd.name(), cb.name());
+    }
+    let simd_mcg = decode_ns(simd, slice, K, Codebook::Mcg, 15);
+    println!("  {} is {:.1}x scalar (MCG, medians)", simd.name(), scalar.median / simd_mcg.median);
+    print!("  {} MCG by K, medians:", simd.name());
+    for k in codec::K_RANGE {
+        let codes = random_bytes(32768 * bytes_per_tile(k), 4);
+        print!("  K={k} {:.3}", decode_ns(simd, &codes, k, Codebook::Mcg, 7).median);
+    }
+    println!();
+}
+
+fn reconstruct_benches(simd: &dyn TileDecoder, code: &[u8]) {
+    let su = scales(IC, 2);
+    let sv = scales(OC, 3);
+    let lin = CodedLinear { code, k: K, codebook: Codebook::Mcg, su: &su, sv: &sv };
+    let block_len = 128 * IC;
+    let mut out = vec![0u16; IC * OC];
+    println!("\nfull reconstruction {IC}x{OC} (IC x OC), K={K} MCG, to bf16 (ns/weight, median):");
+    let mut buf = vec![0f32; block_len];
+    let single = ns_per_weight(5, IC * OC, || {
+        for (b, rows) in out.chunks_exact_mut(block_len).enumerate() {
+            reconstruct_bf16(&lin, simd, &mut buf, b, rows);
+        }
+    });
+    println!("  1 thread   {single}");
+    let single_out = out.clone();
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
+    let par = ns_per_weight(5, IC * OC, || {
+        pool.install(|| {
+            out.par_chunks_mut(block_len).enumerate().for_each_init(
+                || vec![0f32; block_len],
+                |buf, (b, rows)| reconstruct_bf16(&lin, simd, buf, b, rows),
+            )
+        })
+    });
+    println!("  2 threads  {par}");
+    println!("  per core on 2 threads: {:.3}, speed-up {:.2}x (medians)", 2.0 * par.median, single.median / par.median);
+    assert!(out == single_out, "the two runs disagree");
+}
