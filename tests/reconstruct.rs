@@ -112,3 +112,42 @@ fn padded_linear_is_reconstructed_whole_then_sliced() {
     check(Case { experts: 1, ic_p: 256, oc_p: 256, ic: 200, oc: 250, k: 2, with_s: true }, 5);
     check(Case { experts: 2, ic_p: 384, oc_p: 128, ic: 300, oc: 100, k: 4, with_s: false }, 6);
 }
+
+/// The fast CPU decoder, asking for whole-strip batches the way an accelerator does.
+struct Batched;
+
+impl escha_convert::codec::TileDecoder for Batched {
+    fn name(&self) -> &'static str {
+        "batched"
+    }
+    fn prefers_large_batches(&self) -> bool {
+        true
+    }
+    fn decode_tiles(&self, bytes: &[u8], k: u32, cb: Codebook, out: &mut [f32]) {
+        codec::best_decoder().decode_tiles(bytes, k, cb, out)
+    }
+}
+
+#[test]
+fn whole_strip_batches_and_single_squares_give_the_same_bits() {
+    let mut rng = Rng(7);
+    let (ic, oc, k) = (384, 256, 3);
+    let code = rng.bytes(ic * oc * k as usize / 8);
+    let su: Vec<f32> = (0..ic).map(|i| 0.01 + (i % 7) as f32 * 0.003).collect();
+    let sv: Vec<f32> = (0..oc).map(|o| 1.0 - (o % 5) as f32 * 0.1).collect();
+    let lin = CodedLinear { code: &code, k, codebook: Codebook::Mcg, su: &su, sv: &sv };
+    let (mut a, mut b) = (vec![0f32; 128 * ic], vec![0f32; 128 * ic]);
+    for block in 0..oc / 128 {
+        lin.reconstruct_block(codec::best_decoder(), block, &mut a);
+        lin.reconstruct_block(&Batched, block, &mut b);
+        assert_eq!(a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), b.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        for c in 0..ic / 128 {
+            let mut square = vec![0f32; 128 * 128];
+            lin.reconstruct_square(&ScalarDecoder, block, c, &mut square, 128);
+            for r in 0..128 {
+                let want = &a[r * ic + 128 * c..][..128];
+                assert_eq!(&square[r * 128..][..128], want, "block {block} square {c} row {r}");
+            }
+        }
+    }
+}

@@ -369,6 +369,10 @@ impl TileDecoder for MetalDecoder {
         "metal"
     }
 
+    fn prefers_large_batches(&self) -> bool {
+        true
+    }
+
     fn decode_tiles(&self, bytes: &[u8], k: u32, cb: Codebook, out: &mut [f32]) {
         let tb = bytes_per_tile(k);
         let tiles = bytes.len() / tb;

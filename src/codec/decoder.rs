@@ -16,6 +16,12 @@ pub trait TileDecoder: Send + Sync {
     /// Decodes `bytes.len() / bytes_per_tile(k)` tiles into `out` (256 values per tile).
     fn decode_tiles(&self, bytes: &[u8], k: u32, cb: Codebook, out: &mut [f32]);
 
+    /// Whether one call with many tiles (a whole 128-row strip) is much cheaper than many calls
+    /// with a few: true for accelerators with a per-call round trip.
+    fn prefers_large_batches(&self) -> bool {
+        false
+    }
+
     /// Extracts the 256 states of each tile, as `decode_tiles` sees them.
     fn states(&self, bytes: &[u8], k: u32, out: &mut [u16]) {
         for (tile, states) in bytes.chunks_exact(bytes_per_tile(k)).zip(out.chunks_exact_mut(TILE_LEN)) {

@@ -12,6 +12,8 @@ use crate::codec::{bytes_per_tile, Codebook, TileDecoder, TILE_EDGE, TILE_LEN};
 
 /// Tiles per 128-wide block.
 const TILES_PER_BLOCK: usize = HADAMARD_SIZE / TILE_EDGE;
+/// Tiles per 128×128 square.
+const SQUARE_TILES: usize = TILES_PER_BLOCK * TILES_PER_BLOCK;
 /// `Hn·X·Hn = (H·X·H)/128`: both normalisations as one exact power of two.
 const HADAMARD_NORM: f32 = 1.0 / HADAMARD_SIZE as f32;
 
@@ -49,31 +51,79 @@ impl CodedLinear<'_> {
     /// `[128, IC_p]` buffer (every input feature, padding included).
     pub fn reconstruct_block(&self, decoder: &dyn TileDecoder, block: usize, out: &mut [f32]) {
         let ic = self.in_features();
-        let in_tiles = ic / TILE_EDGE;
-        let out_tiles = self.out_features() / TILE_EDGE;
-        let tile_bytes = bytes_per_tile(self.k);
-        assert!(ic % HADAMARD_SIZE == 0 && self.out_features() % HADAMARD_SIZE == 0);
-        assert_eq!(self.code.len(), in_tiles * out_tiles * tile_bytes, "code size");
         assert_eq!(out.len(), HADAMARD_SIZE * ic, "block buffer size");
-
         // Work on one 128×128 square (128 output channels × 128 input features) at a time, so
         // that both transforms run in cache. The operations per element are those of a
         // whole-strip transform: all input-side butterflies, then all output-side ones, then
         // the scales, so the result does not depend on this tiling.
         let mut square = Square::default();
+        if decoder.prefers_large_batches() {
+            // One decode call for the whole strip (an accelerator amortises its round trip).
+            let values = self.decode_strip(decoder, block);
+            for c in 0..ic / HADAMARD_SIZE {
+                for (ti, row) in values[c * SQUARE_TILES * TILE_LEN..][..SQUARE_TILES * TILE_LEN].chunks_exact(TILES_PER_BLOCK * TILE_LEN).enumerate() {
+                    scatter_transposed(row, ti, &mut square);
+                }
+                self.finish_square(&mut square, block, c, &mut out[c * HADAMARD_SIZE..], ic);
+            }
+        } else {
+            for c in 0..ic / HADAMARD_SIZE {
+                self.reconstruct_square_into(decoder, block, c, &mut square, &mut out[c * HADAMARD_SIZE..], ic);
+            }
+        }
+    }
+
+    /// Reconstructs one 128×128 square: output channels of `block` × input features
+    /// `128·col_block ..`, into `out` with row stride `stride`. Since `Hn` is block-diagonal, a
+    /// square depends only on its own 8×8 tiles: this is how `verify --sample` checks a block
+    /// without decoding the whole strip.
+    pub fn reconstruct_square(&self, decoder: &dyn TileDecoder, block: usize, col_block: usize, out: &mut [f32], stride: usize) {
+        self.reconstruct_square_into(decoder, block, col_block, &mut Square::default(), out, stride);
+    }
+
+    fn reconstruct_square_into(&self, decoder: &dyn TileDecoder, block: usize, c: usize, square: &mut Square, out: &mut [f32], stride: usize) {
+        self.check_shapes();
+        let out_tiles = self.out_features() / TILE_EDGE;
+        let tile_bytes = bytes_per_tile(self.k);
         let mut values = [0f32; TILES_PER_BLOCK * TILE_LEN];
+        for ti in 0..TILES_PER_BLOCK {
+            let i = c * TILES_PER_BLOCK + ti;
+            let first = (i * out_tiles + block * TILES_PER_BLOCK) * tile_bytes;
+            decoder.decode_tiles(&self.code[first..first + TILES_PER_BLOCK * tile_bytes], self.k, self.codebook, &mut values);
+            scatter_transposed(&values, ti, square);
+        }
+        self.finish_square(square, block, c, out, stride);
+    }
+
+    /// Both transforms and both scales of a filled square.
+    fn finish_square(&self, square: &mut Square, block: usize, c: usize, out: &mut [f32], stride: usize) {
         let sv = &self.sv[block * HADAMARD_SIZE..(block + 1) * HADAMARD_SIZE];
         let row_scales: [f32; HADAMARD_SIZE] = std::array::from_fn(|o| sv[o] * HADAMARD_NORM);
-        for c in 0..ic / HADAMARD_SIZE {
-            for ti in 0..TILES_PER_BLOCK {
-                let i = c * TILES_PER_BLOCK + ti;
-                let first = (i * out_tiles + block * TILES_PER_BLOCK) * tile_bytes;
-                decoder.decode_tiles(&self.code[first..first + TILES_PER_BLOCK * tile_bytes], self.k, self.codebook, &mut values);
-                scatter_transposed(&values, ti, &mut square);
-            }
-            let su: &[f32; HADAMARD_SIZE] = self.su[c * HADAMARD_SIZE..(c + 1) * HADAMARD_SIZE].try_into().unwrap();
-            square.transform_scaled(&row_scales, su, &mut out[c * HADAMARD_SIZE..], ic);
+        let su: &[f32; HADAMARD_SIZE] = self.su[c * HADAMARD_SIZE..(c + 1) * HADAMARD_SIZE].try_into().unwrap();
+        square.transform_scaled(&row_scales, su, out, stride);
+    }
+
+    /// The values of every tile of the strip `code[:, 8·block .. 8·block + 8]`, tile row by tile
+    /// row, from one decode call.
+    fn decode_strip(&self, decoder: &dyn TileDecoder, block: usize) -> Vec<f32> {
+        self.check_shapes();
+        let in_tiles = self.in_features() / TILE_EDGE;
+        let out_tiles = self.out_features() / TILE_EDGE;
+        let run = TILES_PER_BLOCK * bytes_per_tile(self.k);
+        let mut codes = Vec::with_capacity(in_tiles * run);
+        for i in 0..in_tiles {
+            let first = (i * out_tiles + block * TILES_PER_BLOCK) * bytes_per_tile(self.k);
+            codes.extend_from_slice(&self.code[first..first + run]);
         }
+        let mut values = vec![0f32; in_tiles * TILES_PER_BLOCK * TILE_LEN];
+        decoder.decode_tiles(&codes, self.k, self.codebook, &mut values);
+        values
+    }
+
+    fn check_shapes(&self) {
+        let (ic, oc) = (self.in_features(), self.out_features());
+        assert!(ic % HADAMARD_SIZE == 0 && oc % HADAMARD_SIZE == 0, "dims must be multiples of 128");
+        assert_eq!(self.code.len(), (ic / TILE_EDGE) * (oc / TILE_EDGE) * bytes_per_tile(self.k), "code size");
     }
 
     /// The whole weight `[OC, IC]`, padding sliced off (`out_features ≤ OC_p`, `in_features ≤ IC_p`).
