@@ -207,3 +207,20 @@ fn a_quantized_checkpoint_is_refused_as_base_with_exit_2() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("BASE must be the unquantized model"));
 }
+
+#[test]
+fn sampling_checks_n_squares_per_tensor() {
+    let o = Command::new(env!("CARGO_BIN_EXE_escha-convert"))
+        .args(["verify".as_ref(), fixture("moe").as_os_str(), "--base".as_ref(), fixture("moe-base-fp8").as_os_str(), "--sample".as_ref(), "3".as_ref(), "--json".as_ref()])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["sampled_blocks"], 3);
+    for row in r["coded"].as_array().unwrap() {
+        // One 128×128 square holds 8×8 tiles.
+        assert_eq!(row["tiles_checked"], 3 * 64, "{}", row["tensor"]);
+        let ratio = row["ratio"].as_f64().unwrap();
+        assert!((1.0..=1.3).contains(&ratio), "{} ratio {ratio}", row["tensor"]);
+    }
+}

@@ -39,7 +39,7 @@ pub struct VerifyOptions {
     pub input: PathBuf,
     pub base: PathBuf,
     pub only: Vec<String>,
-    /// Check this many evenly spread 128-row output blocks per tensor instead of all.
+    /// Check this many evenly spread 128×128 blocks per tensor instead of whole tensors.
     pub sample: Option<usize>,
     pub max_ratio: f64,
     /// Minimum correlation; `None` = 0.8 for K=2 (and K=1), 0.9 for K≥3.
@@ -220,14 +220,21 @@ fn check_coded(
         return Ok(row);
     }
 
-    // Units: (expert, block), all of them or an even sample.
-    let all: Vec<(usize, usize)> = (0..experts).flat_map(|e| (0..blocks).map(move |b| (e, b))).collect();
-    let units: Vec<(usize, usize)> = match opts.sample {
-        Some(n) if n < all.len() => (0..n).map(|i| all[(2 * i + 1) * all.len() / (2 * n)]).collect(),
-        _ => all,
+    // Units: every (expert, block) across all inputs, or N evenly spread 128×128 squares.
+    let units: Vec<Region> = match opts.sample {
+        Some(n) => {
+            let squares = m.in_padded / HADAMARD_SIZE;
+            let all = experts * blocks * squares;
+            let pick = |i: usize| {
+                let at = (2 * i + 1) * all / (2 * n.min(all));
+                Region { expert: at / (blocks * squares), block: at / squares % blocks, square: Some(at % squares) }
+            };
+            (0..n.min(all)).map(pick).collect()
+        }
+        None => (0..experts).flat_map(|e| (0..blocks).map(move |b| Region { expert: e, block: b, square: None })).collect(),
     };
     let sums: Vec<Result<(usize, BlockSums)>> =
-        units.par_iter().map(|&(e, b)| check_block(ck, m, base, e, b, decoder).map(|s| (e, s))).collect();
+        units.par_iter().map(|&u| check_block(ck, m, base, u, decoder).map(|s| (u.expert, s))).collect();
 
     let mut per_expert: Vec<Vec<BlockSums>> = (0..experts).map(|_| Vec::new()).collect();
     for s in sums {
@@ -320,8 +327,9 @@ fn figures(m: &CodedModule, blocks: &[BlockSums], su: &[f32], shannon_bound: f64
         f.ratio = f.rel_err.map(|e| e / f.shannon_bound);
     }
     f.corr_rout_row_norm = finite(correlation(&rout, &row_norm));
-    let rin: Vec<f64> = su[..m.in_features].iter().map(|v| v.abs() as f64).collect();
-    let col_norm: Vec<f64> = col_sq.iter().map(|v| v.sqrt()).collect();
+    // Over the input features the checked regions covered.
+    let (rin, col_norm): (Vec<f64>, Vec<f64>) =
+        col_sq.iter().zip(su).filter(|(&c, _)| c > 0.0).map(|(&c, &u)| (u.abs() as f64, c.sqrt())).unzip();
     f.corr_rin_col_norm = finite(correlation(&rin, &col_norm));
     f.inner_std = (inner_n > 0).then(|| (inner_sq / inner_n as f64).sqrt());
     f
@@ -349,7 +357,17 @@ fn failures(f: &CodedFigures, k: u32, opts: &VerifyOptions) -> Vec<String> {
     out
 }
 
-fn check_block(ck: &Checkpoint, m: &CodedModule, base: &BaseMatrix, expert: usize, block: usize, decoder: &dyn TileDecoder) -> Result<BlockSums> {
+/// What one verify work unit covers: a 128-row output block of one expert, either across every
+/// input feature or (when sampling) one 128×128 square of it.
+#[derive(Clone, Copy)]
+struct Region {
+    expert: usize,
+    block: usize,
+    square: Option<usize>,
+}
+
+fn check_block(ck: &Checkpoint, m: &CodedModule, base: &BaseMatrix, region: Region, decoder: &dyn TileDecoder) -> Result<BlockSums> {
+    let Region { expert, block, square } = region;
     let (su, sv) = expert_scales(ck, m, expert)?;
     let code_entry = &ck.tensors[m.tensor(Leaf::Code).unwrap()];
     let per_expert = code_entry.byte_len() / m.expert_count();
@@ -357,12 +375,26 @@ fn check_block(ck: &Checkpoint, m: &CodedModule, base: &BaseMatrix, expert: usiz
     let lin = CodedLinear { code, k: m.k, codebook: m.codebook, su: &su, sv: &sv };
     let mut s = BlockSums { col_sq: vec![0.0; m.in_features], ..Default::default() };
 
-    // Overlap rule on the states this decoder extracts, for every tile of the strip.
+    // The input features covered, in padded coordinates, and the decoded rows over them.
+    let (cols, decoded, stride) = match square {
+        Some(c) => {
+            let mut d = vec![0f32; HADAMARD_SIZE * HADAMARD_SIZE];
+            lin.reconstruct_square(decoder, block, c, &mut d, HADAMARD_SIZE);
+            (c * HADAMARD_SIZE..(c + 1) * HADAMARD_SIZE, d, HADAMARD_SIZE)
+        }
+        None => {
+            let mut d = vec![0f32; HADAMARD_SIZE * m.in_padded];
+            lin.reconstruct_block(decoder, block, &mut d);
+            (0..m.in_padded, d, m.in_padded)
+        }
+    };
+
+    // Overlap rule on the states this decoder extracts, for every tile of the region.
     let tile_bytes = bytes_per_tile(m.k);
     let out_tiles = m.out_padded / 16;
     let strip_tiles = HADAMARD_SIZE / 16;
     let mut states = vec![0u16; strip_tiles * TILE_LEN];
-    for i in 0..m.in_padded / 16 {
+    for i in cols.start / 16..cols.end / 16 {
         let first = (i * out_tiles + block * strip_tiles) * tile_bytes;
         decoder.states(&code[first..first + strip_tiles * tile_bytes], m.k, &mut states);
         for t in states.chunks_exact(TILE_LEN) {
@@ -371,42 +403,41 @@ fn check_block(ck: &Checkpoint, m: &CodedModule, base: &BaseMatrix, expert: usiz
         }
     }
 
-    let mut decoded = vec![0f32; HADAMARD_SIZE * m.in_padded];
-    lin.reconstruct_block(decoder, block, &mut decoded);
     let r0 = block * HADAMARD_SIZE;
     let rows = (m.out_features - r0).min(HADAMARD_SIZE);
+    let ic = m.in_features;
+    let cols = cols.start.min(ic)..cols.end.min(ic); // padding is never compared
+    let width = cols.len();
     let mut base_rows = Vec::new();
     base.read_rows(expert, r0..r0 + rows, &mut base_rows)?;
-    let ic = m.in_features;
-    let mut any_dead = rows < HADAMARD_SIZE || ic != m.in_padded;
+    let mut any_dead = rows < HADAMARD_SIZE || width < HADAMARD_SIZE || ic != m.in_padded;
     for r in 0..rows {
-        let y = &base_rows[r * ic..(r + 1) * ic];
+        let y = &base_rows[r * ic..(r + 1) * ic][cols.clone()];
         if sv[r0 + r] == 0.0 || y.iter().all(|&v| v == 0.0) {
             s.pruned += 1;
             any_dead = true;
             continue;
         }
-        let x = &decoded[r * m.in_padded..r * m.in_padded + ic];
+        let x = &decoded[r * stride..][..width];
         for (&a, &b) in x.iter().zip(y) {
             s.pair.add(a, b);
         }
         let norm = y.iter().map(|&v| (v as f64).powi(2)).sum::<f64>().sqrt();
         s.rows.push((r0 + r, sv[r0 + r].abs() as f64, norm));
-        for (c, &v) in s.col_sq.iter_mut().zip(y) {
+        for (c, &v) in s.col_sq[cols.clone()].iter_mut().zip(y) {
             *c += (v as f64).powi(2);
         }
     }
 
     // Inner domain: the base pulled back through the inverse transform, where it is defined.
+    let su = &su[cols.clone()];
     if !any_dead && su.iter().all(|&v| v != 0.0) {
-        let mut z: Vec<f32> = base_rows
-            .chunks_exact(ic)
-            .enumerate()
-            .flat_map(|(r, row)| row.iter().zip(&su).map(move |(&y, &u)| (r, y, u)).collect::<Vec<_>>())
-            .map(|(r, y, u)| y / (sv[r0 + r] * u))
-            .collect();
+        let mut z: Vec<f32> = Vec::with_capacity(rows * width);
+        for (r, row) in base_rows.chunks_exact(ic).enumerate() {
+            z.extend(row[cols.clone()].iter().zip(su).map(|(&y, &u)| y / (sv[r0 + r] * u)));
+        }
         fwht_blocks(&mut z);
-        fwht_across_rows(&mut z, ic);
+        fwht_across_rows(&mut z, width);
         let norm = 1.0 / HADAMARD_SIZE as f64;
         for v in &z {
             s.inner_sq += (*v as f64 * norm).powi(2);
