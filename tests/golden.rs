@@ -1,5 +1,8 @@
 //! Bit-exact decoding of the independently produced golden tiles and of the documented vectors.
 
+// Literals below are exact decimal expansions of fp16 values, hence their many digits.
+#![allow(clippy::excessive_precision)]
+
 mod common;
 
 use common::{fixture, words_to_bytes};

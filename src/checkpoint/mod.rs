@@ -1,10 +1,12 @@
 //! Reading an input checkpoint: shards (memory-mapped), the index, config.json, and the
 //! classification of tensors into modules.
 
+mod expert;
 mod modules;
 mod shard;
 pub mod tensor;
 
+pub use expert::ExpertLinear;
 pub use modules::{catalog, Catalog, CodedModule, CodedSource, Int8Module, Leaf, PlainTensor};
 pub use shard::Shard;
 pub use tensor::TensorEntry;

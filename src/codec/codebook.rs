@@ -28,6 +28,8 @@ pub(crate) const HALVES_MASK: u32 = 0x8FFF_8FFF;
 /// ...then forces both exponents into 12..15, so each half lies in ±[0.125, 2).
 pub(crate) const HALVES_XOR: u32 = 0x3B60_3B60;
 /// MUL1's fp16 constants (bit patterns 0x1EEE and 0xC931).
+// The exact decimal value of the fp16 constant; every digit is representable in f32.
+#[allow(clippy::excessive_precision)]
 pub(crate) const MUL1_SCALE: f32 = 0.006_767_272_949_218_75;
 pub(crate) const MUL1_BIAS: f32 = -10.382_812_5;
 

@@ -14,13 +14,11 @@ pub use base::BaseLayout;
 pub use report::render;
 
 use crate::checkpoint::tensor::floats_to_f32;
-use crate::checkpoint::{catalog, Catalog, Checkpoint, CodedModule, Leaf};
+use crate::checkpoint::{catalog, Catalog, Checkpoint, CodedModule};
 use crate::codec::{bytes_per_tile, tile, TileDecoder, TILE_LEN};
-use crate::convert::expert_scales;
 use crate::layout::{hf, DenseDtype, Recipe};
 use crate::select::selected;
 use crate::transform::hadamard::{fwht_across_rows, fwht_blocks, HADAMARD_SIZE};
-use crate::transform::CodedLinear;
 use anyhow::Result;
 use base::{Base, BaseMatrix};
 use rayon::prelude::*;
@@ -246,8 +244,7 @@ fn check_coded(
         if blocks.is_empty() {
             continue;
         }
-        let (su, _) = expert_scales(ck, m, e)?;
-        let figures = figures(m, &blocks, &su, shannon_bound);
+        let figures = figures(m, &blocks, &m.expert(ck, e)?.su, shannon_bound);
         if m.experts.is_some() {
             for f in failures(&figures, m.k, opts) {
                 row.failures.push(format!("expert {e}: {f}"));
@@ -259,8 +256,7 @@ fn check_coded(
     // The tensor's own figures: all experts pooled (channel correlations per expert are in
     // per_expert).
     let pooled: Vec<BlockSums> = total.into_iter().map(|(_, b)| b).collect();
-    let (su, _) = expert_scales(ck, m, 0)?;
-    row.figures = figures(m, &pooled, &su, shannon_bound);
+    row.figures = figures(m, &pooled, &m.expert(ck, 0)?.su, shannon_bound);
     if m.experts.is_some() {
         row.figures.corr_rin_col_norm = None;
         row.figures.corr_rout_row_norm = None;
@@ -368,11 +364,8 @@ struct Region {
 
 fn check_block(ck: &Checkpoint, m: &CodedModule, base: &BaseMatrix, region: Region, decoder: &dyn TileDecoder) -> Result<BlockSums> {
     let Region { expert, block, square } = region;
-    let (su, sv) = expert_scales(ck, m, expert)?;
-    let code_entry = &ck.tensors[m.tensor(Leaf::Code).unwrap()];
-    let per_expert = code_entry.byte_len() / m.expert_count();
-    let code = &ck.bytes(code_entry)[expert * per_expert..(expert + 1) * per_expert];
-    let lin = CodedLinear { code, k: m.k, codebook: m.codebook, su: &su, sv: &sv };
+    let ex = m.expert(ck, expert)?;
+    let (lin, code, su, sv) = (ex.linear(), ex.code, &ex.su, &ex.sv);
     let mut s = BlockSums { col_sq: vec![0.0; m.in_features], ..Default::default() };
 
     // The input features covered, in padded coordinates, and the decoded rows over them.
@@ -472,7 +465,7 @@ fn check_int8(ck: &Checkpoint, cat: &Catalog, i: usize, name: &str, base: &BaseM
     }
     row.corr = finite(pair.corr());
     row.rel_err = finite(pair.rel_err());
-    if row.corr.is_none_or(|c| c < 0.9) {
+    if row.corr.map_or(true, |c| c < 0.9) {
         row.failures.push(format!("corr: {:.4} < 0.9", row.corr.unwrap_or(f64::NAN)));
     }
     Ok(row)

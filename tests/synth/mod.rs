@@ -79,6 +79,7 @@ impl Rng {
 }
 
 /// The tensors of one coded linear `P` (dense when `experts` is None).
+#[allow(clippy::too_many_arguments)] // each is one dimension of the test matrix
 pub fn coded_linear(rng: &mut Rng, path: &str, experts: Option<usize>, ic: usize, oc: usize, k: u32, with_s: bool, bias: bool) -> Vec<T> {
     let e = experts.unwrap_or(1);
     let lead: Vec<usize> = experts.into_iter().collect();
@@ -193,13 +194,13 @@ pub fn reference_linear_with(cb: escha_convert::codec::Codebook, code: &[u8], ic
                 ((w >> (15 - (p & 15))) & 1) as u32
             };
             let total = 256 * k as usize;
-            for t in 0..256 {
+            for (t, &p) in PERM.iter().enumerate() {
                 let mut state = 0u32;
                 for b in 0..16 {
                     state = (state << 1) | bit(((t + 1) * k as usize + total - 16 + b) % total);
                 }
                 let v = cb.value(state as u16) as f64;
-                let p = PERM[t] as usize;
+                let p = p as usize;
                 inner[(16 * i + p / 16) * oc + 16 * j + p % 16] = v;
             }
         }
