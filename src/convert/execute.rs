@@ -7,7 +7,7 @@ use crate::checkpoint::{Checkpoint, Leaf, TensorEntry};
 use crate::codec::TileDecoder;
 use crate::layout::mlx::{self, MlxRecipe, RowSource};
 use crate::layout::{self, DenseDtype, Recipe};
-use crate::output::ShardFiles;
+use crate::output::{ShardFiles, WriteQueue};
 use crate::quant::{dense, mlx_affine};
 use crate::transform::hadamard::HADAMARD_SIZE;
 use anyhow::{Context, Result};
@@ -30,7 +30,7 @@ struct Scratch {
 }
 
 pub(super) fn write_part(part: &Part, dir: &Path, dtype: DenseDtype, decoder: &dyn TileDecoder, progress: &indicatif::ProgressBar) -> Result<()> {
-    let files = ShardFiles::create(dir, &part.plan)?;
+    let queue = WriteQueue::start(ShardFiles::create(dir, &part.plan)?);
     let units = units(part);
     // Units left per output tensor: when a tensor's last unit is done, its large inputs are
     // released from memory.
@@ -39,17 +39,18 @@ pub(super) fn write_part(part: &Part, dir: &Path, dtype: DenseDtype, decoder: &d
         left[u.tensor] += 1;
     }
     let left: Vec<AtomicUsize> = left.into_iter().map(AtomicUsize::new).collect();
-    units.par_iter().try_for_each_init(Scratch::default, |scratch, unit| -> Result<()> {
+    let computed = units.par_iter().try_for_each_init(Scratch::default, |scratch, unit| -> Result<()> {
         let planned = &part.plan.tensors[unit.tensor];
         let offset = run_unit(part, unit, dtype, decoder, scratch)
             .with_context(|| format!("while writing {}", planned.tensor.name))?;
-        files.write_at(planned.shard, planned.offset + offset, &scratch.bytes)?;
         progress.inc(scratch.bytes.len() as u64);
+        let bytes = std::mem::replace(&mut scratch.bytes, queue.buffer());
+        queue.write(planned.shard, planned.offset + offset, bytes)?;
         if let Work::MlxRows { params: Some([s, b]), .. } = unit.work {
             for (t, bytes) in [(s, &scratch.scales), (b, &scratch.biases)] {
                 let p = &part.plan.tensors[t];
-                files.write_at(p.shard, p.offset + scratch.params_offset, bytes)?;
                 progress.inc(bytes.len() as u64);
+                queue.write(p.shard, p.offset + scratch.params_offset, bytes.clone())?;
             }
         }
         if left[unit.tensor].fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -58,8 +59,10 @@ pub(super) fn write_part(part: &Part, dir: &Path, dtype: DenseDtype, decoder: &d
             }
         }
         Ok(())
-    })?;
-    files.finish()?;
+    });
+    // A failed write stops the workers with "writer stopped": report the write's own error.
+    queue.finish()?;
+    computed?;
     let mut index = part.plan.index_json();
     if part.plan.tensors.iter().any(|p| matches!(p.tensor.recipe, Recipe::Mlx(_))) {
         let params = mlx::total_parameters(part.plan.tensors.iter().map(|p| &p.tensor));

@@ -2,7 +2,9 @@
 //! shard files preallocated then filled by positioned writes.
 
 mod files;
+mod queue;
 mod staging;
 
 pub use files::ShardFiles;
+pub use queue::WriteQueue;
 pub use staging::{install_signal_cleanup, Staging};
