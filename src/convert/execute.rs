@@ -47,10 +47,11 @@ pub(super) fn write_part(part: &Part, dir: &Path, dtype: DenseDtype, decoder: &d
         let bytes = std::mem::replace(&mut scratch.bytes, queue.buffer());
         queue.write(planned.shard, planned.offset + offset, bytes)?;
         if let Work::MlxRows { params: Some([s, b]), .. } = unit.work {
-            for (t, bytes) in [(s, &scratch.scales), (b, &scratch.biases)] {
+            for (t, buffer) in [(s, &mut scratch.scales), (b, &mut scratch.biases)] {
                 let p = &part.plan.tensors[t];
-                progress.inc(bytes.len() as u64);
-                queue.write(p.shard, p.offset + scratch.params_offset, bytes.clone())?;
+                progress.inc(buffer.len() as u64);
+                let bytes = std::mem::replace(buffer, queue.buffer());
+                queue.write(p.shard, p.offset + scratch.params_offset, bytes)?;
             }
         }
         if left[unit.tensor].fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -185,7 +186,7 @@ fn run_mlx_rows(
     match quantized {
         Some((spec, scale_dtype)) => {
             // The values MLX would quantize: the weight in the model dtype (= scale dtype).
-            scratch.values.iter_mut().for_each(|v| *v = mlx_affine::round_to(*v, scale_dtype));
+            mlx_affine::round_slice(&mut scratch.values, scale_dtype);
             mlx_affine::quantize_rows(&scratch.values, cols, spec, scale_dtype, &mut scratch.bytes, &mut scratch.scales, &mut scratch.biases);
             scratch.params_offset = (row * spec.groups(cols) * scale_dtype.bitsize() / 8) as u64;
             Ok((row * spec.packed_cols(cols) * 4) as u64)

@@ -10,6 +10,8 @@ use std::thread::JoinHandle;
 
 /// Buffers waiting to be written, at most.
 const DEPTH: usize = 8;
+/// Free buffers kept for reuse, at most.
+const POOL: usize = 2 * DEPTH;
 
 struct Job {
     shard: usize,
@@ -32,7 +34,10 @@ impl WriteQueue {
             for job in rx {
                 // On an error the receiver is dropped with it, so senders fail fast.
                 files.write_at(job.shard, job.offset, &job.bytes)?;
-                returned.lock().unwrap().push(job.bytes);
+                let mut pool = returned.lock().unwrap();
+                if pool.len() < POOL {
+                    pool.push(job.bytes);
+                }
             }
             Ok(files)
         });

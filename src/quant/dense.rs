@@ -44,7 +44,7 @@ fn as_bytes(v: &[u16]) -> &[u8] {
 /// f32 → bf16 with round to nearest, ties to even, as integer arithmetic the compiler vectorises
 /// (the same result as `half::bf16::from_f32`, NaN kept quiet).
 #[inline]
-fn bf16_bits(x: f32) -> u16 {
+pub(crate) fn bf16_bits(x: f32) -> u16 {
     let b = x.to_bits();
     let rounded = (b + 0x7FFF + ((b >> 16) & 1)) >> 16;
     let quiet_nan = (b >> 16) | 0x40;

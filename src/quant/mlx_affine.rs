@@ -16,7 +16,8 @@
 //! the scale dtype. Codes are packed as one little-endian, LSB-first bit stream per row (so 3-,
 //! 5- and 6-bit codes straddle U32 words), written as U32 little-endian bytes.
 
-use half::{bf16, f16};
+use super::dense::bf16_bits;
+use half::f16;
 use safetensors::Dtype;
 
 /// Bit widths MLX's affine mode accepts.
@@ -68,16 +69,22 @@ pub fn quantize_group(group: &[f32], bits: u32, codes: &mut [u32]) -> (f32, f32)
     debug_assert_eq!(group.len(), codes.len());
     let n_bins = ((1u32 << bits) - 1) as f32;
     let eps = 1e-7f32;
-    let (mut hi, mut lo) = (f32::NEG_INFINITY, f32::INFINITY);
-    for &x in group {
-        // std::max(w_max, x) / std::min(w_min, x) as MLX writes them.
-        if hi < x {
-            hi = x;
-        }
-        if x < lo {
-            lo = x;
+    // std::max(w_max, x) / std::min(w_min, x) as MLX writes them, in eight independent lanes
+    // (max and min of finite values do not depend on the order).
+    let (mut his, mut los) = ([f32::NEG_INFINITY; 8], [f32::INFINITY; 8]);
+    let mut lanes = group.chunks_exact(8);
+    for chunk in &mut lanes {
+        for i in 0..8 {
+            his[i] = if his[i] < chunk[i] { chunk[i] } else { his[i] };
+            los[i] = if chunk[i] < los[i] { chunk[i] } else { los[i] };
         }
     }
+    for &x in lanes.remainder() {
+        his[0] = if his[0] < x { x } else { his[0] };
+        los[0] = if x < los[0] { x } else { los[0] };
+    }
+    let hi = his.iter().fold(f32::NEG_INFINITY, |m, &x| if m < x { x } else { m });
+    let lo = los.iter().fold(f32::INFINITY, |m, &x| if x < m { x } else { m });
     let use_min = lo.abs() > hi.abs();
     let mut scale = ((hi - lo) / n_bins).max(eps);
     if !use_min {
@@ -91,16 +98,27 @@ pub fn quantize_group(group: &[f32], bits: u32, codes: &mut [u32]) -> (f32, f32)
         bias = edge;
     }
     for (c, &x) in codes.iter_mut().zip(group) {
-        let q = ((x - bias) / scale).round_ties_even();
-        *c = q.max(0.0).min(n_bins) as u32;
+        let q = rint_clamped((x - bias) / scale);
+        // Clamped to [0, n_bins] first, so the integer conversion is exact.
+        *c = q.max(0.0).min(n_bins) as i32 as u32;
     }
     (scale, bias)
+}
+
+/// `rint(v)` (ties to even) for every value the code clamp can tell apart: adding and removing
+/// 1.5·2^23 rounds to an integer in the current (nearest-even) mode, exactly, for |v| ≤ 2^22;
+/// values beyond clamp to the same code either way. Inline arithmetic instead of a libm call.
+#[inline]
+fn rint_clamped(v: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    let c = v.clamp(-4_194_304.0, 4_194_304.0);
+    (c + MAGIC) - MAGIC
 }
 
 /// Appends `v` rounded (RNE) to `dtype` (BF16, F16 or F32), little-endian.
 pub fn push_float(v: f32, dtype: Dtype, out: &mut Vec<u8>) {
     match dtype {
-        Dtype::BF16 => out.extend_from_slice(&bf16::from_f32(v).to_le_bytes()),
+        Dtype::BF16 => out.extend_from_slice(&bf16_bits(v).to_le_bytes()),
         Dtype::F16 => out.extend_from_slice(&f16::from_f32(v).to_le_bytes()),
         Dtype::F32 => out.extend_from_slice(&v.to_le_bytes()),
         other => panic!("scales cannot be stored as {other:?}"),
@@ -110,16 +128,33 @@ pub fn push_float(v: f32, dtype: Dtype, out: &mut Vec<u8>) {
 /// `v` rounded (RNE) to `dtype` and widened back to f32.
 pub fn round_to(v: f32, dtype: Dtype) -> f32 {
     match dtype {
-        Dtype::BF16 => bf16::from_f32(v).to_f32(),
+        Dtype::BF16 => f32::from_bits((bf16_bits(v) as u32) << 16),
         Dtype::F16 => f16::from_f32(v).to_f32(),
         Dtype::F32 => v,
         other => panic!("cannot round to {other:?}"),
     }
 }
 
+/// Rounds every value to `dtype` in place (one dtype match, a loop the compiler vectorises).
+pub fn round_slice(values: &mut [f32], dtype: Dtype) {
+    match dtype {
+        Dtype::BF16 => values.iter_mut().for_each(|v| *v = f32::from_bits((bf16_bits(*v) as u32) << 16)),
+        Dtype::F32 => {}
+        _ => values.iter_mut().for_each(|v| *v = round_to(*v, dtype)),
+    }
+}
+
 /// Packs the codes of one row as an LSB-first bit stream of `bits`-wide fields, appending the
 /// U32 words as little-endian bytes.
 pub fn pack_row(codes: &[u32], bits: u32, out: &mut Vec<u8>) {
+    if 32 % bits == 0 {
+        // Whole fields per word (2, 4, 8 bits): a loop over words the compiler vectorises.
+        for word in codes.chunks_exact((32 / bits) as usize) {
+            let w = word.iter().enumerate().fold(0u32, |w, (i, &q)| w | q << (i as u32 * bits));
+            out.extend_from_slice(&w.to_le_bytes());
+        }
+        return;
+    }
     let mut acc = 0u64;
     let mut nacc = 0u32;
     for &q in codes {
