@@ -3,6 +3,8 @@
 use crate::checkpoint::tensor::{floats_to_f32, is_float};
 use crate::checkpoint::{catalog, Checkpoint, CodedSource, Leaf};
 use crate::layout::is_norm;
+use crate::layout::mlx::{self, Int8Mode, MlxOptions};
+use crate::quant::mlx_affine::AffineSpec;
 use anyhow::Result;
 use serde::Serialize;
 use serde_json::Value;
@@ -34,6 +36,9 @@ pub struct Sizes {
     pub input_bytes: u64,
     pub bf16_bytes: u64,
     pub f16_bytes: u64,
+    /// `--format mlx` at its defaults (4 bits, group 64, exact int8); absent when the model type
+    /// has no MLX layout.
+    pub mlx_4bit_bytes: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -183,10 +188,17 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
         biases_present: biases.len(),
         biases_nonzero: biases.iter().filter(|c| c.bias_nonzero).count(),
         mtp: ck.mtp_dir.is_some() || ck.tensors.keys().any(|n| n.starts_with("mtp.")),
-        sizes: Sizes { input_bytes, bf16_bytes: dense_bytes(2), f16_bytes: dense_bytes(2) },
+        sizes: Sizes { input_bytes, bf16_bytes: dense_bytes(2), f16_bytes: dense_bytes(2), mlx_4bit_bytes: mlx_bytes(&ck, &cat) },
         coded,
         problems,
     })
+}
+
+/// The exact output size of `--format mlx` at its defaults, from the MLX layout planner.
+fn mlx_bytes(ck: &Checkpoint, cat: &crate::checkpoint::Catalog) -> Option<u64> {
+    let opts = MlxOptions { spec: AffineSpec { bits: 4, group_size: 64 }, int8: Int8Mode::Exact };
+    let (tensors, _) = mlx::layout(ck, cat, opts, false).ok()?;
+    Some(tensors.iter().map(|t| t.byte_len() as u64).sum())
 }
 
 /// Human-readable rendering of the report.
@@ -235,10 +247,11 @@ pub fn render(r: &InspectReport) -> String {
     let _ = writeln!(s, "biases: {} present, {} non-zero (dropped by default)", r.biases_present, r.biases_nonzero);
     let _ = writeln!(
         s,
-        "sizes: input {:.3} GB, bf16 output {:.3} GB, f16 output {:.3} GB",
+        "sizes: input {:.3} GB, bf16 output {:.3} GB, f16 output {:.3} GB, mlx output (4 bit, group 64) {}",
         gb(r.sizes.input_bytes),
         gb(r.sizes.bf16_bytes),
-        gb(r.sizes.f16_bytes)
+        gb(r.sizes.f16_bytes),
+        r.sizes.mlx_4bit_bytes.map_or("n/a".into(), |b| format!("{:.3} GB", gb(b)))
     );
     if r.problems.is_empty() {
         let _ = writeln!(s, "problems: none found");

@@ -1,0 +1,61 @@
+//! `inspect` on the bundled fixtures.
+
+mod common;
+
+use common::fixture;
+use serde_json::Value;
+use std::process::Command;
+
+fn inspect(model: &str) -> Value {
+    let o = Command::new(env!("CARGO_BIN_EXE_escha-convert")).arg("inspect").arg(fixture(model)).arg("--json").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+#[test]
+fn dense_fixture_facts() {
+    let r = inspect("dense");
+    assert_eq!(r["model_type"], "qwen3_5");
+    assert_eq!(r["quant_method"], "escha");
+    assert_eq!(r["layers"], 4);
+    let coded = r["coded"].as_array().unwrap();
+    assert_eq!(coded.len(), 25);
+    // Weighted by weights: up/down (4 × 2 × 128×256) at K=3, the rest at K=2.
+    let k3 = coded.iter().filter(|c| c["k"] == 3).map(|c| c["in_features"].as_u64().unwrap() * c["out_features"].as_u64().unwrap()).sum::<u64>();
+    let all = r["coded_weights"].as_u64().unwrap();
+    assert_eq!(k3, 4 * 2 * 128 * 256);
+    let want = (3 * k3 + 2 * (all - k3)) as f64 / all as f64;
+    assert!((r["bits_per_weight"].as_f64().unwrap() - want).abs() < 1e-12);
+    assert!(coded.iter().all(|c| c["codebook"] == "MCG" && c["has_s_in_s_out"] == true && c["bias_nonzero"] == true));
+    assert_eq!(r["int8"].as_array().unwrap().len(), 2);
+    assert_eq!((r["biases_present"].as_u64(), r["biases_nonzero"].as_u64()), (Some(25), Some(25)));
+    assert_eq!((r["norms_zero_centred"].as_u64(), r["norms_plain"].as_u64()), (Some(11), Some(3)));
+    assert!(r["norm_convention"].as_str().unwrap().starts_with("zero-centred"));
+    assert_eq!(r["mtp"], true);
+    assert!(r["problems"].as_array().unwrap().is_empty());
+
+    // The predicted bf16 size is what a conversion writes (tensor bytes, main part).
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    assert!(Command::new(env!("CARGO_BIN_EXE_escha-convert")).arg(fixture("dense")).arg(&out).arg("--quiet").status().unwrap().success());
+    let index: Value = serde_json::from_slice(&std::fs::read(out.join("model.safetensors.index.json")).unwrap()).unwrap();
+    assert_eq!(r["sizes"]["bf16_bytes"], index["metadata"]["total_size"]);
+}
+
+#[test]
+fn moe_fixture_reports_experts_and_pruned_channels() {
+    let r = inspect("moe");
+    assert_eq!(r["quant_method"], "eschamoe");
+    let coded = r["coded"].as_array().unwrap();
+    assert_eq!(coded.len(), 8);
+    for c in coded {
+        assert_eq!(c["experts"], 4);
+        let pruned = c["zero_rout_channels"].as_u64().unwrap();
+        if c["module"].as_str().unwrap().ends_with("gate_up_proj") {
+            assert!(pruned > 0, "{}", c["module"]);
+        } else {
+            assert_eq!(pruned, 0, "{}", c["module"]);
+        }
+    }
+    assert!(r["sizes"]["mlx_4bit_bytes"].as_u64().unwrap() < r["sizes"]["bf16_bytes"].as_u64().unwrap());
+}
