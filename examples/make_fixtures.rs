@@ -12,6 +12,8 @@
 
 use anyhow::{bail, ensure, Context, Result};
 use escha_convert::codec::{best_decoder, Codebook};
+use escha_convert::layout::natural_key;
+use escha_convert::rng::SplitMix64;
 use escha_convert::transform::encode::encode_linear;
 use escha_convert::transform::{fold_scales, CodedLinear};
 use half::{bf16, f16};
@@ -46,8 +48,8 @@ const LM: &str = "model.language_model";
 // ------------------------------------------------------------------------------------------------
 // Randomness
 
-/// SplitMix64.
-struct Rng(u64);
+/// The crate's SplitMix64, seeded per tensor name.
+struct Rng(SplitMix64);
 
 impl Rng {
     fn for_name(name: &str) -> Self {
@@ -57,22 +59,18 @@ impl Rng {
             h ^= b as u64;
             h = h.wrapping_mul(0x0100_0000_01B3);
         }
-        let mut r = Rng(h ^ MASTER_SEED);
+        let mut r = Rng(SplitMix64(h ^ MASTER_SEED));
         r.next_u64();
         r
     }
 
     fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
 
     /// Uniform in [0, 1).
     fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
+        self.0.uniform()
     }
 
     /// Standard normal (Box-Muller, cosine branch only).
@@ -323,26 +321,6 @@ fn write_sharded(dir: &Path, shards: &[Vec<Tensor>]) -> Result<()> {
     write_json(&dir.join("model.safetensors.index.json"), &json!({"metadata": {"total_size": total}, "weight_map": weight_map}))
 }
 
-/// Sort key that orders `layers.10` after `layers.9`.
-fn natural_key(name: &str) -> Vec<(String, u64)> {
-    let mut key = Vec::new();
-    let mut text = String::new();
-    let mut chars = name.chars().peekable();
-    while let Some(c) = chars.next() {
-        if let Some(d) = c.to_digit(10) {
-            let mut n = d as u64;
-            while let Some(d) = chars.peek().and_then(|d| d.to_digit(10)) {
-                n = n * 10 + d as u64;
-                chars.next();
-            }
-            key.push((std::mem::take(&mut text), n));
-        } else {
-            text.push(c);
-        }
-    }
-    key.push((text, u64::MAX));
-    key
-}
 
 /// Orders tensors like the real dense export: grouped by leaf name (all `escha_s_in` first, …,
 /// the codes last), by module within a group.

@@ -12,6 +12,7 @@ pub mod layout;
 pub mod plan;
 pub mod output;
 pub mod quant;
+pub mod rng;
 pub mod select;
 pub mod convert;
 pub mod cli;

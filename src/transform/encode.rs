@@ -7,6 +7,7 @@
 //!
 //! `W_inner[in, out] = Hn · diag(1/su) · Wᵀ · diag(1/sv) · Hn`, with `su = rin`, `sv = rout`.
 
+use crate::rng::SplitMix64;
 use super::hadamard::{fwht_across_rows, fwht_blocks, HADAMARD_SIZE};
 use crate::codec::encode::TileEncoder;
 use crate::codec::{bytes_per_tile, Codebook, TILE_EDGE, TILE_LEN};
@@ -40,8 +41,8 @@ pub fn encode_linear(
     assert!(w.iter().all(|v| v.is_finite()), "weights must be finite");
 
     let mut rng = SplitMix64(seed);
-    let in_signs: Vec<f64> = (0..ic).map(|_| rng.sign()).collect();
-    let out_signs: Vec<f64> = (0..oc).map(|_| rng.sign()).collect();
+    let in_signs: Vec<f64> = (0..ic).map(|_| random_sign(&mut rng)).collect();
+    let out_signs: Vec<f64> = (0..oc).map(|_| random_sign(&mut rng)).collect();
 
     // Output side: ±RMS / mean RMS. A zero channel gets exactly 0, which makes its reconstructed
     // row exactly zero (a prune mask).
@@ -133,23 +134,11 @@ fn to_f16_nonzero(x: f64) -> f16 {
     }
 }
 
-/// SplitMix64: a tiny, well-mixed generator, enough for sign flips.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn sign(&mut self) -> f64 {
-        if self.next_u64() >> 63 == 0 {
-            1.0
-        } else {
-            -1.0
-        }
+/// ±1 from the top bit of the next draw.
+fn random_sign(rng: &mut SplitMix64) -> f64 {
+    if rng.next_u64() >> 63 == 0 {
+        1.0
+    } else {
+        -1.0
     }
 }

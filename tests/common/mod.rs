@@ -1,6 +1,7 @@
 //! Helpers shared by the integration tests.
 #![allow(dead_code)]
 
+use escha_convert::rng::SplitMix64;
 use std::path::PathBuf;
 
 /// Path of a file under `fixtures/`.
@@ -13,16 +14,15 @@ pub fn words_to_bytes(words: &[u16]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
 
-/// A small deterministic generator (SplitMix64), so tests need no RNG crate.
+/// The crate's deterministic generator, with what tests draw from it.
 pub struct Rng(pub u64);
 
 impl Rng {
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        let mut g = SplitMix64(self.0);
+        let v = g.next_u64();
+        self.0 = g.0;
+        v
     }
 
     pub fn bytes(&mut self, n: usize) -> Vec<u8> {

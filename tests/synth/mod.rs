@@ -2,6 +2,7 @@
 //! an independent f64 reconstruction to compare against, and ways to break them.
 #![allow(dead_code)]
 
+use escha_convert::rng::SplitMix64;
 use half::{bf16, f16};
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -55,17 +56,14 @@ pub fn write_safetensors(path: &Path, tensors: &[T]) {
     std::fs::write(path, bytes).unwrap();
 }
 
-pub struct Rng(u64);
+/// The crate's deterministic generator, with what these tests draw from it.
+pub struct Rng(SplitMix64);
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed)
+        Rng(SplitMix64(seed))
     }
     pub fn u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+        self.0.next_u64()
     }
     pub fn uniform(&mut self, lo: f32, hi: f32) -> f32 {
         lo + (hi - lo) * ((self.u64() >> 40) as f32 / (1u64 << 24) as f32)
