@@ -46,7 +46,7 @@ fn as_bytes(v: &[u16]) -> &[u8] {
 #[inline]
 pub(crate) fn bf16_bits(x: f32) -> u16 {
     let b = x.to_bits();
-    let rounded = (b + 0x7FFF + ((b >> 16) & 1)) >> 16;
+    let rounded = b.wrapping_add(0x7FFF + ((b >> 16) & 1)) >> 16; // wraps only for NaN, discarded below
     let quiet_nan = (b >> 16) | 0x40;
     // A select, not a branch, so the loop vectorises.
     (if b & 0x7FFF_FFFF > 0x7F80_0000 { quiet_nan } else { rounded }) as u16
