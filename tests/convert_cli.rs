@@ -332,3 +332,37 @@ fn native_exl3_checkpoints_convert_through_the_same_path() {
         assert_bf16_rounding_of(&bf16s(&got[&format!("{p}.weight")].2), &want, p);
     }
 }
+
+/// Mounts a tiny tmpfs for the test and unmounts it on drop; `None` where mounting is not
+/// permitted (not root), in which case the test says so and checks nothing.
+struct TinyDisk(PathBuf);
+
+impl TinyDisk {
+    fn mount(dir: &Path, size: &str) -> Option<TinyDisk> {
+        std::fs::create_dir_all(dir).unwrap();
+        let ok = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(dir).status().is_ok_and(|s| s.success());
+        ok.then(|| TinyDisk(dir.to_path_buf()))
+    }
+}
+
+impl Drop for TinyDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_is_a_clear_error_before_any_weight_is_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = write_checkpoint(&tmp.path().join("in"), &small_checkpoint(17));
+    let Some(disk) = TinyDisk::mount(&tmp.path().join("disk"), "64k") else {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    };
+    let out = disk.0.join("out");
+    let o = run(&[&input, &out]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("not enough disk space") && err.contains("cannot write the output"), "{err}");
+    assert_eq!(std::fs::read_dir(&disk.0).unwrap().count(), 0, "nothing left on the full disk");
+}

@@ -166,7 +166,8 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
     for part in &parts {
         let dir = staging.path().join(part.subdir);
         std::fs::create_dir_all(&dir)?;
-        pool.install(|| write_part(part, &dir, opts.dtype, decoder, &progress))?;
+        pool.install(|| write_part(part, &dir, opts.dtype, decoder, &progress))
+            .with_context(|| format!("{}: cannot write the output", opts.output.display()))?;
         let config = part.ck.config.as_ref().map(|c| match opts.mlx {
             Some(m) => {
                 let tensors: Vec<_> = part.plan.tensors.iter().map(|p| p.tensor.clone()).collect();
