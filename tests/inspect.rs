@@ -59,3 +59,55 @@ fn moe_fixture_reports_experts_and_pruned_channels() {
     }
     assert!(r["sizes"]["mlx_4bit_bytes"].as_u64().unwrap() < r["sizes"]["bf16_bytes"].as_u64().unwrap());
 }
+
+/// The dense 27B's coded shapes (format doc §10.2) in a sparse file: the header is real, the data
+/// zeros that take no disk. `inspect` must report the published 2.469 bits per weight.
+#[test]
+fn the_27b_shapes_give_the_published_bits_per_weight() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("model.safetensors");
+    let mut header = serde_json::Map::new();
+    let mut offset = 0u64;
+    let mut add = |name: String, dtype: &str, shape: Vec<u64>, el: u64| {
+        let len = shape.iter().product::<u64>() * el;
+        header.insert(name, serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len]}));
+        offset += len;
+    };
+    for layer in 0..64 {
+        let p = format!("model.language_model.layers.{layer}");
+        let mut coded: Vec<(String, u64, u64, u64)> = vec![
+            (format!("{p}.mlp.gate_proj"), 5120, 17408, 2),
+            (format!("{p}.mlp.up_proj"), 5120, 17408, 3),
+            (format!("{p}.mlp.down_proj"), 17408, 5120, 3),
+        ];
+        if (layer + 1) % 4 == 0 {
+            for (proj, ic, oc) in [("q_proj", 5120, 12288), ("k_proj", 5120, 1024), ("v_proj", 5120, 1024), ("o_proj", 6144, 5120)] {
+                coded.push((format!("{p}.self_attn.{proj}"), ic, oc, 2));
+            }
+        } else {
+            for (proj, ic, oc) in [("in_proj_qkv", 5120, 10240), ("in_proj_z", 5120, 6144), ("out_proj", 6144, 5120)] {
+                coded.push((format!("{p}.linear_attn.{proj}"), ic, oc, 2));
+            }
+        }
+        for (m, ic, oc, k) in coded {
+            add(format!("{m}.escha_code"), "I16", vec![ic / 16, oc / 16, 16 * k], 2);
+            add(format!("{m}.escha_rin"), "F16", vec![ic], 2);
+            add(format!("{m}.escha_rout"), "F16", vec![oc], 2);
+        }
+    }
+    let mut text = serde_json::to_string(&header).unwrap();
+    while text.len() % 8 != 0 {
+        text.push(' ');
+    }
+    let mut f = std::fs::File::create(&path).unwrap();
+    std::io::Write::write_all(&mut f, &(text.len() as u64).to_le_bytes()).unwrap();
+    std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
+    f.set_len(8 + text.len() as u64 + offset).unwrap();
+
+    let o = Command::new(env!("CARGO_BIN_EXE_escha-convert")).arg("inspect").arg(&path).arg("--json").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["coded"].as_array().unwrap().len(), 400);
+    assert_eq!(r["coded_weights"], 24_326_963_200u64);
+    assert_eq!(format!("{:.3}", r["bits_per_weight"].as_f64().unwrap()), "2.469");
+}
