@@ -2,7 +2,7 @@
 
 use crate::checkpoint::tensor::{floats_to_f32, is_float};
 use crate::checkpoint::{catalog, Checkpoint, CodedSource, Leaf};
-use crate::layout::is_norm;
+use crate::layout::{norm_kind, NormKind};
 use crate::layout::mlx::{self, Int8Mode, MlxOptions};
 use crate::quant::mlx_affine::AffineSpec;
 use anyhow::Result;
@@ -11,9 +11,6 @@ use serde_json::Value;
 use std::fmt::Write;
 use std::path::Path;
 
-/// Norm weights that Qwen3.5 stores zero-centred (`w − 1`); `linear_attn.norm` is stored plain.
-const ZERO_CENTRED_NORMS: &[&str] =
-    &["input_layernorm.weight", "post_attention_layernorm.weight", "q_norm.weight", "k_norm.weight", "norm.weight"];
 
 #[derive(Debug, Serialize)]
 pub struct CodedReport {
@@ -83,14 +80,7 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
         let rout = &ck.tensors[m.tensor(Leaf::Rout).unwrap()];
         floats_to_f32(ck.bytes(rout), rout.dtype, &mut scratch)?;
         let zero_rout_channels = scratch.iter().filter(|&&v| v == 0.0).count();
-        let bias_nonzero = match m.tensor(Leaf::Bias) {
-            Some(n) => {
-                let e = &ck.tensors[n];
-                floats_to_f32(ck.bytes(e), e.dtype, &mut scratch)?;
-                scratch.iter().any(|&v| v != 0.0)
-            }
-            None => false,
-        };
+        let bias_nonzero = m.has_nonzero_bias(&ck)?;
         if m.source == CodedSource::Escha && m.tensor(Leaf::Config).is_none() {
             problems.push(format!("{}: no escha_config header (K taken from the code shape, codebook MCG)", m.path));
         }
@@ -115,16 +105,14 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
     // Norm convention: zero-centred weights sit near 0, plain ones near 1.
     let (mut zc, mut plain_norms, mut zc_mean_sum) = (0usize, 0usize, 0f64);
     for p in &cat.plain {
-        if !is_norm(&p.name) {
-            continue;
-        }
+        let Some(kind) = norm_kind(&p.name) else { continue };
         let e = &ck.tensors[&p.name];
         if !is_float(e.dtype) {
             continue;
         }
         floats_to_f32(ck.bytes(e), e.dtype, &mut scratch)?;
         let mean = scratch.iter().map(|&v| v as f64).sum::<f64>() / scratch.len().max(1) as f64;
-        if ZERO_CENTRED_NORMS.iter().any(|s| p.name.ends_with(s)) && !p.name.ends_with("linear_attn.norm.weight") {
+        if kind == NormKind::ZeroCentred {
             zc += 1;
             zc_mean_sum += mean;
         } else {

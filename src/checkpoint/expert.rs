@@ -50,6 +50,15 @@ impl CodedModule {
             codebook: self.codebook,
         })
     }
+
+    /// Whether the module carries a bias with any non-zero value.
+    pub fn has_nonzero_bias(&self, ck: &Checkpoint) -> Result<bool> {
+        let Some(name) = self.tensor(Leaf::Bias) else { return Ok(false) };
+        let e = &ck.tensors[name];
+        let mut v = Vec::new();
+        floats_to_f32(ck.bytes(e), e.dtype, &mut v)?;
+        Ok(v.iter().any(|&x| x != 0.0))
+    }
 }
 
 impl Int8Module {

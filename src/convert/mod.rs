@@ -5,8 +5,7 @@
 //! produces its output bytes and writes them at their planned offset, so memory is bounded by
 //! threads × one unit, and the bytes do not depend on the thread count or schedule.
 
-use crate::checkpoint::tensor::floats_to_f32;
-use crate::checkpoint::{catalog, Catalog, Checkpoint, Leaf};
+use crate::checkpoint::{catalog, Catalog, Checkpoint};
 use crate::codec::TileDecoder;
 use crate::layout::mlx::{self, MlxOptions};
 use crate::layout::{self, DenseDtype};
@@ -232,13 +231,8 @@ fn open_part(path: &Path, subdir: &'static str, opts: &ConvertOptions, warnings:
 
 fn nonzero_biases(ck: &Checkpoint, cat: &Catalog) -> Result<usize> {
     let mut n = 0;
-    let mut v = Vec::new();
     for m in &cat.coded {
-        if let Some(name) = m.tensor(Leaf::Bias) {
-            let e = &ck.tensors[name];
-            floats_to_f32(ck.bytes(e), e.dtype, &mut v)?;
-            n += v.iter().any(|&x| x != 0.0) as usize;
-        }
+        n += m.has_nonzero_bias(ck)? as usize;
     }
     Ok(n)
 }

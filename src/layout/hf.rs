@@ -8,7 +8,7 @@
 //! * every other tensor passes through, 16-bit floats cast to the output dtype, F32 kept F32;
 //! * `bias` of coded linears only with `keep_bias`.
 
-use super::{is_norm, natural_key, DenseDtype, Kind, OutputTensor, Recipe};
+use super::{natural_key, norm_kind, DenseDtype, Kind, OutputTensor, Recipe};
 use crate::checkpoint::{Catalog, Checkpoint, Leaf};
 use safetensors::Dtype;
 
@@ -40,7 +40,7 @@ pub fn layout(ck: &Checkpoint, cat: &Catalog, dtype: DenseDtype, keep_bias: bool
             Dtype::F16 | Dtype::BF16 => out,
             other => other,
         };
-        let kind = if is_norm(&p.name) { Kind::Norm } else { Kind::Plain };
+        let kind = if norm_kind(&p.name).is_some() { Kind::Norm } else { Kind::Plain };
         tensors.push(OutputTensor {
             name: p.name.clone(),
             dtype,

@@ -389,7 +389,7 @@ pub fn layout(ck: &Checkpoint, cat: &Catalog, opts: MlxOptions, keep_bias: bool)
                 other => bail!("{}: unknown plain expert parameter \"{other}\"", p.name),
             }
         } else {
-            b.copy(name, &p.name, dtype, shape, if super::is_norm(&p.name) { Kind::Norm } else { Kind::Plain });
+            b.copy(name, &p.name, dtype, shape, if super::norm_kind(&p.name).is_some() { Kind::Norm } else { Kind::Plain });
         }
     }
     for ((prefix, leaf), mut members) in stacks {

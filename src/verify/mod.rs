@@ -16,7 +16,7 @@ pub use report::render;
 use crate::checkpoint::tensor::floats_to_f32;
 use crate::checkpoint::{catalog, Catalog, Checkpoint, CodedModule};
 use crate::codec::{bytes_per_tile, tile, TileDecoder, TILE_LEN};
-use crate::layout::{hf, DenseDtype, Recipe};
+use crate::layout::{hf, norm_kind, DenseDtype, NormKind, Recipe};
 use crate::select::selected;
 use crate::transform::hadamard::{fwht_across_rows, fwht_blocks, HADAMARD_SIZE};
 use anyhow::Result;
@@ -26,8 +26,6 @@ use serde::Serialize;
 use stats::{correlation, finite, PairSums};
 use std::path::PathBuf;
 
-/// Offset-kind norms (zero-centred in HF layout, +1 in MLX layout); `linear_attn.norm` is plain.
-const OFFSET_NORMS: &[&str] = &["input_layernorm.weight", "post_attention_layernorm.weight", "q_norm.weight", "k_norm.weight", "norm.weight"];
 /// A norm matches a candidate when the mean absolute difference is below this (bf16 rounding of
 /// values near 1 is 2^-8).
 const NORM_MATCH: f64 = 0.02;
@@ -448,19 +446,15 @@ fn check_int8(ck: &Checkpoint, cat: &Catalog, i: usize, name: &str, base: &BaseM
         row.failures.push(format!("shape: int8 {rows}×{cols} vs base {}×{}", base.rows(), base.cols));
         return Ok(row);
     }
-    let w = ck.bytes(&ck.tensors[&m.weight]);
-    let se = &ck.tensors[&m.scale];
-    let mut scales = Vec::new();
-    floats_to_f32(ck.bytes(se), se.dtype, &mut scales)?;
     let mut pair = PairSums::default();
-    let mut y = Vec::new();
+    let (mut x, mut y) = (Vec::new(), Vec::new());
     for r0 in (0..rows).step_by(1024) {
         let r1 = (r0 + 1024).min(rows);
+        x.clear();
+        m.dequantize_rows(ck, r0..r1, &mut x)?;
         base.read_rows(0, r0..r1, &mut y)?;
-        for r in r0..r1 {
-            for c in 0..cols {
-                pair.add(w[r * cols + c] as i8 as f32 * scales[r], y[(r - r0) * cols + c]);
-            }
+        for (&a, &b) in x.iter().zip(&y) {
+            pair.add(a, b);
         }
     }
     row.corr = finite(pair.corr());
@@ -478,10 +472,11 @@ fn check_norms(ck: &Checkpoint, cat: &Catalog, base: &Base, opts: &VerifyOptions
     let mut e = Vec::new();
     for p in &cat.plain {
         let name = &p.name;
-        let gated = name.ends_with("linear_attn.norm.weight");
-        if !(gated || OFFSET_NORMS.iter().any(|s| name.ends_with(s))) || !selected(name, &opts.only) {
+        let Some(kind) = norm_kind(name) else { continue };
+        if !selected(name, &opts.only) {
             continue;
         }
+        let gated = kind == NormKind::Plain;
         let Some(b) = base.vector(name)? else {
             missing.push(name.clone());
             continue;
