@@ -687,6 +687,19 @@ fn layer_meta_entry(k: u32, bits: f64, ic: usize, oc: usize) -> Value {
 // ------------------------------------------------------------------------------------------------
 // The two models
 
+/// The final norm and the int8 embedding and head (bf16 in the base), shared by both models.
+fn top_level_tensors(escha: &mut Vec<Tensor>, base: &mut Base) {
+    let n = format!("{LM}.norm.weight");
+    let vals = dual_normal(&n, HIDDEN, 0.0, 0.05);
+    escha.push(Tensor::f16(&n, &[HIDDEN], &vals));
+    base.tensors.push(Tensor::bf16(&n, &[HIDDEN], &vals));
+    let (embed, head) = embed_and_head();
+    escha.extend(int8_pair(&format!("{LM}.embed_tokens"), &embed, VOCAB, HIDDEN));
+    escha.extend(int8_pair("lm_head", &head, VOCAB, HIDDEN));
+    base.tensors.push(Tensor::bf16(&format!("{LM}.embed_tokens.weight"), &[VOCAB, HIDDEN], &embed));
+    base.tensors.push(Tensor::bf16("lm_head.weight", &[VOCAB, HIDDEN], &head));
+}
+
 /// Everything about one model needed by the writers: the bf16 base in HF layout, and which of
 /// its tensors are linears eligible for fp8.
 struct Base {
@@ -771,15 +784,7 @@ fn make_dense(root: &Path) -> Result<()> {
             base.tensors.push(base_plain(&n, &vals, &shape, dt));
         }
     }
-    let n = format!("{LM}.norm.weight");
-    let vals = dual_normal(&n, HIDDEN, 0.0, 0.05);
-    escha.push(Tensor::f16(&n, &[HIDDEN], &vals));
-    base.tensors.push(Tensor::bf16(&n, &[HIDDEN], &vals));
-    let (embed, head) = embed_and_head();
-    escha.extend(int8_pair(&format!("{LM}.embed_tokens"), &embed, VOCAB, HIDDEN));
-    escha.extend(int8_pair("lm_head", &head, VOCAB, HIDDEN));
-    base.tensors.push(Tensor::bf16(&format!("{LM}.embed_tokens.weight"), &[VOCAB, HIDDEN], &embed));
-    base.tensors.push(Tensor::bf16("lm_head.weight", &[VOCAB, HIDDEN], &head));
+    top_level_tensors(&mut escha, &mut base);
 
     // Shard 2: the codes of layers >= 2 and of every mlp.up_proj (whose vectors stay in shard 1,
     // so that module straddles the shards), and the lm_head pair.
@@ -904,15 +909,7 @@ fn make_moe(root: &Path) -> Result<()> {
             base.tensors.push(base_plain(&n, &vals, &shape, dt));
         }
     }
-    let n = format!("{LM}.norm.weight");
-    let vals = dual_normal(&n, HIDDEN, 0.0, 0.05);
-    escha.push(Tensor::f16(&n, &[HIDDEN], &vals));
-    base.tensors.push(Tensor::bf16(&n, &[HIDDEN], &vals));
-    let (embed, head) = embed_and_head();
-    escha.extend(int8_pair(&format!("{LM}.embed_tokens"), &embed, VOCAB, HIDDEN));
-    escha.extend(int8_pair("lm_head", &head, VOCAB, HIDDEN));
-    base.tensors.push(Tensor::bf16(&format!("{LM}.embed_tokens.weight"), &[VOCAB, HIDDEN], &embed));
-    base.tensors.push(Tensor::bf16("lm_head.weight", &[VOCAB, HIDDEN], &head));
+    top_level_tensors(&mut escha, &mut base);
 
     write_sharded(&dir, &[leaf_grouped(escha)])?;
     let quant = json!({
