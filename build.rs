@@ -17,7 +17,9 @@ fn main() {
 
     let apple = std::env::var("CARGO_CFG_TARGET_VENDOR").as_deref() == Ok("apple");
     if std::env::var_os("CARGO_FEATURE_METAL").is_some() && !apple {
-        println!("cargo:warning=the `metal` feature runs on macOS only; on this target it type-checks but does not link");
+        println!(
+            "cargo:warning=the `metal` feature runs on macOS only; on this target it type-checks but does not link"
+        );
     }
 
     match compile_kernel_shim() {

@@ -74,7 +74,10 @@ fn decode_ns(decoder: &dyn TileDecoder, code: &[u8], k: u32, cb: Codebook, reps:
 
 /// Scale vectors of about the size of real folded `rin·s_in` values (±0.03).
 fn scales(n: usize, seed: u64) -> Vec<f32> {
-    random_bytes(2 * n, seed).chunks_exact(2).map(|b| (u16::from_le_bytes([b[0], b[1]]) as f32 - 32768.0) * 1e-6).collect()
+    random_bytes(2 * n, seed)
+        .chunks_exact(2)
+        .map(|b| (u16::from_le_bytes([b[0], b[1]]) as f32 - 32768.0) * 1e-6)
+        .collect()
 }
 
 /// Reconstructs output block `b` of `lin` and rounds it to bf16 rows in `out`.
@@ -158,10 +161,9 @@ fn reconstruct_benches(simd: &dyn TileDecoder, code: &[u8]) {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
     let par = ns_per_weight(5, IC * OC, || {
         pool.install(|| {
-            out.par_chunks_mut(block_len).enumerate().for_each_init(
-                || vec![0f32; block_len],
-                |buf, (b, rows)| reconstruct_bf16(&lin, simd, buf, b, rows),
-            )
+            out.par_chunks_mut(block_len)
+                .enumerate()
+                .for_each_init(|| vec![0f32; block_len], |buf, (b, rows)| reconstruct_bf16(&lin, simd, buf, b, rows))
         })
     });
     println!("  2 threads  {par}");

@@ -318,9 +318,11 @@ fn write_sharded(dir: &Path, shards: &[Vec<Tensor>]) -> Result<()> {
         }
     }
     let weight_map: Map<String, Value> = map.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
-    write_json(&dir.join("model.safetensors.index.json"), &json!({"metadata": {"total_size": total}, "weight_map": weight_map}))
+    write_json(
+        &dir.join("model.safetensors.index.json"),
+        &json!({"metadata": {"total_size": total}, "weight_map": weight_map}),
+    )
 }
-
 
 /// Orders tensors like the real dense export: grouped by leaf name (all `escha_s_in` first, …,
 /// the codes last), by module within a group.
@@ -517,7 +519,13 @@ fn escha_dense_linear(l: &Linear, k: u32) -> Result<(Vec<Tensor>, f64)> {
 
 /// A stack of `[E]` Escha-coded experts (s_in = s_out = 1, no bias). `ws[e]` is `[oc, ic]`.
 /// Returns the leaves, the worst decode error, and per expert the channels whose rout is 0.
-fn escha_experts(path: &str, ws: &[Vec<f32>], oc: usize, ic: usize, k: u32) -> Result<(Vec<Tensor>, f64, Vec<Vec<usize>>)> {
+fn escha_experts(
+    path: &str,
+    ws: &[Vec<f32>],
+    oc: usize,
+    ic: usize,
+    k: u32,
+) -> Result<(Vec<Tensor>, f64, Vec<Vec<usize>>)> {
     let e = ws.len();
     let (mut code, mut rin, mut rout) = (Vec::new(), Vec::new(), Vec::new());
     let mut worst = 0f64;
@@ -527,7 +535,10 @@ fn escha_experts(path: &str, ws: &[Vec<f32>], oc: usize, ic: usize, k: u32) -> R
     for (x, w) in ws.iter().enumerate() {
         let seed = Rng::for_name(&format!("{path}.encode.{x}")).next_u64();
         let enc = encode_linear(w, oc, ic, k, Codebook::Mcg, seed);
-        ensure!(enc.code.len() == ic * oc * k as usize / 8 && enc.rin.len() == ic && enc.rout.len() == oc, "{path}[{x}]: sizes");
+        ensure!(
+            enc.code.len() == ic * oc * k as usize / 8 && enc.rin.len() == ic && enc.rout.len() == oc,
+            "{path}[{x}]: sizes"
+        );
         let su = fold_scales(&to_f32(&enc.rin), Some(&ones_in));
         let sv = fold_scales(&to_f32(&enc.rout), Some(&ones_out));
         let lin = CodedLinear { code: &enc.code, k, codebook: Codebook::Mcg, su: &su, sv: &sv };
@@ -819,7 +830,12 @@ fn make_dense(root: &Path) -> Result<()> {
     let mut mtp = Vec::new();
     let fc = base_linear("mtp.fc.weight", HIDDEN, 2 * HIDDEN, 0.03);
     mtp.push(Tensor::f16("mtp.fc.weight", &[HIDDEN, 2 * HIDDEN], &fc));
-    for n in ["mtp.pre_fc_norm_embedding.weight", "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight", "mtp.layers.0.input_layernorm.weight"] {
+    for n in [
+        "mtp.pre_fc_norm_embedding.weight",
+        "mtp.pre_fc_norm_hidden.weight",
+        "mtp.norm.weight",
+        "mtp.layers.0.input_layernorm.weight",
+    ] {
         mtp.push(Tensor::f16(n, &[HIDDEN], &dual_normal(n, HIDDEN, 0.0, 0.05)));
     }
     write_safetensors(&dir.join("mtp/model.safetensors"), &natural_sorted(mtp))?;
@@ -827,7 +843,11 @@ fn make_dense(root: &Path) -> Result<()> {
     for (k, e) in &errs {
         let mean = e.iter().sum::<f64>() / e.len() as f64;
         let max = e.iter().cloned().fold(0.0, f64::max);
-        println!("  dense K={k}: {} coded linears, relative error mean {mean:.4} max {max:.4} (2^-K = {:.4})", e.len(), 0.5f64.powi(*k as i32));
+        println!(
+            "  dense K={k}: {} coded linears, relative error mean {mean:.4} max {max:.4} (2^-K = {:.4})",
+            e.len(),
+            0.5f64.powi(*k as i32)
+        );
         ensure!(max < 1.6 * 0.5f64.powi(*k as i32), "dense K={k}: decode error {max} too large");
     }
     base.write(&root.join("dense-base"), &root.join("dense-base-fp8"), false)
@@ -884,7 +904,12 @@ fn make_moe(root: &Path) -> Result<()> {
             let want: Vec<usize> = dead.iter().copied().chain(dead.iter().map(|c| c + MOE_INTERMEDIATE)).collect();
             let mut want = want;
             want.sort_unstable();
-            ensure!(zeros[e] == want, "{gu_path}[{e}]: rout zeros {:?} differ from the dead channels {:?}", zeros[e], want);
+            ensure!(
+                zeros[e] == want,
+                "{gu_path}[{e}]: rout zeros {:?} differ from the dead channels {:?}",
+                zeros[e],
+                want
+            );
         }
         escha.extend(t);
         let w = worst.entry(2).or_default();
@@ -897,10 +922,7 @@ fn make_moe(root: &Path) -> Result<()> {
         *w = w.max(err);
         layer_meta.insert(gu_path.clone(), layer_meta_entry(2, 2.0, h, i2));
         layer_meta.insert(dn_path.clone(), layer_meta_entry(3, 3.0, MOE_INTERMEDIATE, h));
-        println!(
-            "  moe layer {i}: dead channels per expert {:?}",
-            dead_sets.iter().map(Vec::len).collect::<Vec<_>>()
-        );
+        println!("  moe layer {i}: dead channels per expert {:?}", dead_sets.iter().map(Vec::len).collect::<Vec<_>>());
         base.linear(gu_path, &gate_up.concat(), EXPERTS, i2, h);
         base.linear(dn_path, &down.concat(), EXPERTS, h, MOE_INTERMEDIATE);
 

@@ -28,11 +28,20 @@ fn main() -> std::io::Result<()> {
     let mut code_bytes = 0usize;
     let mut layer = 0;
     while (code_bytes as f64) < gb * 1e9 {
-        for (proj, ic, oc, k) in [("gate_proj", HIDDEN, INTERMEDIATE, 2), ("up_proj", HIDDEN, INTERMEDIATE, 3), ("down_proj", INTERMEDIATE, HIDDEN, 3)] {
+        for (proj, ic, oc, k) in [
+            ("gate_proj", HIDDEN, INTERMEDIATE, 2),
+            ("up_proj", HIDDEN, INTERMEDIATE, 3),
+            ("down_proj", INTERMEDIATE, HIDDEN, 3),
+        ] {
             let p = format!("model.language_model.layers.{layer}.mlp.{proj}");
             let code_len = ic * oc * k / 8;
             code_bytes += code_len;
-            tensors.push(Tensor { name: format!("{p}.escha_code"), dtype: "I16", shape: vec![ic / 16, oc / 16, 16 * k], len: code_len });
+            tensors.push(Tensor {
+                name: format!("{p}.escha_code"),
+                dtype: "I16",
+                shape: vec![ic / 16, oc / 16, 16 * k],
+                len: code_len,
+            });
             tensors.push(Tensor { name: format!("{p}.escha_rin"), dtype: "F16", shape: vec![ic], len: 2 * ic });
             tensors.push(Tensor { name: format!("{p}.escha_rout"), dtype: "F16", shape: vec![oc], len: 2 * oc });
         }
@@ -51,7 +60,10 @@ fn main() -> std::io::Result<()> {
         let mut header = serde_json::Map::new();
         let mut offset = 0;
         for t in chunk {
-            header.insert(t.name.clone(), json!({"dtype": t.dtype, "shape": t.shape, "data_offsets": [offset, offset + t.len]}));
+            header.insert(
+                t.name.clone(),
+                json!({"dtype": t.dtype, "shape": t.shape, "data_offsets": [offset, offset + t.len]}),
+            );
             offset += t.len;
         }
         let mut text = serde_json::to_string(&header)?;
@@ -86,7 +98,10 @@ fn main() -> std::io::Result<()> {
             }
         }
     }
-    std::fs::write(out.join("config.json"), json!({"model_type": "qwen3_5", "quantization_config": {"quant_method": "escha"}}).to_string())?;
+    std::fs::write(
+        out.join("config.json"),
+        json!({"model_type": "qwen3_5", "quantization_config": {"quant_method": "escha"}}).to_string(),
+    )?;
     eprintln!("{} layers, {:.2} GB of codes in {}", layer, code_bytes as f64 / 1e9, out.display());
     Ok(())
 }

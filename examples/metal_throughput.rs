@@ -37,9 +37,7 @@ fn main() -> anyhow::Result<()> {
     let cpu = best_decoder();
     let mut reference = vec![0f32; tiles * TILE_LEN];
     let threads = rayon::current_num_threads();
-    report(&format!("{} CPU, 1 thread, one call", cpu.name()), tiles, || {
-        cpu.decode_tiles(code, k, cb, &mut reference)
-    });
+    report(&format!("{} CPU, 1 thread, one call", cpu.name()), tiles, || cpu.decode_tiles(code, k, cb, &mut reference));
     let mut out = vec![0f32; tiles * TILE_LEN];
     report(&format!("{} CPU, {threads} threads, calls of {UNIT_TILES} tiles", cpu.name()), tiles, || {
         par_calls(cpu, code, k, cb, &mut out)

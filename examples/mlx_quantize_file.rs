@@ -73,10 +73,8 @@ fn main() -> Result<()> {
         out.insert(format!("{name}.scales"), (view.dtype(), vec![rows, spec.groups(cols)], s));
         out.insert(format!("{name}.biases"), (view.dtype(), vec![rows, spec.groups(cols)], b));
     }
-    let views: Vec<(String, TensorView)> = out
-        .iter()
-        .map(|(k, (d, s, b))| Ok((k.clone(), TensorView::new(*d, s.clone(), b)?)))
-        .collect::<Result<_>>()?;
+    let views: Vec<(String, TensorView)> =
+        out.iter().map(|(k, (d, s, b))| Ok((k.clone(), TensorView::new(*d, s.clone(), b)?))).collect::<Result<_>>()?;
     safetensors::serialize_to_file(views, None, std::path::Path::new(output))?;
     Ok(())
 }

@@ -2,15 +2,14 @@
 
 use crate::checkpoint::tensor::{floats_to_f32, is_float};
 use crate::checkpoint::{catalog, Checkpoint, CodedSource, Leaf};
-use crate::layout::{norm_kind, NormKind};
 use crate::layout::mlx::{self, Int8Mode, MlxOptions};
+use crate::layout::{norm_kind, NormKind};
 use crate::quant::mlx_affine::AffineSpec;
 use anyhow::Result;
 use serde::Serialize;
 use serde_json::Value;
 use std::fmt::Write;
 use std::path::Path;
-
 
 #[derive(Debug, Serialize)]
 pub struct CodedReport {
@@ -125,9 +124,8 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
     } else if zc_mean.abs() < 0.5 {
         format!("zero-centred (HF Qwen3.5: runtime adds 1); mean of offset norms {zc_mean:.4}")
     } else {
-        problems.push(format!(
-            "offset-kind norms average {zc_mean:.3}: they look already shifted by +1 (not HF layout)"
-        ));
+        problems
+            .push(format!("offset-kind norms average {zc_mean:.3}: they look already shifted by +1 (not HF layout)"));
         format!("shifted (+1 already applied); mean of offset norms {zc_mean:.4}")
     };
     if !cat.vision.is_empty() {
@@ -176,7 +174,12 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
         biases_present: biases.len(),
         biases_nonzero: biases.iter().filter(|c| c.bias_nonzero).count(),
         mtp: ck.mtp_dir.is_some() || ck.tensors.keys().any(|n| n.starts_with("mtp.")),
-        sizes: Sizes { input_bytes, bf16_bytes: dense_bytes(2), f16_bytes: dense_bytes(2), mlx_4bit_bytes: mlx_bytes(&ck, &cat) },
+        sizes: Sizes {
+            input_bytes,
+            bf16_bytes: dense_bytes(2),
+            f16_bytes: dense_bytes(2),
+            mlx_4bit_bytes: mlx_bytes(&ck, &cat),
+        },
         coded,
         problems,
     })
@@ -209,7 +212,13 @@ pub fn render(r: &InspectReport) -> String {
         r.tensors,
         if r.mtp { "yes" } else { "no" }
     );
-    let _ = writeln!(s, "coded projections: {} ({} weights, {:.3} bits/weight)", r.coded.len(), r.coded_weights, r.bits_per_weight);
+    let _ = writeln!(
+        s,
+        "coded projections: {} ({} weights, {:.3} bits/weight)",
+        r.coded.len(),
+        r.coded_weights,
+        r.bits_per_weight
+    );
     for c in &r.coded {
         let experts = c.experts.map_or(String::new(), |e| format!("{e}× "));
         let _ = writeln!(
@@ -222,7 +231,15 @@ pub fn render(r: &InspectReport) -> String {
             c.k,
             c.codebook,
             if c.has_s_in_s_out { "s_in/s_out " } else { "" },
-            if c.has_bias { if c.bias_nonzero { "bias(non-zero) " } else { "bias(zero) " } } else { "" },
+            if c.has_bias {
+                if c.bias_nonzero {
+                    "bias(non-zero) "
+                } else {
+                    "bias(zero) "
+                }
+            } else {
+                ""
+            },
             if c.zero_rout_channels > 0 { format!("pruned channels {}", c.zero_rout_channels) } else { String::new() },
         );
     }

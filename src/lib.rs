@@ -4,18 +4,18 @@
 //! fp16 values (and back), [`transform`] turns a grid of decoded tiles into the f32 weight of one
 //! linear layer.
 
-pub mod codec;
 pub mod backend;
-pub mod transform;
 pub mod checkpoint;
+pub mod cli;
+pub mod codec;
+pub mod convert;
+pub mod inspect;
 pub mod layout;
-pub mod plan;
 pub mod output;
+pub mod plan;
 pub mod quant;
+pub mod report;
 pub mod rng;
 pub mod select;
-pub mod convert;
-pub mod cli;
-pub mod inspect;
-pub mod report;
+pub mod transform;
 pub mod verify;

@@ -105,7 +105,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 /// `--bits`, `--group-size` and `--int8` for `--format mlx` (refused with any other format).
-fn mlx_options(format: Format, bits: Option<&str>, group_size: Option<&str>, int8: Option<Int8Choice>) -> anyhow::Result<Option<MlxOptions>> {
+fn mlx_options(
+    format: Format,
+    bits: Option<&str>,
+    group_size: Option<&str>,
+    int8: Option<Int8Choice>,
+) -> anyhow::Result<Option<MlxOptions>> {
     if format != Format::Mlx {
         if bits.is_some() || group_size.is_some() || int8.is_some() {
             anyhow::bail!("--bits, --group-size and --int8 apply to --format mlx only");

@@ -73,11 +73,8 @@ impl Plan {
 
     /// `model.safetensors.index.json`: total size and a weight map sorted by name.
     pub fn index_json(&self) -> Value {
-        let mut names: Vec<(&str, &str)> = self
-            .tensors
-            .iter()
-            .map(|p| (p.tensor.name.as_str(), self.shards[p.shard].file_name.as_str()))
-            .collect();
+        let mut names: Vec<(&str, &str)> =
+            self.tensors.iter().map(|p| (p.tensor.name.as_str(), self.shards[p.shard].file_name.as_str())).collect();
         names.sort();
         let map: Map<String, Value> = names.into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
         json!({ "metadata": { "total_size": self.total_size }, "weight_map": map })

@@ -18,7 +18,16 @@ pub fn render_plan(r: &ConvertReport) -> String {
     let _ = writeln!(s, "plan: {} → {} ({})", r.input, r.output, r.format);
     for t in &r.tensors {
         let shape = t.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("×");
-        let _ = writeln!(s, "  {:<72} {:<5} {:<18} {:>10}  {}  [{}]", t.name, t.dtype, shape, human_bytes(t.bytes), t.file, t.kind);
+        let _ = writeln!(
+            s,
+            "  {:<72} {:<5} {:<18} {:>10}  {}  [{}]",
+            t.name,
+            t.dtype,
+            shape,
+            human_bytes(t.bytes),
+            t.file,
+            t.kind
+        );
     }
     for sh in &r.shards {
         let _ = writeln!(s, "shard {}: {} tensors, {}", sh.file, sh.tensors, human_bytes(sh.bytes));

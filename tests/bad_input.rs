@@ -33,7 +33,8 @@ fn snapshot(p: &Path) -> Vec<(PathBuf, Vec<u8>)> {
         return vec![(p.to_path_buf(), std::fs::read(p).unwrap())];
     }
     let Ok(rd) = std::fs::read_dir(p) else { return vec![] };
-    let mut v: Vec<_> = rd.map(|e| e.unwrap().path()).filter(|p| p.is_file()).map(|p| (p.clone(), std::fs::read(p).unwrap())).collect();
+    let mut v: Vec<_> =
+        rd.map(|e| e.unwrap().path()).filter(|p| p.is_file()).map(|p| (p.clone(), std::fs::read(p).unwrap())).collect();
     v.sort();
     v
 }
@@ -132,11 +133,20 @@ fn code_last_dimension_not_16k_or_k_out_of_range() {
 
 #[test]
 fn escha_config_disagreeing_with_shapes() {
-    let (_t, dir) = with(|ts| *tensor(ts, &format!("{CODED}.escha_config")) = T::i32(&format!("{CODED}.escha_config"), &[16, 2, 2, 1, 256, 384]));
+    let (_t, dir) = with(|ts| {
+        *tensor(ts, &format!("{CODED}.escha_config")) =
+            T::i32(&format!("{CODED}.escha_config"), &[16, 2, 2, 1, 256, 384])
+    });
     fails(&dir, &[&format!("{CODED}.escha_config"), "K=2", "K=3"]);
-    let (_t, dir) = with(|ts| *tensor(ts, &format!("{CODED}.escha_config")) = T::i32(&format!("{CODED}.escha_config"), &[16, 3, 2, 1, 256, 256]));
+    let (_t, dir) = with(|ts| {
+        *tensor(ts, &format!("{CODED}.escha_config")) =
+            T::i32(&format!("{CODED}.escha_config"), &[16, 3, 2, 1, 256, 256])
+    });
     fails(&dir, &[&format!("{CODED}.escha_config"), "disagree"]);
-    let (_t, dir) = with(|ts| *tensor(ts, &format!("{CODED}.escha_config")) = T::i32(&format!("{CODED}.escha_config"), &[16, 3, 2, 7, 256, 384]));
+    let (_t, dir) = with(|ts| {
+        *tensor(ts, &format!("{CODED}.escha_config")) =
+            T::i32(&format!("{CODED}.escha_config"), &[16, 3, 2, 7, 256, 384])
+    });
     fails(&dir, &[&format!("{CODED}.escha_config"), "codebook id 7"]);
 }
 
@@ -170,7 +180,8 @@ fn non_finite_scales() {
         let (_t, dir) = with(|ts| {
             let t = tensor(ts, &format!("{CODED}.{leaf}"));
             let width = if t.dtype == "F32" { 4 } else { 2 };
-            let bytes: Vec<u8> = if width == 4 { bad.to_le_bytes().to_vec() } else { half::f16::from_f32(bad).to_le_bytes().to_vec() };
+            let bytes: Vec<u8> =
+                if width == 4 { bad.to_le_bytes().to_vec() } else { half::f16::from_f32(bad).to_le_bytes().to_vec() };
             t.data[5 * width..6 * width].copy_from_slice(&bytes);
         });
         fails(&dir, &[&format!("{CODED}.{leaf}"), "non-finite scale", "index 5"]);

@@ -2,9 +2,9 @@
 
 mod synth;
 
+use escha_convert::codec::Codebook;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use escha_convert::codec::Codebook;
 use synth::*;
 
 fn bin() -> Command {
@@ -129,7 +129,8 @@ fn layout_index_config_and_side_files() {
     want.sort();
     assert_eq!(names, want, "bias dropped by default, no escha_* leaves left");
 
-    let index: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("model.safetensors.index.json")).unwrap()).unwrap();
+    let index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.join("model.safetensors.index.json")).unwrap()).unwrap();
     let map = index["weight_map"].as_object().unwrap();
     assert_eq!(map.keys().cloned().collect::<Vec<_>>(), want, "weight_map sorted, complete");
     let files: std::collections::BTreeSet<&str> = map.values().map(|v| v.as_str().unwrap()).collect();
@@ -248,10 +249,10 @@ fn only_selects_a_subset() {
     let o = run(&[&input, &out, &"--only", &"*.mlp.*", &"--quiet"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let names: Vec<String> = output_tensors(&out).into_keys().collect();
-    assert_eq!(names, [
-        "model.language_model.layers.0.mlp.experts.gate_up_proj",
-        "model.language_model.layers.0.mlp.up_proj.weight"
-    ]);
+    assert_eq!(
+        names,
+        ["model.language_model.layers.0.mlp.experts.gate_up_proj", "model.language_model.layers.0.mlp.up_proj.weight"]
+    );
     let o = run(&[&input, &tmp.path().join("none"), &"--only", &"nothing.*"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("--only"));
@@ -284,7 +285,11 @@ fn interrupted_conversion_leaves_nothing_behind() {
         .spawn()
         .unwrap();
     // Wait for the staging directory to appear, then interrupt.
-    let staging_exists = || std::fs::read_dir(tmp.path()).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().starts_with(".out.partial"));
+    let staging_exists = || {
+        std::fs::read_dir(tmp.path())
+            .unwrap()
+            .any(|e| e.unwrap().file_name().to_string_lossy().starts_with(".out.partial"))
+    };
     let started = std::time::Instant::now();
     while !staging_exists() && started.elapsed().as_secs() < 30 {
         std::thread::sleep(std::time::Duration::from_millis(5));
@@ -302,7 +307,6 @@ extern "C" {
     fn libc_kill(pid: i32, sig: i32) -> i32;
 }
 
-
 #[test]
 fn native_exl3_checkpoints_convert_through_the_same_path() {
     let tmp = tempfile::tempdir().unwrap();
@@ -311,7 +315,11 @@ fn native_exl3_checkpoints_convert_through_the_same_path() {
     let code = rng.bytes(ic * oc * k / 8);
     let (suh, svh) = (rng.vec(ic, -0.03, 0.03), rng.vec(oc, -1.0, 1.0));
     let mut tensors = Vec::new();
-    for (p, marker) in [("model.layers.0.mlp.down_proj", Some("mul1")), ("model.layers.0.mlp.up_proj", Some("mcg")), ("model.layers.0.mlp.gate_proj", None)] {
+    for (p, marker) in [
+        ("model.layers.0.mlp.down_proj", Some("mul1")),
+        ("model.layers.0.mlp.up_proj", Some("mcg")),
+        ("model.layers.0.mlp.gate_proj", None),
+    ] {
         tensors.push(T::new(&format!("{p}.trellis"), "I16", &[ic / 16, oc / 16, 16 * k], code.clone()));
         tensors.push(T::f16(&format!("{p}.suh"), &[ic], &suh));
         tensors.push(T::f16(&format!("{p}.svh"), &[oc], &svh));
@@ -327,7 +335,11 @@ fn native_exl3_checkpoints_convert_through_the_same_path() {
     assert_eq!(got.len(), 3, "markers are consumed, one weight per module");
     let su: Vec<f64> = f16s(&tensors[1].data).iter().map(|&v| v as f64).collect();
     let sv: Vec<f64> = f16s(&tensors[2].data).iter().map(|&v| v as f64).collect();
-    for (p, cb) in [("model.layers.0.mlp.down_proj", Codebook::Mul1), ("model.layers.0.mlp.up_proj", Codebook::Mcg), ("model.layers.0.mlp.gate_proj", Codebook::ThreeInst)] {
+    for (p, cb) in [
+        ("model.layers.0.mlp.down_proj", Codebook::Mul1),
+        ("model.layers.0.mlp.up_proj", Codebook::Mcg),
+        ("model.layers.0.mlp.gate_proj", Codebook::ThreeInst),
+    ] {
         let want = reference_linear_with(cb, &code, ic, oc, k as u32, &su, &sv);
         assert_bf16_rounding_of(&bf16s(&got[&format!("{p}.weight")].2), &want, p);
     }
@@ -340,7 +352,11 @@ struct TinyDisk(PathBuf);
 impl TinyDisk {
     fn mount(dir: &Path, size: &str) -> Option<TinyDisk> {
         std::fs::create_dir_all(dir).unwrap();
-        let ok = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"]).arg(dir).status().is_ok_and(|s| s.success());
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
         ok.then(|| TinyDisk(dir.to_path_buf()))
     }
 }

@@ -4,7 +4,9 @@ mod common;
 
 use common::Rng;
 use escha_convert::codec::simd::PortableDecoder;
-use escha_convert::codec::{self, bytes_per_tile, tile, Codebook, ScalarDecoder, TileDecoder, ALL_CODEBOOKS, K_RANGE, TILE_LEN};
+use escha_convert::codec::{
+    self, bytes_per_tile, tile, Codebook, ScalarDecoder, TileDecoder, ALL_CODEBOOKS, K_RANGE, TILE_LEN,
+};
 use half::f16;
 use proptest::prelude::*;
 

@@ -31,7 +31,8 @@ fn golden_tiles() -> Vec<GoldenTile> {
         let doc: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         let k = doc["K"].as_u64().unwrap() as u32;
         let cb = Codebook::from_id(doc["cb"].as_i64().unwrap()).unwrap();
-        let perm: Vec<u8> = doc["tensor_core_perm"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u8).collect();
+        let perm: Vec<u8> =
+            doc["tensor_core_perm"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u8).collect();
         assert_eq!(perm, PERM.to_vec(), "{}: permutation", path.display());
         let list = |v: &Value| -> Vec<u16> {
             v.as_array().unwrap().iter().map(|x| (x.as_i64().unwrap() & 0xFFFF) as u16).collect()
@@ -90,9 +91,8 @@ fn golden_tiles_obey_the_overlap_rule_and_repack_to_their_words() {
 #[test]
 fn real_checkpoint_test_vector() {
     let words: [u16; 32] = [
-        17306, 23673, 17721, 8298, 30284, 37780, 11190, 65313, 62638, 7569, 24420, 46439, 33879, 51555, 44741,
-        64370, 7988, 27160, 22813, 57471, 57599, 33229, 54809, 28588, 45070, 5627, 62389, 10510, 41066, 20219,
-        12929, 50458,
+        17306, 23673, 17721, 8298, 30284, 37780, 11190, 65313, 62638, 7569, 24420, 46439, 33879, 51555, 44741, 64370,
+        7988, 27160, 22813, 57471, 57599, 33229, 54809, 28588, 45070, 5627, 62389, 10510, 41066, 20219, 12929, 50458,
     ];
     let bytes = words_to_bytes(&words);
     for decoder in all_decoders() {
@@ -105,14 +105,40 @@ fn real_checkpoint_test_vector() {
         let first_bits: Vec<u16> = (0..8).map(|t| f16::from_f32(inner[PERM[t] as usize]).to_bits()).collect();
         assert_eq!(first_bits, [0xBBFC, 0xBDC0, 0xB57E, 0xBEF0, 0x35F4, 0x3DB3, 0x391C, 0x3ABF]);
         let row0 = [
-            -0.998046875, 0.9609375, 0.259765625, 0.08837890625, 0.50390625, 0.55419921875, -1.1611328125,
-            0.197265625, 0.3720703125, -0.7607421875, 0.173828125, -0.44921875, 0.7392578125, 0.161376953125,
-            1.005859375, 0.5888671875,
+            -0.998046875,
+            0.9609375,
+            0.259765625,
+            0.08837890625,
+            0.50390625,
+            0.55419921875,
+            -1.1611328125,
+            0.197265625,
+            0.3720703125,
+            -0.7607421875,
+            0.173828125,
+            -0.44921875,
+            0.7392578125,
+            0.161376953125,
+            1.005859375,
+            0.5888671875,
         ];
         assert_eq!(&inner[..16], &row0);
         let col0 = [
-            -0.998046875, -1.4375, 0.599609375, -1.3740234375, 0.8759765625, 1.11328125, 0.0947265625, 0.2890625,
-            -0.34326171875, -1.734375, -1.79296875, 0.7294921875, -0.80078125, 0.68359375, -0.1240234375,
+            -0.998046875,
+            -1.4375,
+            0.599609375,
+            -1.3740234375,
+            0.8759765625,
+            1.11328125,
+            0.0947265625,
+            0.2890625,
+            -0.34326171875,
+            -1.734375,
+            -1.79296875,
+            0.7294921875,
+            -0.80078125,
+            0.68359375,
+            -0.1240234375,
             -0.281982421875,
         ];
         let col: Vec<f32> = (0..16).map(|r| inner[16 * r]).collect();

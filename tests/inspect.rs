@@ -7,7 +7,12 @@ use serde_json::Value;
 use std::process::Command;
 
 fn inspect(model: &str) -> Value {
-    let o = Command::new(env!("CARGO_BIN_EXE_escha-convert")).arg("inspect").arg(fixture(model)).arg("--json").output().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_escha-convert"))
+        .arg("inspect")
+        .arg(fixture(model))
+        .arg("--json")
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&o.stdout).unwrap()
 }
@@ -21,7 +26,11 @@ fn dense_fixture_facts() {
     let coded = r["coded"].as_array().unwrap();
     assert_eq!(coded.len(), 25);
     // Weighted by weights: up/down (4 × 2 × 128×256) at K=3, the rest at K=2.
-    let k3 = coded.iter().filter(|c| c["k"] == 3).map(|c| c["in_features"].as_u64().unwrap() * c["out_features"].as_u64().unwrap()).sum::<u64>();
+    let k3 = coded
+        .iter()
+        .filter(|c| c["k"] == 3)
+        .map(|c| c["in_features"].as_u64().unwrap() * c["out_features"].as_u64().unwrap())
+        .sum::<u64>();
     let all = r["coded_weights"].as_u64().unwrap();
     assert_eq!(k3, 4 * 2 * 128 * 256);
     let want = (3 * k3 + 2 * (all - k3)) as f64 / all as f64;
@@ -37,8 +46,15 @@ fn dense_fixture_facts() {
     // The predicted bf16 size is what a conversion writes (tensor bytes, main part).
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
-    assert!(Command::new(env!("CARGO_BIN_EXE_escha-convert")).arg(fixture("dense")).arg(&out).arg("--quiet").status().unwrap().success());
-    let index: Value = serde_json::from_slice(&std::fs::read(out.join("model.safetensors.index.json")).unwrap()).unwrap();
+    assert!(Command::new(env!("CARGO_BIN_EXE_escha-convert"))
+        .arg(fixture("dense"))
+        .arg(&out)
+        .arg("--quiet")
+        .status()
+        .unwrap()
+        .success());
+    let index: Value =
+        serde_json::from_slice(&std::fs::read(out.join("model.safetensors.index.json")).unwrap()).unwrap();
     assert_eq!(r["sizes"]["bf16_bytes"], index["metadata"]["total_size"]);
 }
 
@@ -70,7 +86,8 @@ fn the_27b_shapes_give_the_published_bits_per_weight() {
     let mut offset = 0u64;
     let mut add = |name: String, dtype: &str, shape: Vec<u64>, el: u64| {
         let len = shape.iter().product::<u64>() * el;
-        header.insert(name, serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len]}));
+        header
+            .insert(name, serde_json::json!({"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len]}));
         offset += len;
     };
     for layer in 0..64 {
@@ -81,7 +98,9 @@ fn the_27b_shapes_give_the_published_bits_per_weight() {
             (format!("{p}.mlp.down_proj"), 17408, 5120, 3),
         ];
         if (layer + 1) % 4 == 0 {
-            for (proj, ic, oc) in [("q_proj", 5120, 12288), ("k_proj", 5120, 1024), ("v_proj", 5120, 1024), ("o_proj", 6144, 5120)] {
+            for (proj, ic, oc) in
+                [("q_proj", 5120, 12288), ("k_proj", 5120, 1024), ("v_proj", 5120, 1024), ("o_proj", 6144, 5120)]
+            {
                 coded.push((format!("{p}.self_attn.{proj}"), ic, oc, 2));
             }
         } else {

@@ -116,7 +116,8 @@ fn small_calls_below_the_threshold_are_exact_too() {
 fn a_reconstructed_linear_is_identical_with_the_gpu() {
     let m = gpu();
     let (ic, oc, k) = (256usize, 384usize, 2u32);
-    let set = kernel_cases::random((ic / 16) * (oc / 16)).into_iter().find(|s| s.k == k && s.cb == Codebook::Mcg).unwrap();
+    let set =
+        kernel_cases::random((ic / 16) * (oc / 16)).into_iter().find(|s| s.k == k && s.cb == Codebook::Mcg).unwrap();
     assert_eq!(set.bytes.len(), (ic / 16) * (oc / 16) * bytes_per_tile(k));
     let su: Vec<f32> = (0..ic).map(|i| if i % 3 == 0 { -0.01 } else { 0.02 }).collect();
     let sv: Vec<f32> = (0..oc).map(|i| 0.5 + (i % 7) as f32 * 0.125).collect();

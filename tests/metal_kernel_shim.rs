@@ -52,7 +52,11 @@ mod shim {
         }
         let (head, rest) = out.split_at(pad);
         let (body, tail) = rest.split_at(tiles * TILE_LEN);
-        assert!(head.iter().chain(tail).all(|v| v.to_bits() == GUARD), "{}: the kernel wrote outside its output", set.label);
+        assert!(
+            head.iter().chain(tail).all(|v| v.to_bits() == GUARD),
+            "{}: the kernel wrote outside its output",
+            set.label
+        );
         body.to_vec()
     }
 

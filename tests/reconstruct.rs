@@ -140,7 +140,10 @@ fn whole_strip_batches_and_single_squares_give_the_same_bits() {
     for block in 0..oc / 128 {
         lin.reconstruct_block(codec::best_decoder(), block, &mut a);
         lin.reconstruct_block(&Batched, block, &mut b);
-        assert_eq!(a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), b.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+        assert_eq!(
+            a.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+            b.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+        );
         for c in 0..ic / 128 {
             let mut square = vec![0f32; 128 * 128];
             lin.reconstruct_square(&ScalarDecoder, block, c, &mut square, 128);

@@ -142,54 +142,77 @@ fn a_broken_state_extractor_fails_the_overlap_check() {
 #[test]
 fn exchanging_rin_and_rout_fails_correlation() {
     let p = "model.language_model.layers.0.linear_attn.out_proj";
-    assert_fails_with("dense", "dense-base", |ts| {
-        let rin = std::mem::take(data(ts, &format!("{p}.escha_rin")));
-        let rout = std::mem::replace(data(ts, &format!("{p}.escha_rout")), rin);
-        *data(ts, &format!("{p}.escha_rin")) = rout;
-    }, p, "corr");
+    assert_fails_with(
+        "dense",
+        "dense-base",
+        |ts| {
+            let rin = std::mem::take(data(ts, &format!("{p}.escha_rin")));
+            let rout = std::mem::replace(data(ts, &format!("{p}.escha_rout")), rin);
+            *data(ts, &format!("{p}.escha_rin")) = rout;
+        },
+        p,
+        "corr",
+    );
 }
 
 #[test]
 fn swapping_gate_and_up_halves_fails_correlation() {
     let p = "model.language_model.layers.1.mlp.experts.gate_up_proj";
-    assert_fails_with("moe", "moe-base", |ts| {
-        // Code [E, IC/16, OC/16, 32]: swap the first and second half of the OC/16 tile columns,
-        // and the halves of rout and s_out, so the decode puts up where gate belongs.
-        let t = ts.iter().find(|t| t.name == format!("{p}.escha_code")).unwrap();
-        let (ot, words) = (t.shape[2], t.shape[3]);
-        let row = ot * words * 2;
-        for chunk in data(ts, &format!("{p}.escha_code")).chunks_exact_mut(row) {
-            let (a, b) = chunk.split_at_mut(row / 2);
-            a.swap_with_slice(b);
-        }
-        for leaf in ["escha_rout", "escha_s_out"] {
-            let t = ts.iter().find(|t| t.name == format!("{p}.{leaf}")).unwrap();
-            let oc_bytes = t.data.len() / t.shape[0];
-            for chunk in data(ts, &format!("{p}.{leaf}")).chunks_exact_mut(oc_bytes) {
-                let (a, b) = chunk.split_at_mut(oc_bytes / 2);
+    assert_fails_with(
+        "moe",
+        "moe-base",
+        |ts| {
+            // Code [E, IC/16, OC/16, 32]: swap the first and second half of the OC/16 tile columns,
+            // and the halves of rout and s_out, so the decode puts up where gate belongs.
+            let t = ts.iter().find(|t| t.name == format!("{p}.escha_code")).unwrap();
+            let (ot, words) = (t.shape[2], t.shape[3]);
+            let row = ot * words * 2;
+            for chunk in data(ts, &format!("{p}.escha_code")).chunks_exact_mut(row) {
+                let (a, b) = chunk.split_at_mut(row / 2);
                 a.swap_with_slice(b);
             }
-        }
-    }, p, "corr");
+            for leaf in ["escha_rout", "escha_s_out"] {
+                let t = ts.iter().find(|t| t.name == format!("{p}.{leaf}")).unwrap();
+                let oc_bytes = t.data.len() / t.shape[0];
+                for chunk in data(ts, &format!("{p}.{leaf}")).chunks_exact_mut(oc_bytes) {
+                    let (a, b) = chunk.split_at_mut(oc_bytes / 2);
+                    a.swap_with_slice(b);
+                }
+            }
+        },
+        p,
+        "corr",
+    );
 }
 
 #[test]
 fn a_norm_shifted_by_one_fails_the_norm_offset_check() {
     let n = "model.language_model.layers.2.input_layernorm.weight";
-    assert_fails_with("dense", "dense-base", |ts| {
-        let bytes = data(ts, n);
-        for v in bytes.chunks_exact_mut(2) {
-            let x = half::f16::from_le_bytes([v[0], v[1]]).to_f32() + 1.0;
-            v.copy_from_slice(&half::f16::from_f32(x).to_le_bytes());
-        }
-    }, n, "norm offset");
+    assert_fails_with(
+        "dense",
+        "dense-base",
+        |ts| {
+            let bytes = data(ts, n);
+            for v in bytes.chunks_exact_mut(2) {
+                let x = half::f16::from_le_bytes([v[0], v[1]]).to_f32() + 1.0;
+                v.copy_from_slice(&half::f16::from_f32(x).to_le_bytes());
+            }
+        },
+        n,
+        "norm offset",
+    );
 }
 
 #[test]
 fn comparing_the_decode_with_itself_fails_below_the_shannon_bound() {
     let tmp = tempfile::tempdir().unwrap();
     let decoded = tmp.path().join("decoded");
-    let o = Command::new(env!("CARGO_BIN_EXE_escha-convert")).arg(fixture("dense")).arg(&decoded).arg("--quiet").output().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_escha-convert"))
+        .arg(fixture("dense"))
+        .arg(&decoded)
+        .arg("--quiet")
+        .output()
+        .unwrap();
     assert!(o.status.success());
     let (code, r) = verify(&fixture("dense"), &decoded);
     assert_eq!(code, Some(1));
@@ -201,7 +224,10 @@ fn comparing_the_decode_with_itself_fails_below_the_shannon_bound() {
 #[test]
 fn a_quantized_checkpoint_is_refused_as_base_with_exit_2() {
     let o = Command::new(env!("CARGO_BIN_EXE_escha-convert"))
-        .arg("verify").arg(fixture("dense")).arg("--base").arg(fixture("dense"))
+        .arg("verify")
+        .arg(fixture("dense"))
+        .arg("--base")
+        .arg(fixture("dense"))
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
@@ -211,7 +237,15 @@ fn a_quantized_checkpoint_is_refused_as_base_with_exit_2() {
 #[test]
 fn sampling_checks_n_squares_per_tensor() {
     let o = Command::new(env!("CARGO_BIN_EXE_escha-convert"))
-        .args(["verify".as_ref(), fixture("moe").as_os_str(), "--base".as_ref(), fixture("moe-base-fp8").as_os_str(), "--sample".as_ref(), "3".as_ref(), "--json".as_ref()])
+        .args([
+            "verify".as_ref(),
+            fixture("moe").as_os_str(),
+            "--base".as_ref(),
+            fixture("moe-base-fp8").as_os_str(),
+            "--sample".as_ref(),
+            "3".as_ref(),
+            "--json".as_ref(),
+        ])
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));

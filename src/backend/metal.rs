@@ -32,8 +32,8 @@ use objc2::sel;
 use objc2_foundation::{NSError, NSString};
 use objc2_metal::{
     MTLBuffer, MTLCommandBuffer, MTLCommandBufferStatus, MTLCommandEncoder, MTLCommandQueue, MTLCompileOptions,
-    MTLComputeCommandEncoder, MTLComputePipelineState, MTLCreateSystemDefaultDevice, MTLDevice, MTLLibrary, MTLMathMode,
-    MTLResourceOptions, MTLSize,
+    MTLComputeCommandEncoder, MTLComputePipelineState, MTLCreateSystemDefaultDevice, MTLDevice, MTLLibrary,
+    MTLMathMode, MTLResourceOptions, MTLSize,
 };
 use std::collections::VecDeque;
 use std::ffi::c_void;
@@ -163,9 +163,12 @@ impl MetalDecoder {
             let queue = device
                 .newCommandQueue()
                 .ok_or_else(|| BackendError::MetalSetup("the device gave no command queue".into()))?;
-            let threadgroup = THREADGROUP.min(pipeline.maxTotalThreadsPerThreadgroup()) / THREADS_PER_TILE * THREADS_PER_TILE;
+            let threadgroup =
+                THREADGROUP.min(pipeline.maxTotalThreadsPerThreadgroup()) / THREADS_PER_TILE * THREADS_PER_TILE;
             if threadgroup == 0 {
-                return Err(BackendError::MetalSetup("the pipeline allows fewer than 32 threads per threadgroup".into()));
+                return Err(BackendError::MetalSetup(
+                    "the pipeline allows fewer than 32 threads per threadgroup".into(),
+                ));
             }
             let max_buffer = device.maxBufferLength();
             let chunk_tiles = CHUNK_TILES.min(max_buffer / (TILE_LEN * 4)).max(1);
@@ -260,7 +263,11 @@ impl MetalDecoder {
         unsafe {
             encoder.setBuffer_offset_atIndex(Some(input), 0, 0);
             encoder.setBuffer_offset_atIndex(Some(out), 0, 1);
-            encoder.setBytes_length_atIndex(NonNull::from(params).cast::<c_void>(), std::mem::size_of::<DecodeParams>(), 2);
+            encoder.setBytes_length_atIndex(
+                NonNull::from(params).cast::<c_void>(),
+                std::mem::size_of::<DecodeParams>(),
+                2,
+            );
         }
         let groups = (tiles * THREADS_PER_TILE).div_ceil(self.threadgroup);
         encoder.dispatchThreadgroups_threadsPerThreadgroup(
@@ -295,7 +302,8 @@ impl MetalDecoder {
             Some(slot) => {
                 // SAFETY: the dispatch completed and wrote `dst.len()` f32 values at the start of
                 // the slot's output buffer, shared memory the CPU may now read.
-                let values = unsafe { std::slice::from_raw_parts(slot.out.contents().as_ptr().cast::<f32>(), dst.len()) };
+                let values =
+                    unsafe { std::slice::from_raw_parts(slot.out.contents().as_ptr().cast::<f32>(), dst.len()) };
                 dst.copy_from_slice(values);
             }
             None => self.cpu.decode_tiles(src, k, cb, dst),

@@ -67,8 +67,8 @@ impl Checkpoint {
         if config_path.is_file() {
             let text = std::fs::read_to_string(&config_path)
                 .with_context(|| format!("{}: cannot read", config_path.display()))?;
-            let value = serde_json::from_str(&text)
-                .with_context(|| format!("{}: invalid JSON", config_path.display()))?;
+            let value =
+                serde_json::from_str(&text).with_context(|| format!("{}: invalid JSON", config_path.display()))?;
             ck.config = Some(value);
         }
         let index_path = root.join(INDEX_FILE);
@@ -99,7 +99,8 @@ impl Checkpoint {
     /// Opens the shards named by the index and checks that every listed tensor is where the index
     /// says.
     fn open_indexed(&mut self, index_path: &Path) -> Result<()> {
-        let text = std::fs::read_to_string(index_path).with_context(|| format!("{}: cannot read", index_path.display()))?;
+        let text =
+            std::fs::read_to_string(index_path).with_context(|| format!("{}: cannot read", index_path.display()))?;
         let index: Value =
             serde_json::from_str(&text).with_context(|| format!("{}: invalid JSON", index_path.display()))?;
         let Some(map) = index.get("weight_map").and_then(Value::as_object) else {
@@ -139,11 +140,7 @@ impl Checkpoint {
         for (name, mut entry) in entries {
             entry.shard = id;
             if let Some(prev) = self.tensors.get(&name) {
-                bail!(
-                    "{}: tensor {name} also appears in {}",
-                    path.display(),
-                    self.shards[prev.shard].path.display()
-                );
+                bail!("{}: tensor {name} also appears in {}", path.display(), self.shards[prev.shard].path.display());
             }
             self.tensors.insert(name, entry);
         }

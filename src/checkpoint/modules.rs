@@ -137,7 +137,10 @@ pub fn catalog(ck: &Checkpoint) -> Result<Catalog> {
     for name in ck.tensors.keys() {
         let (_, leaf) = split_leaf(name);
         if leaf.starts_with("escha_") && !ESCHA_LEAVES.iter().any(|(l, _)| *l == leaf) {
-            bail!(err(name, format!("unknown Escha leaf \"{leaf}\"; refusing to decode a format this tool does not know")));
+            bail!(err(
+                name,
+                format!("unknown Escha leaf \"{leaf}\"; refusing to decode a format this tool does not know")
+            ));
         }
     }
 
@@ -190,15 +193,23 @@ pub fn catalog(ck: &Checkpoint) -> Result<Catalog> {
                     bail!(err(name, format!("expected an I8 matrix, found {:?} {:?}", entry.dtype, entry.shape)));
                 }
                 if !is_float(se.dtype) || se.shape.iter().product::<usize>() != entry.shape[0] {
-                    bail!(err(&scale, format!(
-                        "expected {} float scales (one per row of {name}), found {:?} {:?}",
-                        entry.shape[0], se.dtype, se.shape
-                    )));
+                    bail!(err(
+                        &scale,
+                        format!(
+                            "expected {} float scales (one per row of {name}), found {:?} {:?}",
+                            entry.shape[0], se.dtype, se.shape
+                        )
+                    ));
                 }
                 check_finite(ck, &scale, &err)?;
                 claimed.insert(name);
                 claimed.insert(ck.tensors.get_key_value(&scale).unwrap().0);
-                cat.int8.push(Int8Module { path: path.to_string(), weight: name.clone(), scale, shape: entry.shape.clone() });
+                cat.int8.push(Int8Module {
+                    path: path.to_string(),
+                    weight: name.clone(),
+                    scale,
+                    shape: entry.shape.clone(),
+                });
             }
             "weight_scale" if !ck.tensors.contains_key(&format!("{path}.weight_int8")) => {
                 bail!(err(name, format!("int8 scale without its weight {path}.weight_int8")));
@@ -249,13 +260,14 @@ fn validate_coded(
     }
     let rank = code.shape.len();
     if rank != 3 && rank != 4 {
-        bail!(err(code_name, format!("code must have rank 3 ([IC/16, OC/16, 16K]) or 4 ([E, …]), found shape {:?}", code.shape)));
+        bail!(err(
+            code_name,
+            format!("code must have rank 3 ([IC/16, OC/16, 16K]) or 4 ([E, …]), found shape {:?}", code.shape)
+        ));
     }
     let last = code.shape[rank - 1];
     if last % 16 != 0 || !K_RANGE.contains(&((last / 16) as u32)) {
-        bail!(err(code_name, format!(
-            "last dimension {last} must be 16·K with K in 1..8 (words per tile)"
-        )));
+        bail!(err(code_name, format!("last dimension {last} must be 16·K with K in 1..8 (words per tile)")));
     }
     let k = (last / 16) as u32;
     let experts = (rank == 4).then(|| code.shape[0]);
@@ -285,7 +297,9 @@ fn validate_coded(
     if let Some(n) = leaves.get(&Leaf::Bias) {
         let e = &ck.tensors[n];
         let want: Vec<usize> = lead.iter().copied().chain([out_padded]).collect();
-        if !is_float(e.dtype) || (e.shape != want && e.shape.iter().product::<usize>() != want.iter().product::<usize>()) {
+        if !is_float(e.dtype)
+            || (e.shape != want && e.shape.iter().product::<usize>() != want.iter().product::<usize>())
+        {
             bail!(err(n, format!("bias must be a float vector of shape {want:?}, found {:?} {:?}", e.dtype, e.shape)));
         }
     }
@@ -340,9 +354,12 @@ fn validate_coded(
         (in_features, out_features) = (ic as usize, oc as usize);
     }
     if in_padded % HADAMARD_SIZE != 0 || out_padded % HADAMARD_SIZE != 0 {
-        bail!(err(code_name, format!(
-            "stored dims {in_padded}×{out_padded} are not multiples of 128 and the checkpoint gives no padding"
-        )));
+        bail!(err(
+            code_name,
+            format!(
+                "stored dims {in_padded}×{out_padded} are not multiples of 128 and the checkpoint gives no padding"
+            )
+        ));
     }
     for n in scale_names {
         check_finite(ck, n, err)?;

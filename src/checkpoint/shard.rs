@@ -49,7 +49,8 @@ impl Shard {
     pub fn release(&self, range: std::ops::Range<usize>) {
         // SAFETY: the mapping is private and never written, so after MADV_DONTNEED a later access
         // reads the same file bytes back; no reference observes different contents.
-        let _ = unsafe { self.mmap.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, range.start, range.len()) };
+        let _ =
+            unsafe { self.mmap.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, range.start, range.len()) };
     }
 }
 

@@ -90,8 +90,7 @@ impl Codebook {
 
     /// All 65536 values as fp16 bit patterns, built once per process.
     pub fn table(self) -> &'static [u16; 65536] {
-        static TABLES: [OnceLock<Box<[u16; 65536]>>; 3] =
-            [OnceLock::new(), OnceLock::new(), OnceLock::new()];
+        static TABLES: [OnceLock<Box<[u16; 65536]>>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
         TABLES[self.id() as usize].get_or_init(|| {
             let mut t = Box::new([0u16; 65536]);
             for (s, v) in t.iter_mut().enumerate() {

@@ -29,7 +29,13 @@ struct Scratch {
     params_offset: u64,
 }
 
-pub(super) fn write_part(part: &Part, dir: &Path, dtype: DenseDtype, decoder: &dyn TileDecoder, progress: &indicatif::ProgressBar) -> Result<()> {
+pub(super) fn write_part(
+    part: &Part,
+    dir: &Path,
+    dtype: DenseDtype,
+    decoder: &dyn TileDecoder,
+    progress: &indicatif::ProgressBar,
+) -> Result<()> {
     let queue = WriteQueue::start(ShardFiles::create(dir, &part.plan)?);
     let units = units(part);
     // Units left per output tensor: when a tensor's last unit is done, its large inputs are
@@ -91,7 +97,12 @@ fn bulk_input<'a>(part: &'a Part, recipe: &Recipe) -> Option<&'a TensorEntry> {
                     m.tensor(Leaf::Code)?
                 }
                 RowSource::Int8(i) => &part.cat.int8[*i].weight,
-                RowSource::Plain { name, rows } if rows.start == 0 && rows.end == part.ck.tensors[name].shape[part.ck.tensors[name].shape.len() - 2] => name,
+                RowSource::Plain { name, rows }
+                    if rows.start == 0
+                        && rows.end == part.ck.tensors[name].shape[part.ck.tensors[name].shape.len() - 2] =>
+                {
+                    name
+                }
                 RowSource::Plain { .. } | RowSource::Stack(_) => return None,
             },
             MlxRecipe::Int8Exact { int8, .. } => &part.cat.int8[*int8].weight,
@@ -102,7 +113,13 @@ fn bulk_input<'a>(part: &'a Part, recipe: &Recipe) -> Option<&'a TensorEntry> {
 }
 
 /// Fills `scratch.bytes` with the unit's output and returns its offset within the tensor.
-fn run_unit(part: &Part, unit: &Unit, dtype: DenseDtype, decoder: &dyn TileDecoder, scratch: &mut Scratch) -> Result<u64> {
+fn run_unit(
+    part: &Part,
+    unit: &Unit,
+    dtype: DenseDtype,
+    decoder: &dyn TileDecoder,
+    scratch: &mut Scratch,
+) -> Result<u64> {
     let (ck, cat) = (&part.ck, &part.cat);
     let tensor = &part.plan.tensors[unit.tensor].tensor;
     let el = tensor.dtype.bitsize() / 8;
@@ -145,7 +162,9 @@ fn run_unit(part: &Part, unit: &Unit, dtype: DenseDtype, decoder: &dyn TileDecod
             dense::encode(&scratch.values, tensor.dtype, &mut scratch.bytes);
             Ok((range.start * el) as u64)
         }
-        (Recipe::Mlx(r), Work::MlxRows { lead, rows, .. }) => run_mlx_rows(part, r, tensor, *lead, rows.clone(), decoder, scratch),
+        (Recipe::Mlx(r), Work::MlxRows { lead, rows, .. }) => {
+            run_mlx_rows(part, r, tensor, *lead, rows.clone(), decoder, scratch)
+        }
         _ => unreachable!("work units are built from their recipe"),
     }
 }
@@ -170,7 +189,16 @@ fn run_mlx_rows(
         let s_el = s.dtype.bitsize() / 8;
         floats_to_f32(&part.ck.bytes(s)[rows.start * s_el..rows.end * s_el], s.dtype, &mut scratch.values)?;
         let w8 = &part.ck.bytes(w)[rows.start * cols..rows.end * cols];
-        mlx_affine::repack_int8_rows(w8, &scratch.values, cols, *group_size, mlx::INT8_SCALE_DTYPE, &mut scratch.bytes, &mut scratch.scales, &mut scratch.biases);
+        mlx_affine::repack_int8_rows(
+            w8,
+            &scratch.values,
+            cols,
+            *group_size,
+            mlx::INT8_SCALE_DTYPE,
+            &mut scratch.bytes,
+            &mut scratch.scales,
+            &mut scratch.biases,
+        );
         scratch.params_offset = (rows.start * (cols / group_size) * mlx::INT8_SCALE_DTYPE.bitsize() / 8) as u64;
         return Ok((rows.start * cols) as u64);
     }
@@ -187,7 +215,15 @@ fn run_mlx_rows(
         Some((spec, scale_dtype)) => {
             // The values MLX would quantize: the weight in the model dtype (= scale dtype).
             mlx_affine::round_slice(&mut scratch.values, scale_dtype);
-            mlx_affine::quantize_rows(&scratch.values, cols, spec, scale_dtype, &mut scratch.bytes, &mut scratch.scales, &mut scratch.biases);
+            mlx_affine::quantize_rows(
+                &scratch.values,
+                cols,
+                spec,
+                scale_dtype,
+                &mut scratch.bytes,
+                &mut scratch.scales,
+                &mut scratch.biases,
+            );
             scratch.params_offset = (row * spec.groups(cols) * scale_dtype.bitsize() / 8) as u64;
             Ok((row * spec.packed_cols(cols) * 4) as u64)
         }
@@ -199,7 +235,14 @@ fn run_mlx_rows(
 }
 
 /// Rows `rows` of expert `lead` of a row source as f32 in `scratch.values` (`rows × cols`).
-fn mlx_source_rows(part: &Part, source: &RowSource, lead: usize, rows: Range<usize>, decoder: &dyn TileDecoder, scratch: &mut Scratch) -> Result<()> {
+fn mlx_source_rows(
+    part: &Part,
+    source: &RowSource,
+    lead: usize,
+    rows: Range<usize>,
+    decoder: &dyn TileDecoder,
+    scratch: &mut Scratch,
+) -> Result<()> {
     let ck = &part.ck;
     scratch.values.clear();
     match source {
@@ -241,7 +284,13 @@ fn mlx_source_rows(part: &Part, source: &RowSource, lead: usize, rows: Range<usi
 }
 
 /// Copies elements `range` of `entry`, converting floats to `out` when the dtypes differ.
-fn copy_elements(ck: &Checkpoint, entry: &TensorEntry, out: Dtype, range: Range<usize>, scratch: &mut Scratch) -> Result<()> {
+fn copy_elements(
+    ck: &Checkpoint,
+    entry: &TensorEntry,
+    out: Dtype,
+    range: Range<usize>,
+    scratch: &mut Scratch,
+) -> Result<()> {
     let el = entry.dtype.bitsize() / 8;
     let src = &ck.bytes(entry)[range.start * el..range.end * el];
     if entry.dtype == out || !is_float(entry.dtype) {
@@ -252,4 +301,3 @@ fn copy_elements(ck: &Checkpoint, entry: &TensorEntry, out: Dtype, range: Range<
     }
     Ok(())
 }
-

@@ -210,20 +210,32 @@ fn open_part(path: &Path, subdir: &'static str, opts: &ConvertOptions, warnings:
         Some(m) => {
             let (mut tensors, dropped) = mlx::layout(&ck, &cat, m, opts.keep_bias)?;
             if dropped.mtp > 0 {
-                warnings.push(format!("{}: dropped {} MTP tensors (the MLX layout carries none)", path.display(), dropped.mtp));
+                warnings.push(format!(
+                    "{}: dropped {} MTP tensors (the MLX layout carries none)",
+                    path.display(),
+                    dropped.mtp
+                ));
             }
             if dropped.tied_head > 0 {
                 warnings.push(format!("{}: dropped lm_head: tie_word_embeddings is set", path.display()));
             }
             if dropped.expert_biases > 0 {
-                warnings.push(format!("{}: dropped {} bias tensors of stacked experts (no MLX slot)", path.display(), dropped.expert_biases));
+                warnings.push(format!(
+                    "{}: dropped {} bias tensors of stacked experts (no MLX slot)",
+                    path.display(),
+                    dropped.expert_biases
+                ));
             }
             mlx::retain_selected(&mut tensors, &opts.only);
             tensors
         }
     };
     if tensors.is_empty() && subdir.is_empty() {
-        bail!("{}: nothing to convert{}", path.display(), if opts.only.is_empty() { "" } else { " (no tensor matches --only)" });
+        bail!(
+            "{}: nothing to convert{}",
+            path.display(),
+            if opts.only.is_empty() { "" } else { " (no tensor matches --only)" }
+        );
     }
     let plan = Plan::new(tensors, opts.max_shard_size, if opts.mlx.is_some() { "mlx" } else { "pt" });
     Ok(Part { ck, cat, plan, subdir })
@@ -283,7 +295,8 @@ pub fn dense_config(config: &Value) -> Value {
 /// JSON with a 4-space indent, as mlx-lm's `save_config` writes it.
 fn pretty_mlx(v: &Value) -> String {
     let mut out = Vec::new();
-    let mut ser = serde_json::Serializer::with_formatter(&mut out, serde_json::ser::PrettyFormatter::with_indent(b"    "));
+    let mut ser =
+        serde_json::Serializer::with_formatter(&mut out, serde_json::ser::PrettyFormatter::with_indent(b"    "));
     v.serialize(&mut ser).expect("JSON serialises");
     let mut s = String::from_utf8(out).expect("JSON is UTF-8");
     s.push('\n');

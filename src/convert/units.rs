@@ -8,12 +8,19 @@ use std::ops::Range;
 
 /// The work of one unit.
 pub(super) enum Work {
-    CodedBlock { expert: usize, block: usize },
+    CodedBlock {
+        expert: usize,
+        block: usize,
+    },
     Int8Rows(Range<usize>),
     Elements(Range<usize>),
     /// MLX: rows `rows` of expert `lead` of a row source; `params`: the plan indices of the
     /// `.scales` and `.biases` tensors the unit also writes.
-    MlxRows { lead: usize, rows: Range<usize>, params: Option<[usize; 2]> },
+    MlxRows {
+        lead: usize,
+        rows: Range<usize>,
+        params: Option<[usize; 2]>,
+    },
 }
 
 pub(super) struct Unit {
@@ -64,7 +71,10 @@ fn mlx_units(part: &Part, t: usize, recipe: &MlxRecipe, units: &mut Vec<Unit>) {
             let params = index(scales).zip(index(biases)).map(|(s, b)| [s, b]);
             let per_unit = (ELEMENTS_PER_UNIT / part.cat.int8[*int8].shape[1].max(1)).max(1);
             for start in (0..rows).step_by(per_unit) {
-                units.push(Unit { tensor: t, work: Work::MlxRows { lead: 0, rows: start..(start + per_unit).min(rows), params } });
+                units.push(Unit {
+                    tensor: t,
+                    work: Work::MlxRows { lead: 0, rows: start..(start + per_unit).min(rows), params },
+                });
             }
             return;
         }
@@ -80,7 +90,10 @@ fn mlx_units(part: &Part, t: usize, recipe: &MlxRecipe, units: &mut Vec<Unit>) {
                 _ => (ELEMENTS_PER_UNIT / cols.max(1)).max(1),
             };
             for start in (rows.start..rows.end).step_by(per_unit) {
-                units.push(Unit { tensor: t, work: Work::MlxRows { lead, rows: start..(start + per_unit).min(rows.end), params } });
+                units.push(Unit {
+                    tensor: t,
+                    work: Work::MlxRows { lead, rows: start..(start + per_unit).min(rows.end), params },
+                });
             }
         }
         return;
@@ -100,7 +113,10 @@ fn mlx_units(part: &Part, t: usize, recipe: &MlxRecipe, units: &mut Vec<Unit>) {
             let per_unit = (ELEMENTS_PER_UNIT / cols.max(1)).max(1);
             for lead in 0..leads {
                 for start in (rows.start..rows.end).step_by(per_unit) {
-                    units.push(Unit { tensor: t, work: Work::MlxRows { lead, rows: start..(start + per_unit).min(rows.end), params } });
+                    units.push(Unit {
+                        tensor: t,
+                        work: Work::MlxRows { lead, rows: start..(start + per_unit).min(rows.end), params },
+                    });
                 }
             }
         }
@@ -129,4 +145,3 @@ pub(super) fn row_source_dims(part: &Part, source: &RowSource) -> (usize, Range<
         }
     }
 }
-

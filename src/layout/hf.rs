@@ -32,7 +32,13 @@ pub fn layout(ck: &Checkpoint, cat: &Catalog, dtype: DenseDtype, keep_bias: bool
     }
     for (i, m) in cat.int8.iter().enumerate() {
         let name = format!("{}.weight", m.path);
-        tensors.push(OutputTensor { name, dtype: out, shape: m.shape.clone(), recipe: Recipe::Int8(i), kind: Kind::Int8 });
+        tensors.push(OutputTensor {
+            name,
+            dtype: out,
+            shape: m.shape.clone(),
+            recipe: Recipe::Int8(i),
+            kind: Kind::Int8,
+        });
     }
     for p in &cat.plain {
         let entry = &ck.tensors[&p.name];

@@ -153,8 +153,13 @@ pub fn mlx_name(family: Family, name: &str) -> String {
 }
 
 /// mlx-lm's suffixes of the zero-centred norms (`sanitize`), matched on MLX names.
-const OFFSET_NORMS: &[&str] =
-    &[".input_layernorm.weight", ".post_attention_layernorm.weight", "model.norm.weight", ".q_norm.weight", ".k_norm.weight"];
+const OFFSET_NORMS: &[&str] = &[
+    ".input_layernorm.weight",
+    ".post_attention_layernorm.weight",
+    "model.norm.weight",
+    ".q_norm.weight",
+    ".k_norm.weight",
+];
 
 /// Whether an (MLX-named, 1-D) tensor is a norm that carries +1 in MLX layout.
 pub fn is_offset_norm(mlx_name: &str) -> bool {
@@ -231,7 +236,12 @@ impl Builder<'_> {
 }
 
 /// The MLX-layout output tensors of a checkpoint, sorted in model order.
-pub fn layout(ck: &Checkpoint, cat: &Catalog, opts: MlxOptions, keep_bias: bool) -> Result<(Vec<OutputTensor>, Dropped)> {
+pub fn layout(
+    ck: &Checkpoint,
+    cat: &Catalog,
+    opts: MlxOptions,
+    keep_bias: bool,
+) -> Result<(Vec<OutputTensor>, Dropped)> {
     let family = family(ck)?;
     let text = ck.text_config();
     let moe = family == Family::Qwen3Next
@@ -263,11 +273,24 @@ pub fn layout(ck: &Checkpoint, cat: &Catalog, opts: MlxOptions, keep_bias: bool)
         let (ic, oc) = (m.in_features, m.out_features);
         if let (None, Some((prefix, e, leaf))) = (m.experts, per_expert(&path)) {
             let source = RowSource::Coded { coded: i, rows: 0..oc, dead_columns_from: None };
-            stacks.entry((prefix.to_string(), leaf.to_string())).or_default().push((e, source, oc, ic, Kind::CodedExperts));
+            stacks.entry((prefix.to_string(), leaf.to_string())).or_default().push((
+                e,
+                source,
+                oc,
+                ic,
+                Kind::CodedExperts,
+            ));
             continue;
         }
         let Some(e) = m.experts else {
-            b.linear(&path, &[], oc, ic, RowSource::Coded { coded: i, rows: 0..oc, dead_columns_from: None }, Kind::Coded);
+            b.linear(
+                &path,
+                &[],
+                oc,
+                ic,
+                RowSource::Coded { coded: i, rows: 0..oc, dead_columns_from: None },
+                Kind::Coded,
+            );
             if keep_bias && m.tensor(Leaf::Bias).is_some() {
                 b.out.push(OutputTensor {
                     name: format!("{path}.bias"),
@@ -301,7 +324,11 @@ pub fn layout(ck: &Checkpoint, cat: &Catalog, opts: MlxOptions, keep_bias: bool)
             "down_proj" | "gate_proj" | "up_proj" => {
                 let fused = format!("{}.gate_up_proj", m.path.rsplit_once('.').unwrap().0);
                 let dead = (leaf == "down_proj")
-                    .then(|| cat.coded.iter().position(|g| g.path == fused && g.experts == Some(e) && g.out_features == 2 * ic))
+                    .then(|| {
+                        cat.coded
+                            .iter()
+                            .position(|g| g.path == fused && g.experts == Some(e) && g.out_features == 2 * ic)
+                    })
                     .flatten();
                 let source = RowSource::Coded { coded: i, rows: 0..oc, dead_columns_from: dead };
                 b.linear(&format!("{switch}.{leaf}"), &[e], oc, ic, source, kind);
@@ -318,7 +345,13 @@ pub fn layout(ck: &Checkpoint, cat: &Catalog, opts: MlxOptions, keep_bias: bool)
         let (rows, cols) = (m.shape[0], m.shape[1]);
         if let Some((prefix, e, leaf)) = per_expert(&path) {
             // Stacked experts are quantized at the run's setting (no exact repack per expert).
-            stacks.entry((prefix.to_string(), leaf.to_string())).or_default().push((e, RowSource::Int8(i), rows, cols, Kind::Int8));
+            stacks.entry((prefix.to_string(), leaf.to_string())).or_default().push((
+                e,
+                RowSource::Int8(i),
+                rows,
+                cols,
+                Kind::Int8,
+            ));
             continue;
         }
         match (opts.int8, int8_group_size(cols)) {
@@ -356,7 +389,13 @@ pub fn layout(ck: &Checkpoint, cat: &Catalog, opts: MlxOptions, keep_bias: bool)
         if !float {
             b.copy(name, &p.name, entry.dtype, shape, Kind::Plain);
         } else if shape.len() == 1 && is_offset_norm(&name) {
-            b.out.push(OutputTensor { name, dtype, shape, recipe: Recipe::Mlx(MlxRecipe::NormPlusOne(p.name.clone())), kind: Kind::Norm });
+            b.out.push(OutputTensor {
+                name,
+                dtype,
+                shape,
+                recipe: Recipe::Mlx(MlxRecipe::NormPlusOne(p.name.clone())),
+                kind: Kind::Norm,
+            });
         } else if name.ends_with("conv1d.weight") && shape.len() == 3 {
             // [C, 1, K] → [C, K, 1]: one axis has length 1, so the bytes keep their order.
             let shape = if shape[2] != 1 && shape[1] == 1 { vec![shape[0], shape[2], 1] } else { shape };
@@ -364,9 +403,17 @@ pub fn layout(ck: &Checkpoint, cat: &Catalog, opts: MlxOptions, keep_bias: bool)
         } else if name.ends_with("A_log") {
             let keep = if family == Family::Qwen35 { entry.dtype } else { dtype };
             b.copy(name, &p.name, keep, shape, Kind::Plain);
-        } else if let Some((prefix, e, leaf)) = name.strip_suffix(".weight").filter(|_| shape.len() == 2).and_then(per_expert) {
+        } else if let Some((prefix, e, leaf)) =
+            name.strip_suffix(".weight").filter(|_| shape.len() == 2).and_then(per_expert)
+        {
             let source = RowSource::Plain { name: p.name.clone(), rows: 0..shape[0] };
-            stacks.entry((prefix.to_string(), leaf.to_string())).or_default().push((e, source, shape[0], shape[1], Kind::Plain));
+            stacks.entry((prefix.to_string(), leaf.to_string())).or_default().push((
+                e,
+                source,
+                shape[0],
+                shape[1],
+                Kind::Plain,
+            ));
         } else if let Some(path) = name.strip_suffix(".weight").filter(|_| shape.len() == 2) {
             // A Linear or an Embedding: quantized like mlx-lm does.
             let source = RowSource::Plain { name: p.name.clone(), rows: 0..shape[0] };
@@ -389,7 +436,13 @@ pub fn layout(ck: &Checkpoint, cat: &Catalog, opts: MlxOptions, keep_bias: bool)
                 other => bail!("{}: unknown plain expert parameter \"{other}\"", p.name),
             }
         } else {
-            b.copy(name, &p.name, dtype, shape, if super::norm_kind(&p.name).is_some() { Kind::Norm } else { Kind::Plain });
+            b.copy(
+                name,
+                &p.name,
+                dtype,
+                shape,
+                if super::norm_kind(&p.name).is_some() { Kind::Norm } else { Kind::Plain },
+            );
         }
     }
     for ((prefix, leaf), mut members) in stacks {
@@ -461,7 +514,9 @@ pub fn config_json(config: &Value, quantization: Value) -> Value {
     let Some(obj) = config.as_object() else { return config.clone() };
     let mut out: Vec<(String, Value)> = obj
         .iter()
-        .filter(|(k, _)| !matches!(k.as_str(), "quantization_config" | "quantization" | "_name_or_path" | "vision_config"))
+        .filter(|(k, _)| {
+            !matches!(k.as_str(), "quantization_config" | "quantization" | "_name_or_path" | "vision_config")
+        })
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     out.push(("quantization".into(), quantization.clone()));
@@ -500,7 +555,10 @@ mod tests {
 
     #[test]
     fn names() {
-        assert_eq!(mlx_name(Family::Qwen35, "model.language_model.layers.0.mlp.gate.weight"), "language_model.model.layers.0.mlp.gate.weight");
+        assert_eq!(
+            mlx_name(Family::Qwen35, "model.language_model.layers.0.mlp.gate.weight"),
+            "language_model.model.layers.0.mlp.gate.weight"
+        );
         assert_eq!(mlx_name(Family::Qwen35, "lm_head.weight"), "language_model.lm_head.weight");
         assert_eq!(mlx_name(Family::Qwen35, "language_model.lm_head.weight"), "language_model.lm_head.weight");
         assert_eq!(mlx_name(Family::Qwen3Next, "model.layers.0.mlp.gate.weight"), "model.layers.0.mlp.gate.weight");
@@ -548,6 +606,9 @@ mod tests {
     fn model_dtypes() {
         assert_eq!(model_dtype(None), Dtype::BF16);
         assert_eq!(model_dtype(Some(&json!({"text_config": {"dtype": "float16"}}))), Dtype::F16);
-        assert_eq!(model_dtype(Some(&json!({"torch_dtype": "bfloat16", "text_config": {"dtype": "float16"}}))), Dtype::BF16);
+        assert_eq!(
+            model_dtype(Some(&json!({"torch_dtype": "bfloat16", "text_config": {"dtype": "float16"}}))),
+            Dtype::BF16
+        );
     }
 }

@@ -17,7 +17,8 @@ impl ShardFiles {
         for shard in &plan.shards {
             let path = dir.join(&shard.file_name);
             let file = File::create(&path).with_context(|| format!("{}: cannot create", path.display()))?;
-            preallocate(&file, shard.len).with_context(|| format!("{}: cannot reserve {} bytes", path.display(), shard.len))?;
+            preallocate(&file, shard.len)
+                .with_context(|| format!("{}: cannot reserve {} bytes", path.display(), shard.len))?;
             file.write_all_at(&shard.header, 0).with_context(|| format!("{}: cannot write header", path.display()))?;
             files.push((path, file));
         }

@@ -67,12 +67,8 @@ impl Staging {
     /// Replaces `dest` (if any) with the finished staging directory.
     pub fn commit(mut self) -> Result<()> {
         if let Ok(meta) = std::fs::symlink_metadata(&self.dest) {
-            if meta.is_dir() {
-                std::fs::remove_dir_all(&self.dest)
-            } else {
-                std::fs::remove_file(&self.dest)
-            }
-            .with_context(|| format!("{}: cannot replace", self.dest.display()))?;
+            if meta.is_dir() { std::fs::remove_dir_all(&self.dest) } else { std::fs::remove_file(&self.dest) }
+                .with_context(|| format!("{}: cannot replace", self.dest.display()))?;
         }
         std::fs::rename(&self.tmp, &self.dest)
             .with_context(|| format!("{}: cannot move output into place", self.dest.display()))?;

@@ -1,9 +1,9 @@
 //! Dense output: f32 rounded once to bf16 or f16 (round to nearest, ties to even), or kept f32.
 
-use half::slice::HalfFloatSliceExt;
-use half::f16;
 #[cfg(test)]
 use half::bf16;
+use half::f16;
+use half::slice::HalfFloatSliceExt;
 use safetensors::Dtype;
 
 /// Appends `values` encoded as `dtype` (BF16, F16 or F32), little-endian, to `out`.

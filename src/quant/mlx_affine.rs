@@ -257,7 +257,14 @@ pub fn unpack_row(packed: &[u8], cols: usize, bits: u32) -> Vec<u32> {
 
 /// Dequantizes rows (for tests and checks): `scale·q + bias` in f32 from the stored scales and
 /// biases (`scale_dtype` bytes).
-pub fn dequantize_rows(packed: &[u8], scales: &[u8], biases: &[u8], cols: usize, spec: AffineSpec, scale_dtype: Dtype) -> Vec<f32> {
+pub fn dequantize_rows(
+    packed: &[u8],
+    scales: &[u8],
+    biases: &[u8],
+    cols: usize,
+    spec: AffineSpec,
+    scale_dtype: Dtype,
+) -> Vec<f32> {
     let read = |bytes: &[u8]| -> Vec<f32> {
         let mut v = Vec::new();
         crate::checkpoint::tensor::floats_to_f32(bytes, scale_dtype, &mut v).expect("a float dtype");

@@ -7,10 +7,10 @@
 //!
 //! `W_inner[in, out] = Hn · diag(1/su) · Wᵀ · diag(1/sv) · Hn`, with `su = rin`, `sv = rout`.
 
-use crate::rng::SplitMix64;
 use super::hadamard::{fwht_across_rows, fwht_blocks, HADAMARD_SIZE};
 use crate::codec::encode::TileEncoder;
 use crate::codec::{bytes_per_tile, Codebook, TILE_EDGE, TILE_LEN};
+use crate::rng::SplitMix64;
 use half::f16;
 use rayon::prelude::*;
 

@@ -119,7 +119,13 @@ impl Square {
     }
 
     #[inline(always)]
-    fn scale_into(&self, row_scale: &[f32; HADAMARD_SIZE], col_scale: &[f32; HADAMARD_SIZE], out: &mut [f32], stride: usize) {
+    fn scale_into(
+        &self,
+        row_scale: &[f32; HADAMARD_SIZE],
+        col_scale: &[f32; HADAMARD_SIZE],
+        out: &mut [f32],
+        stride: usize,
+    ) {
         for (r, (&rs, dst)) in row_scale.iter().zip(out.chunks_mut(stride)).enumerate() {
             for ((w, &v), &cs) in dst.iter_mut().zip(self.row(r)).zip(col_scale) {
                 *w = v * rs * cs;
@@ -209,7 +215,11 @@ mod avx2 {
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn within_vector(x: __m256) -> __m256 {
-        let x = _mm256_fmadd_ps(_mm256_movehdup_ps(x), _mm256_setr_ps(1., -1., 1., -1., 1., -1., 1., -1.), _mm256_moveldup_ps(x));
+        let x = _mm256_fmadd_ps(
+            _mm256_movehdup_ps(x),
+            _mm256_setr_ps(1., -1., 1., -1., 1., -1., 1., -1.),
+            _mm256_moveldup_ps(x),
+        );
         let x = _mm256_fmadd_ps(
             _mm256_shuffle_ps::<0b11_10_11_10>(x, x),
             _mm256_setr_ps(1., 1., -1., -1., 1., 1., -1., -1.),
@@ -253,9 +263,8 @@ mod tests {
     fn across_rows_equals_the_transform_of_each_column() {
         let width = 3;
         let mut m: Vec<f32> = (0..2 * HADAMARD_SIZE * width).map(|v| ((v * 37) % 101) as f32 - 50.0).collect();
-        let mut cols: Vec<Vec<f32>> = (0..width)
-            .map(|c| (0..2 * HADAMARD_SIZE).map(|r| m[r * width + c]).collect())
-            .collect();
+        let mut cols: Vec<Vec<f32>> =
+            (0..width).map(|c| (0..2 * HADAMARD_SIZE).map(|r| m[r * width + c]).collect()).collect();
         fwht_across_rows(&mut m, width);
         for (c, col) in cols.iter_mut().enumerate() {
             fwht_blocks(col);

@@ -61,7 +61,10 @@ impl CodedLinear<'_> {
             // One decode call for the whole strip (an accelerator amortises its round trip).
             let values = self.decode_strip(decoder, block);
             for c in 0..ic / HADAMARD_SIZE {
-                for (ti, row) in values[c * SQUARE_TILES * TILE_LEN..][..SQUARE_TILES * TILE_LEN].chunks_exact(TILES_PER_BLOCK * TILE_LEN).enumerate() {
+                for (ti, row) in values[c * SQUARE_TILES * TILE_LEN..][..SQUARE_TILES * TILE_LEN]
+                    .chunks_exact(TILES_PER_BLOCK * TILE_LEN)
+                    .enumerate()
+                {
                     scatter_transposed(row, ti, &mut square);
                 }
                 self.finish_square(&mut square, block, c, &mut out[c * HADAMARD_SIZE..], ic);
@@ -77,11 +80,26 @@ impl CodedLinear<'_> {
     /// `128·col_block ..`, into `out` with row stride `stride`. Since `Hn` is block-diagonal, a
     /// square depends only on its own 8×8 tiles: this is how `verify --sample` checks a block
     /// without decoding the whole strip.
-    pub fn reconstruct_square(&self, decoder: &dyn TileDecoder, block: usize, col_block: usize, out: &mut [f32], stride: usize) {
+    pub fn reconstruct_square(
+        &self,
+        decoder: &dyn TileDecoder,
+        block: usize,
+        col_block: usize,
+        out: &mut [f32],
+        stride: usize,
+    ) {
         self.reconstruct_square_into(decoder, block, col_block, &mut Square::default(), out, stride);
     }
 
-    fn reconstruct_square_into(&self, decoder: &dyn TileDecoder, block: usize, c: usize, square: &mut Square, out: &mut [f32], stride: usize) {
+    fn reconstruct_square_into(
+        &self,
+        decoder: &dyn TileDecoder,
+        block: usize,
+        c: usize,
+        square: &mut Square,
+        out: &mut [f32],
+        stride: usize,
+    ) {
         self.check_shapes();
         let out_tiles = self.out_features() / TILE_EDGE;
         let tile_bytes = bytes_per_tile(self.k);
@@ -89,7 +107,12 @@ impl CodedLinear<'_> {
         for ti in 0..TILES_PER_BLOCK {
             let i = c * TILES_PER_BLOCK + ti;
             let first = (i * out_tiles + block * TILES_PER_BLOCK) * tile_bytes;
-            decoder.decode_tiles(&self.code[first..first + TILES_PER_BLOCK * tile_bytes], self.k, self.codebook, &mut values);
+            decoder.decode_tiles(
+                &self.code[first..first + TILES_PER_BLOCK * tile_bytes],
+                self.k,
+                self.codebook,
+                &mut values,
+            );
             scatter_transposed(&values, ti, square);
         }
         self.finish_square(square, block, c, out, stride);

@@ -94,7 +94,10 @@ impl Base {
         if !self.ck.tensors.contains_key(&name) && self.layout == BaseLayout::Mlx {
             // MLX keeps experts as switch_mlp.{gate,up,down}_proj.weight.
             if let Some(stem) = name.strip_suffix(".mlp.experts.gate_up_proj") {
-                names = vec![format!("{stem}.mlp.switch_mlp.gate_proj.weight"), format!("{stem}.mlp.switch_mlp.up_proj.weight")];
+                names = vec![
+                    format!("{stem}.mlp.switch_mlp.gate_proj.weight"),
+                    format!("{stem}.mlp.switch_mlp.up_proj.weight"),
+                ];
             } else if let Some(stem) = name.strip_suffix(".mlp.experts.down_proj") {
                 names = vec![format!("{stem}.mlp.switch_mlp.down_proj.weight")];
             }
@@ -105,7 +108,11 @@ impl Base {
             let scale_inv = self.scale_inv_of(n);
             let rank = entry.shape.len();
             if rank < 2 {
-                bail!("{}: tensor {n}: expected a matrix, found shape {:?}", self.ck.file_of(entry).display(), entry.shape);
+                bail!(
+                    "{}: tensor {n}: expected a matrix, found shape {:?}",
+                    self.ck.file_of(entry).display(),
+                    entry.shape
+                );
             }
             if entry.dtype == Dtype::F8_E4M3 && scale_inv.is_none() {
                 bail!("{}: tensor {n}: fp8 weight without weight_scale_inv", self.ck.file_of(entry).display());
@@ -152,7 +159,14 @@ impl BaseMatrix<'_> {
     }
 }
 
-fn read_piece(base: &Base, p: &Piece, expert: usize, rows: Range<usize>, cols: usize, out: &mut Vec<f32>) -> Result<()> {
+fn read_piece(
+    base: &Base,
+    p: &Piece,
+    expert: usize,
+    rows: Range<usize>,
+    cols: usize,
+    out: &mut Vec<f32>,
+) -> Result<()> {
     let e = p.entry;
     let el = e.dtype.bitsize() / 8;
     let start = (expert * p.rows + rows.start) * cols * el;
@@ -163,7 +177,13 @@ fn read_piece(base: &Base, p: &Piece, expert: usize, rows: Range<usize>, cols: u
             floats_to_f32(base.ck.bytes(s), s.dtype, &mut scales)?;
             let (br, bc) = (p.rows.div_ceil(128), cols.div_ceil(128));
             if scales.len() != base_blocks(e, br, bc) {
-                bail!("{}: tensor {}: weight_scale_inv has {} values, expected {}", base.ck.file_of(s).display(), "scale", scales.len(), base_blocks(e, br, bc));
+                bail!(
+                    "{}: tensor {}: weight_scale_inv has {} values, expected {}",
+                    base.ck.file_of(s).display(),
+                    "scale",
+                    scales.len(),
+                    base_blocks(e, br, bc)
+                );
             }
             out.clear();
             for (r, row) in rows.clone().zip(bytes.chunks_exact(cols)) {

@@ -211,7 +211,12 @@ fn check_coded(
     if base.rows() != m.out_features || base.cols != m.in_features || base.experts != m.experts {
         row.failures.push(format!(
             "shape: decoded {:?}×{}×{} vs base {:?}×{}×{}",
-            m.experts, m.out_features, m.in_features, base.experts, base.rows(), base.cols
+            m.experts,
+            m.out_features,
+            m.in_features,
+            base.experts,
+            base.rows(),
+            base.cols
         ));
         return Ok(row);
     }
@@ -227,7 +232,9 @@ fn check_coded(
             };
             (0..n.min(all)).map(pick).collect()
         }
-        None => (0..experts).flat_map(|e| (0..blocks).map(move |b| Region { expert: e, block: b, square: None })).collect(),
+        None => {
+            (0..experts).flat_map(|e| (0..blocks).map(move |b| Region { expert: e, block: b, square: None })).collect()
+        }
     };
     let sums: Vec<Result<(usize, BlockSums)>> =
         units.par_iter().map(|&u| check_block(ck, m, base, u, decoder).map(|s| (u.expert, s))).collect();
@@ -332,7 +339,10 @@ fn figures(m: &CodedModule, blocks: &[BlockSums], su: &[f32], shannon_bound: f64
 fn failures(f: &CodedFigures, k: u32, opts: &VerifyOptions) -> Vec<String> {
     let mut out = Vec::new();
     if f.overlap_violations > 0 {
-        out.push(format!("overlap: {} of {} tiles break the trellis overlap rule", f.overlap_violations, f.tiles_checked));
+        out.push(format!(
+            "overlap: {} of {} tiles break the trellis overlap rule",
+            f.overlap_violations, f.tiles_checked
+        ));
     }
     let min_corr = opts.min_corr.unwrap_or(if k <= 2 { 0.8 } else { 0.9 });
     match (f.ratio, f.corr) {
@@ -360,7 +370,13 @@ struct Region {
     square: Option<usize>,
 }
 
-fn check_block(ck: &Checkpoint, m: &CodedModule, base: &BaseMatrix, region: Region, decoder: &dyn TileDecoder) -> Result<BlockSums> {
+fn check_block(
+    ck: &Checkpoint,
+    m: &CodedModule,
+    base: &BaseMatrix,
+    region: Region,
+    decoder: &dyn TileDecoder,
+) -> Result<BlockSums> {
     let Region { expert, block, square } = region;
     let ex = m.expert(ck, expert)?;
     let (lin, code, su, sv) = (ex.linear(), ex.code, &ex.su, &ex.sv);
@@ -467,7 +483,13 @@ fn check_int8(ck: &Checkpoint, cat: &Catalog, i: usize, name: &str, base: &BaseM
 
 /// The norm-offset table: mean |e − b| and |e + 1 − b| decide how each norm is stored, and the
 /// base's layout decides what is expected.
-fn check_norms(ck: &Checkpoint, cat: &Catalog, base: &Base, opts: &VerifyOptions, missing: &mut Vec<String>) -> Result<Vec<NormRow>> {
+fn check_norms(
+    ck: &Checkpoint,
+    cat: &Catalog,
+    base: &Base,
+    opts: &VerifyOptions,
+    missing: &mut Vec<String>,
+) -> Result<Vec<NormRow>> {
     let mut rows = Vec::new();
     let mut e = Vec::new();
     for p in &cat.plain {
@@ -504,10 +526,13 @@ fn check_norms(ck: &Checkpoint, cat: &Catalog, base: &Base, opts: &VerifyOptions
         };
         let mut failures = Vec::new();
         if verdict != expected {
-            failures.push(format!("norm offset: base matches {verdict:?}, expected {expected:?} for a {} base", match base.layout {
-                BaseLayout::HuggingFace => "Hugging Face",
-                BaseLayout::Mlx => "MLX",
-            }));
+            failures.push(format!(
+                "norm offset: base matches {verdict:?}, expected {expected:?} for a {} base",
+                match base.layout {
+                    BaseLayout::HuggingFace => "Hugging Face",
+                    BaseLayout::Mlx => "MLX",
+                }
+            ));
         }
         rows.push(NormRow {
             tensor: name.clone(),

@@ -67,7 +67,11 @@ pub fn render(r: &VerifyReport) -> String {
     }
     if !r.norms.is_empty() {
         let _ = writeln!(s, "\nnorm offsets");
-        let _ = writeln!(s, "{:<62} {:>7} {:>7} {:>8} {:>10}  {:<10} verdict", "tensor", "escha", "base", "|e−b|", "|e+1−b|", "matches");
+        let _ = writeln!(
+            s,
+            "{:<62} {:>7} {:>7} {:>8} {:>10}  {:<10} verdict",
+            "tensor", "escha", "base", "|e−b|", "|e+1−b|", "matches"
+        );
         for n in &r.norms {
             let verdict = if n.failures.is_empty() { "ok".into() } else { format!("FAIL: {}", n.failures.join("; ")) };
             let _ = writeln!(

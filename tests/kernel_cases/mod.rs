@@ -3,7 +3,9 @@
 //! Shared by the kernel tests (`metal_kernel_shim.rs` on the CPU, `metal_gpu.rs` on a Mac).
 #![allow(dead_code)]
 
-use escha_convert::codec::{bytes_per_tile, tile, Codebook, ScalarDecoder, TileDecoder, ALL_CODEBOOKS, K_RANGE, PERM, TILE_LEN};
+use escha_convert::codec::{
+    bytes_per_tile, tile, Codebook, ScalarDecoder, TileDecoder, ALL_CODEBOOKS, K_RANGE, PERM, TILE_LEN,
+};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -44,7 +46,9 @@ pub fn golden() -> Vec<TileSet> {
         .collect();
     files.sort();
     assert!(!files.is_empty(), "no golden files in {}", dir.display());
-    let list = |v: &Value| -> Vec<u16> { v.as_array().unwrap().iter().map(|x| (x.as_i64().unwrap() & 0xFFFF) as u16).collect() };
+    let list = |v: &Value| -> Vec<u16> {
+        v.as_array().unwrap().iter().map(|x| (x.as_i64().unwrap() & 0xFFFF) as u16).collect()
+    };
     files
         .iter()
         .map(|path| {
@@ -82,7 +86,13 @@ pub fn random(tiles: usize) -> Vec<TileSet> {
     for k in K_RANGE {
         for cb in ALL_CODEBOOKS {
             let bytes = (0..tiles * bytes_per_tile(k)).map(|_| next() as u8).collect();
-            sets.push(TileSet { label: format!("random K={k} {}", cb.name()), k, cb, bytes, expected_rowmajor_bits: None });
+            sets.push(TileSet {
+                label: format!("random K={k} {}", cb.name()),
+                k,
+                cb,
+                bytes,
+                expected_rowmajor_bits: None,
+            });
         }
     }
     sets
@@ -107,7 +117,13 @@ pub fn all_states() -> Vec<TileSet> {
     }
     ALL_CODEBOOKS
         .iter()
-        .map(|&cb| TileSet { label: format!("all states K=8 {}", cb.name()), k: 8, cb, bytes: bytes.clone(), expected_rowmajor_bits: None })
+        .map(|&cb| TileSet {
+            label: format!("all states K=8 {}", cb.name()),
+            k: 8,
+            cb,
+            bytes: bytes.clone(),
+            expected_rowmajor_bits: None,
+        })
         .collect()
 }
 
@@ -118,7 +134,13 @@ pub fn constant_tiles() -> Vec<TileSet> {
         for cb in ALL_CODEBOOKS {
             let mut bytes = vec![0u8; bytes_per_tile(k)];
             bytes.extend(vec![0xFFu8; bytes_per_tile(k)]);
-            sets.push(TileSet { label: format!("constant K={k} {}", cb.name()), k, cb, bytes, expected_rowmajor_bits: None });
+            sets.push(TileSet {
+                label: format!("constant K={k} {}", cb.name()),
+                k,
+                cb,
+                bytes,
+                expected_rowmajor_bits: None,
+            });
         }
     }
     sets

@@ -78,12 +78,26 @@ impl Rng {
 
 /// The tensors of one coded linear `P` (dense when `experts` is None).
 #[allow(clippy::too_many_arguments)] // each is one dimension of the test matrix
-pub fn coded_linear(rng: &mut Rng, path: &str, experts: Option<usize>, ic: usize, oc: usize, k: u32, with_s: bool, bias: bool) -> Vec<T> {
+pub fn coded_linear(
+    rng: &mut Rng,
+    path: &str,
+    experts: Option<usize>,
+    ic: usize,
+    oc: usize,
+    k: u32,
+    with_s: bool,
+    bias: bool,
+) -> Vec<T> {
     let e = experts.unwrap_or(1);
     let lead: Vec<usize> = experts.into_iter().collect();
     let shape = |rest: &[usize]| -> Vec<usize> { lead.iter().chain(rest).copied().collect() };
     let mut out = vec![
-        T::new(&format!("{path}.escha_code"), "I16", &shape(&[ic / 16, oc / 16, 16 * k as usize]), rng.bytes(e * ic * oc * k as usize / 8)),
+        T::new(
+            &format!("{path}.escha_code"),
+            "I16",
+            &shape(&[ic / 16, oc / 16, 16 * k as usize]),
+            rng.bytes(e * ic * oc * k as usize / 8),
+        ),
         T::f16(&format!("{path}.escha_rin"), &shape(&[ic]), &rng.vec(e * ic, -0.02, 0.02)),
         T::f16(&format!("{path}.escha_rout"), &shape(&[oc]), &rng.vec(e * oc, -1.2, 1.2)),
     ];
@@ -118,8 +132,12 @@ pub fn small_checkpoint(seed: u64) -> Vec<T> {
     t.push(T::f16(&format!("{p}.input_layernorm.weight"), &[256], &rng.vec(256, -0.1, 0.1)));
     t.push(T::f16(&format!("{p}.linear_attn.norm.weight"), &[128], &rng.vec(128, 0.9, 1.1)));
     t.push(T::f32(&format!("{p}.linear_attn.A_log"), &[4], &rng.vec(4, -1.0, 1.0)));
-    t.push(T::new(&format!("{p}.linear_attn.conv1d.weight"), "BF16", &[8, 1, 4],
-        rng.vec(32, -1.0, 1.0).iter().flat_map(|&x| bf16::from_f32(x).to_le_bytes()).collect()));
+    t.push(T::new(
+        &format!("{p}.linear_attn.conv1d.weight"),
+        "BF16",
+        &[8, 1, 4],
+        rng.vec(32, -1.0, 1.0).iter().flat_map(|&x| bf16::from_f32(x).to_le_bytes()).collect(),
+    ));
     t
 }
 
@@ -156,7 +174,10 @@ pub fn read_safetensors(path: &Path) -> std::collections::BTreeMap<String, (Stri
         let off = info["data_offsets"].as_array().unwrap();
         let (a, b) = (off[0].as_u64().unwrap() as usize, off[1].as_u64().unwrap() as usize);
         let shape = info["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
-        out.insert(name.clone(), (info["dtype"].as_str().unwrap().to_string(), shape, bytes[8 + n + a..8 + n + b].to_vec()));
+        out.insert(
+            name.clone(),
+            (info["dtype"].as_str().unwrap().to_string(), shape, bytes[8 + n + a..8 + n + b].to_vec()),
+        );
     }
     out
 }
@@ -179,7 +200,15 @@ pub fn reference_linear(code: &[u8], ic: usize, oc: usize, k: u32, su: &[f64], s
 }
 
 /// [`reference_linear`] with any codebook.
-pub fn reference_linear_with(cb: escha_convert::codec::Codebook, code: &[u8], ic: usize, oc: usize, k: u32, su: &[f64], sv: &[f64]) -> Vec<f64> {
+pub fn reference_linear_with(
+    cb: escha_convert::codec::Codebook,
+    code: &[u8],
+    ic: usize,
+    oc: usize,
+    k: u32,
+    su: &[f64],
+    sv: &[f64],
+) -> Vec<f64> {
     use escha_convert::codec::PERM;
     let (it, ot) = (ic / 16, oc / 16);
     let tile_bytes = 32 * k as usize;

@@ -7,9 +7,7 @@
 //! and f32 lanes as in the portable decoder, with F16C doing the one fp16 rounding.
 
 use super::portable::{HALF_HIGH_EXP, HALF_LOW_BITS, SIGN};
-use crate::codec::codebook::{
-    Codebook, HALVES_XOR, INST_ADD, INST_MUL, MCG_MUL, MUL1_BIAS, MUL1_MUL, MUL1_SCALE,
-};
+use crate::codec::codebook::{Codebook, HALVES_XOR, INST_ADD, INST_MUL, MCG_MUL, MUL1_BIAS, MUL1_MUL, MUL1_SCALE};
 use crate::codec::decoder::TileDecoder;
 use crate::codec::tile::{bytes_per_tile, K_RANGE, TILE_LEN};
 use std::arch::x86_64::*;
@@ -39,7 +37,9 @@ impl TileDecoder for Avx2Decoder {
         // SAFETY: `Avx2Decoder` exists only where AVX2 and F16C were detected; sizes were checked.
         unsafe {
             match cb {
-                Codebook::ThreeInst => for_each_tile(bytes, k, tiles, |t, g, s| store_values(out, t, g, inst_values(s))),
+                Codebook::ThreeInst => {
+                    for_each_tile(bytes, k, tiles, |t, g, s| store_values(out, t, g, inst_values(s)))
+                }
                 Codebook::Mcg => for_each_tile(bytes, k, tiles, |t, g, s| store_values(out, t, g, mcg_values(s))),
                 Codebook::Mul1 => for_each_tile(bytes, k, tiles, |t, g, s| store_values(out, t, g, mul1_values(s))),
             }

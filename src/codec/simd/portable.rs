@@ -22,7 +22,9 @@ impl TileDecoder for PortableDecoder {
             extract_states(tile, k, &mut states);
             // One monomorphic loop per codebook, so each vectorises on its own.
             match cb {
-                Codebook::ThreeInst => map(&states, values, |x| halves_sum(x.wrapping_mul(INST_MUL).wrapping_add(INST_ADD))),
+                Codebook::ThreeInst => {
+                    map(&states, values, |x| halves_sum(x.wrapping_mul(INST_MUL).wrapping_add(INST_ADD)))
+                }
                 Codebook::Mcg => map(&states, values, |x| halves_sum(x.wrapping_mul(MCG_MUL))),
                 Codebook::Mul1 => map(&states, values, mul1_value),
             }
