@@ -12,9 +12,9 @@
 
 use anyhow::{bail, ensure, Context, Result};
 use escha_convert::codec::{best_decoder, Codebook};
+use escha_convert::encode::encode_linear;
 use escha_convert::layout::natural_key;
 use escha_convert::rng::SplitMix64;
-use escha_convert::transform::encode::encode_linear;
 use escha_convert::transform::{fold_scales, CodedLinear};
 use half::{bf16, f16};
 use serde_json::{json, Map, Value};

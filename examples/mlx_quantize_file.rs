@@ -52,6 +52,7 @@ fn main() -> Result<()> {
             let Some(path) = name.strip_suffix(".weight_int8") else { continue };
             let (rows, cols) = (shape[0], shape[1]);
             let scale = st.tensor(&format!("{path}.weight_scale"))?;
+            values.clear();
             floats_to_f32(scale.data(), scale.dtype(), &mut values)?;
             let gs = int8_group_size(cols).with_context(|| format!("{name}: no group size divides {cols}"))?;
             let (mut p, mut s, mut b) = (Vec::new(), Vec::new(), Vec::new());
@@ -66,6 +67,7 @@ fn main() -> Result<()> {
         }
         let spec = AffineSpec::new(bits, group_size).map_err(anyhow::Error::msg)?;
         let (rows, cols) = (shape[0], shape[1]);
+        values.clear();
         floats_to_f32(view.data(), view.dtype(), &mut values)?;
         let (mut p, mut s, mut b) = (Vec::new(), Vec::new(), Vec::new());
         quantize_rows(&values, cols, spec, view.dtype(), &mut p, &mut s, &mut b);

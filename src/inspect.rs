@@ -77,6 +77,7 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
         coded_weights += weights;
         coded_bits += weights * m.k as u64;
         let rout = &ck.tensors[m.tensor(Leaf::Rout).unwrap()];
+        scratch.clear();
         floats_to_f32(ck.bytes(rout), rout.dtype, &mut scratch)?;
         let zero_rout_channels = scratch.iter().filter(|&&v| v == 0.0).count();
         let bias_nonzero = m.has_nonzero_bias(&ck)?;
@@ -109,6 +110,7 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
         if !is_float(e.dtype) {
             continue;
         }
+        scratch.clear();
         floats_to_f32(ck.bytes(e), e.dtype, &mut scratch)?;
         let mean = scratch.iter().map(|&v| v as f64).sum::<f64>() / scratch.len().max(1) as f64;
         if kind == NormKind::ZeroCentred {
@@ -188,7 +190,7 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
 /// The exact output size of `--format mlx` at its defaults, from the MLX layout planner.
 fn mlx_bytes(ck: &Checkpoint, cat: &crate::checkpoint::Catalog) -> Option<u64> {
     let opts = MlxOptions { spec: AffineSpec { bits: 4, group_size: 64 }, int8: Int8Mode::Exact };
-    let (tensors, _) = mlx::layout(ck, cat, opts, false).ok()?;
+    let (tensors, _) = mlx::tensors(ck, cat, opts, false).ok()?;
     Some(tensors.iter().map(|t| t.byte_len() as u64).sum())
 }
 

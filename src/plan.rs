@@ -1,8 +1,11 @@
 //! The output plan: every output tensor placed in a shard at a fixed byte offset, so the whole
 //! output header is known before any weight is decoded and workers write straight into place.
 
-use crate::layout::OutputTensor;
-use serde_json::{json, Map, Value};
+use crate::container::Container;
+use crate::layout::{Encoding, OutputTensor};
+use anyhow::{bail, Result};
+use serde_json::{Map, Value};
+use std::collections::HashMap;
 
 /// A tensor with its place in the output.
 #[derive(Clone, Debug)]
@@ -11,6 +14,8 @@ pub struct PlannedTensor {
     pub shard: usize,
     /// Absolute offset of its first byte in the shard file.
     pub offset: u64,
+    /// For an affine tensor: the plan indices of its scales and biases, which its units write.
+    pub params: Option<[usize; 2]>,
 }
 
 /// One output file: its name, full header (length prefix included) and final length.
@@ -19,26 +24,30 @@ pub struct ShardPlan {
     pub file_name: String,
     pub header: Vec<u8>,
     pub len: u64,
-    pub tensor_count: usize,
+    /// Plan indices of its tensors, in data order.
+    pub tensors: std::ops::Range<usize>,
 }
 
 #[derive(Clone, Debug)]
 pub struct Plan {
     pub tensors: Vec<PlannedTensor>,
     pub shards: Vec<ShardPlan>,
-    /// Sum of tensor bytes (headers excluded), as `model.safetensors.index.json` reports it.
+    /// Sum of tensor bytes (headers excluded), as the index reports it.
     pub total_size: u64,
-}
-
-/// Shard file name in the Hugging Face convention (1-based, five digits).
-pub fn shard_file_name(i: usize, n: usize) -> String {
-    format!("model-{:05}-of-{:05}.safetensors", i + 1, n)
+    /// The container's index file (name, text), if it has one.
+    pub index: Option<(String, String)>,
 }
 
 impl Plan {
-    /// Places `tensors` (already in output order) greedily into shards of at most `max_shard_size`
-    /// tensor bytes; a tensor larger than the limit gets a shard of its own.
-    pub fn new(tensors: Vec<OutputTensor>, max_shard_size: u64, format: &str) -> Plan {
+    /// Places `tensors` (in output order, names unique) greedily into shards of at most
+    /// `max_shard_size` tensor bytes; a tensor larger than the limit gets a shard of its own.
+    pub fn new(
+        tensors: Vec<OutputTensor>,
+        max_shard_size: u64,
+        container: &dyn Container,
+        tag: &str,
+        index_metadata: Map<String, Value>,
+    ) -> Result<Plan> {
         let mut groups: Vec<Vec<OutputTensor>> = Vec::new();
         let mut current = 0u64;
         for t in tensors {
@@ -53,53 +62,52 @@ impl Plan {
             current += size;
         }
         let n = groups.len();
-        let mut planned = Vec::new();
-        let mut shards = Vec::new();
-        let mut total_size = 0;
+        let (mut planned, mut shards, mut total_size) = (Vec::new(), Vec::new(), 0);
         for (i, group) in groups.into_iter().enumerate() {
-            let header = header_bytes(&group, format);
-            let mut offset = header.len() as u64;
-            let tensor_count = group.len();
-            for t in group {
-                let len = t.byte_len() as u64;
-                planned.push(PlannedTensor { tensor: t, shard: i, offset });
-                offset += len;
-                total_size += len;
+            let layout = container.shard_layout(&group.iter().collect::<Vec<_>>(), tag);
+            let first = planned.len();
+            for (t, offset) in group.into_iter().zip(layout.offsets) {
+                total_size += t.byte_len() as u64;
+                planned.push(PlannedTensor { tensor: t, shard: i, offset, params: None });
             }
-            shards.push(ShardPlan { file_name: shard_file_name(i, n), header, len: offset, tensor_count });
+            let tensors = first..planned.len();
+            shards.push(ShardPlan {
+                file_name: container.shard_name(i, n),
+                header: layout.header,
+                len: layout.len,
+                tensors,
+            });
         }
-        Plan { tensors: planned, shards, total_size }
+        resolve_params(&mut planned)?;
+        let weight_map: Vec<(&str, &str)> =
+            planned.iter().map(|p| (p.tensor.name.as_str(), shards[p.shard].file_name.as_str())).collect();
+        let index = container.index(&weight_map, total_size, index_metadata);
+        Ok(Plan { tensors: planned, shards, total_size, index })
     }
 
-    /// `model.safetensors.index.json`: total size and a weight map sorted by name.
-    pub fn index_json(&self) -> Value {
-        let mut names: Vec<(&str, &str)> =
-            self.tensors.iter().map(|p| (p.tensor.name.as_str(), self.shards[p.shard].file_name.as_str())).collect();
-        names.sort();
-        let map: Map<String, Value> = names.into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
-        json!({ "metadata": { "total_size": self.total_size }, "weight_map": map })
+    /// The tensors of shard `i`, in data order.
+    pub fn shard_tensors(&self, i: usize) -> impl Iterator<Item = &PlannedTensor> {
+        self.tensors[self.shards[i].tensors.clone()].iter()
     }
 }
 
-/// A safetensors header in a fixed key order (metadata first, then tensors in data order),
-/// padded with spaces to a multiple of 8 bytes, with its 8-byte length prefix.
-fn header_bytes(tensors: &[OutputTensor], format: &str) -> Vec<u8> {
-    let mut map = Map::new();
-    map.insert("__metadata__".into(), json!({ "format": format }));
-    let mut offset = 0usize;
-    for t in tensors {
-        let end = offset + t.byte_len();
-        map.insert(
-            t.name.clone(),
-            json!({ "dtype": format!("{:?}", t.dtype), "shape": t.shape, "data_offsets": [offset, end] }),
-        );
-        offset = end;
+/// Finds each affine tensor's scales and biases by name, once.
+fn resolve_params(planned: &mut [PlannedTensor]) -> Result<()> {
+    let index: HashMap<&str, usize> = planned.iter().enumerate().map(|(i, p)| (p.tensor.name.as_str(), i)).collect();
+    let mut resolved = Vec::new();
+    for (i, p) in planned.iter().enumerate() {
+        let params = match p.tensor.recipe.as_ref().map(|r| &r.encoding) {
+            Some(Encoding::Affine { params, .. } | Encoding::Int8Affine { params, .. }) => params,
+            _ => continue,
+        };
+        let find = |name: &str| match index.get(name) {
+            Some(&j) if planned[j].tensor.recipe.is_none() => Ok(j),
+            _ => bail!("{}: its {name} is not planned as a companion tensor", p.tensor.name),
+        };
+        resolved.push((i, [find(&params.scales)?, find(&params.biases)?]));
     }
-    let mut text = serde_json::to_string(&Value::Object(map)).expect("a JSON map serialises");
-    while (8 + text.len()) % 8 != 0 {
-        text.push(' ');
+    for (i, params) in resolved {
+        planned[i].params = Some(params);
     }
-    let mut out = (text.len() as u64).to_le_bytes().to_vec();
-    out.extend_from_slice(text.as_bytes());
-    out
+    Ok(())
 }

@@ -7,10 +7,10 @@
 mod common;
 
 use common::Rng;
-use escha_convert::codec::encode::TileEncoder;
 use escha_convert::codec::tile::{self, pack_states, stream_words, tile_states, INV_PERM};
 use escha_convert::codec::{self, bytes_per_tile, Codebook, ScalarDecoder, TileDecoder, ALL_CODEBOOKS, PERM, TILE_LEN};
-use escha_convert::transform::encode::{encode_linear, EncodedLinear};
+use escha_convert::encode::TileEncoder;
+use escha_convert::encode::{encode_linear, EncodedLinear};
 use escha_convert::transform::CodedLinear;
 use std::sync::OnceLock;
 

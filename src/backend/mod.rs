@@ -16,16 +16,16 @@ pub mod metal;
 
 pub use metal::MetalDecoder;
 
-/// The backend the user asked for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The backend the user asked for (`--backend`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum BackendKind {
-    /// The fastest CPU decoder; the GPU is used only when asked for.
+    /// The fastest CPU decoder; the GPU only when asked for.
     Auto,
-    /// The fastest CPU decoder (SIMD where the CPU has it).
+    /// The fastest decoder this CPU supports (bit-identical to the scalar one).
     Cpu,
     /// The scalar reference decoder.
     Scalar,
-    /// The Metal compute kernel (macOS, cargo feature `metal`).
+    /// The Metal GPU kernel (macOS, a build with `--features metal`; bit-identical too).
     Metal,
 }
 

@@ -1,8 +1,8 @@
 //! Typed access to a module's data: one expert (or the single linear) of a coded module ready to
 //! reconstruct, and int8 rows dequantized.
 
-use super::tensor::floats_to_f32;
-use super::{Checkpoint, CodedModule, Int8Module, Leaf};
+use super::input::Checkpoint;
+use super::modules::{CodedModule, Int8Module, Leaf};
 use crate::codec::Codebook;
 use crate::transform::{fold_scales, CodedLinear};
 use anyhow::Result;
@@ -28,49 +28,64 @@ impl ExpertLinear<'_> {
 impl CodedModule {
     /// Expert `expert` (0 for a single linear): its slice of the codes and of every vector.
     pub fn expert<'a>(&self, ck: &'a Checkpoint, expert: usize) -> Result<ExpertLinear<'a>> {
-        let vector = |leaf: Leaf, len: usize| -> Result<Option<Vec<f32>>> {
-            let Some(name) = self.tensor(leaf) else { return Ok(None) };
-            let e = &ck.tensors[name];
-            let el = e.dtype.bitsize() / 8;
-            let mut v = Vec::with_capacity(len);
-            floats_to_f32(&ck.bytes(e)[expert * len * el..(expert + 1) * len * el], e.dtype, &mut v)?;
-            Ok(Some(v))
-        };
-        let rin = vector(Leaf::Rin, self.in_padded)?.expect("validated: every coded module has rin");
-        let rout = vector(Leaf::Rout, self.out_padded)?.expect("validated: every coded module has rout");
-        let s_in = vector(Leaf::SIn, self.in_padded)?;
-        let s_out = vector(Leaf::SOut, self.out_padded)?;
-        let code_entry = &ck.tensors[self.tensor(Leaf::Code).expect("validated: every coded module has codes")];
+        let (su, sv) =
+            (self.folded(ck, Leaf::Rin, Leaf::SIn, expert)?, self.folded(ck, Leaf::Rout, Leaf::SOut, expert)?);
+        let code_entry = ck.entry(self.tensor(Leaf::Code).expect("validated: every coded module has codes"))?;
         let per_expert = code_entry.byte_len() / self.expert_count();
         Ok(ExpertLinear {
             code: &ck.bytes(code_entry)[expert * per_expert..(expert + 1) * per_expert],
-            su: fold_scales(&rin, s_in.as_deref()),
-            sv: fold_scales(&rout, s_out.as_deref()),
+            su,
+            sv,
             k: self.k,
             codebook: self.codebook,
         })
     }
 
+    /// `rout·s_out` of one expert: the output channel scales (zero for a pruned channel).
+    pub fn output_scales(&self, ck: &Checkpoint, expert: usize) -> Result<Vec<f32>> {
+        self.folded(ck, Leaf::Rout, Leaf::SOut, expert)
+    }
+
+    /// `r·s` of one expert: the sign×scale vector `r` folded with the optional scale `s`.
+    fn folded(&self, ck: &Checkpoint, r: Leaf, s: Leaf, expert: usize) -> Result<Vec<f32>> {
+        let len = if r == Leaf::Rin { self.in_padded } else { self.out_padded };
+        let vector = |leaf: Leaf| -> Result<Option<Vec<f32>>> {
+            let Some(name) = self.tensor(leaf) else { return Ok(None) };
+            let mut v = Vec::with_capacity(len);
+            ck.elements_f32(name, expert * len..(expert + 1) * len, &mut v)?;
+            Ok(Some(v))
+        };
+        let r = vector(r)?.expect("validated: every coded module has rin and rout");
+        Ok(fold_scales(&r, vector(s)?.as_deref()))
+    }
+
     /// Whether the module carries a bias with any non-zero value.
     pub fn has_nonzero_bias(&self, ck: &Checkpoint) -> Result<bool> {
         let Some(name) = self.tensor(Leaf::Bias) else { return Ok(false) };
-        let e = &ck.tensors[name];
         let mut v = Vec::new();
-        floats_to_f32(ck.bytes(e), e.dtype, &mut v)?;
+        ck.elements_f32(name, 0..ck.entry(name)?.numel(), &mut v)?;
         Ok(v.iter().any(|&x| x != 0.0))
     }
 }
 
 impl Int8Module {
+    /// Rows `rows` as stored: their int8 codes appended to `codes`, their scales to `scales`.
+    pub fn raw_rows(
+        &self,
+        ck: &Checkpoint,
+        rows: Range<usize>,
+        codes: &mut Vec<u8>,
+        scales: &mut Vec<f32>,
+    ) -> Result<()> {
+        ck.elements_f32(&self.scale, rows.clone(), scales)?;
+        ck.rows_bytes(&self.weight, 0, rows, self.shape[1], codes)
+    }
+
     /// Rows `rows` as f32, appended to `out`: `w8 · scale`, exact in f32 (8 × 11 bits).
     pub fn dequantize_rows(&self, ck: &Checkpoint, rows: Range<usize>, out: &mut Vec<f32>) -> Result<()> {
-        let cols = self.shape[1];
-        let (w, s) = (&ck.tensors[&self.weight], &ck.tensors[&self.scale]);
-        let s_el = s.dtype.bitsize() / 8;
-        let mut scales = Vec::with_capacity(rows.len());
-        floats_to_f32(&ck.bytes(s)[rows.start * s_el..rows.end * s_el], s.dtype, &mut scales)?;
-        let weights = &ck.bytes(w)[rows.start * cols..rows.end * cols];
-        for (row, &scale) in weights.chunks_exact(cols).zip(&scales) {
+        let (mut codes, mut scales) = (Vec::new(), Vec::new());
+        self.raw_rows(ck, rows, &mut codes, &mut scales)?;
+        for (row, &scale) in codes.chunks_exact(self.shape[1].max(1)).zip(&scales) {
             out.extend(row.iter().map(|&q| q as i8 as f32 * scale));
         }
         Ok(())

@@ -7,8 +7,9 @@
 //! * int8 pair: `P.weight_int8` + per-row `P.weight_scale`;
 //! * everything else is a plain tensor.
 
+use super::input::Checkpoint;
+use super::tensor::TensorEntry;
 use super::tensor::{is_float, to_f32_vec, to_i32_vec};
-use super::{Checkpoint, TensorEntry};
 use crate::codec::{Codebook, K_RANGE};
 use crate::transform::hadamard::HADAMARD_SIZE;
 use anyhow::{bail, Result};

@@ -24,14 +24,23 @@ impl TensorEntry {
     }
 }
 
+/// A tensor of this shape viewed as `[leads, rows, width]`: its last axis is the width, the one
+/// before it the rows (a vector is one row, a scalar one element), the rest are leads.
+pub fn view(shape: &[usize]) -> (usize, usize, usize) {
+    match shape {
+        [] => (1, 1, 1),
+        [w] => (1, 1, *w),
+        [lead @ .., r, w] => (lead.iter().product(), *r, *w),
+    }
+}
+
 /// Whether `dtype` is a float type this tool reads as numbers.
 pub fn is_float(dtype: Dtype) -> bool {
     matches!(dtype, Dtype::F16 | Dtype::BF16 | Dtype::F32)
 }
 
-/// Widens little-endian F16/BF16/F32 bytes to f32 (exact).
+/// Widens little-endian F16/BF16/F32 bytes to f32 (exact), appending to `out`.
 pub fn floats_to_f32(bytes: &[u8], dtype: Dtype, out: &mut Vec<f32>) -> Result<()> {
-    out.clear();
     match dtype {
         Dtype::F32 => out.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()))),
         Dtype::F16 => out.extend(bytes.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())),

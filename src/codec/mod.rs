@@ -3,7 +3,6 @@
 
 pub mod codebook;
 pub mod decoder;
-pub mod encode;
 pub mod simd;
 pub mod tile;
 

@@ -1,147 +1,126 @@
-//! Splitting each planned output tensor into work units.
+//! Splitting each planned output tensor into work units: runs of output rows small enough to
+//! bound memory, large enough to amortise their set-up.
 
-use super::{Part, ELEMENTS_PER_UNIT};
-use crate::layout::mlx::{MlxRecipe, RowSource};
-use crate::layout::Recipe;
+use crate::checkpoint::tensor::view;
+use crate::checkpoint::{Catalog, Checkpoint, Leaf};
+use crate::layout::RowSource;
+use crate::plan::Plan;
 use crate::transform::hadamard::HADAMARD_SIZE;
+use anyhow::Result;
+use std::collections::HashMap;
 use std::ops::Range;
 
-/// The work of one unit.
-pub(super) enum Work {
-    CodedBlock {
-        expert: usize,
-        block: usize,
-    },
-    Int8Rows(Range<usize>),
-    Elements(Range<usize>),
-    /// MLX: rows `rows` of expert `lead` of a row source; `params`: the plan indices of the
-    /// `.scales` and `.biases` tensors the unit also writes.
-    MlxRows {
-        lead: usize,
-        rows: Range<usize>,
-        params: Option<[usize; 2]>,
-    },
+/// Elements per work unit for sources that are not coded (bounded memory, enough work per unit).
+pub const ELEMENTS_PER_UNIT: usize = 1 << 20;
+
+/// Output rows `rows` of plan tensor `tensor`. A unit of a coded source lies within one 128-row
+/// block of one lead.
+pub struct Unit {
+    pub tensor: usize,
+    pub rows: Range<usize>,
+    /// The large input tensor it reads, as an index into [`Units::inputs`].
+    pub input: Option<usize>,
 }
 
-pub(super) struct Unit {
-    pub(super) tensor: usize,
-    pub(super) work: Work,
+pub struct Units {
+    pub units: Vec<Unit>,
+    /// The input tensors whose pages can be released once every unit reading them is done.
+    pub inputs: Vec<String>,
 }
 
-pub(super) fn units(part: &Part) -> Vec<Unit> {
-    let mut units = Vec::new();
-    for (t, p) in part.plan.tensors.iter().enumerate() {
-        match &p.tensor.recipe {
-            Recipe::Coded(i) => {
-                let m = &part.cat.coded[*i];
-                let blocks = m.out_features.div_ceil(HADAMARD_SIZE);
-                for expert in 0..m.expert_count() {
-                    for block in 0..blocks {
-                        units.push(Unit { tensor: t, work: Work::CodedBlock { expert, block } });
-                    }
-                }
-            }
-            Recipe::Int8(i) => {
-                let shape = &part.cat.int8[*i].shape;
-                let rows_per_unit = (ELEMENTS_PER_UNIT / shape[1].max(1)).max(1);
-                for start in (0..shape[0]).step_by(rows_per_unit) {
-                    units.push(Unit { tensor: t, work: Work::Int8Rows(start..(start + rows_per_unit).min(shape[0])) });
-                }
-            }
-            Recipe::Bias(_) | Recipe::Copy(_) | Recipe::Mlx(MlxRecipe::NormPlusOne(_)) => {
-                let n = p.tensor.shape.iter().product::<usize>();
-                for start in (0..n.max(1)).step_by(ELEMENTS_PER_UNIT) {
-                    units.push(Unit { tensor: t, work: Work::Elements(start..(start + ELEMENTS_PER_UNIT).min(n)) });
-                }
-            }
-            Recipe::Mlx(r) => mlx_units(part, t, r, &mut units),
+/// `(leads, rows per lead, columns)` of a row source.
+pub fn dims(source: &RowSource, ck: &Checkpoint, cat: &Catalog) -> Result<(usize, usize, usize)> {
+    Ok(match source {
+        RowSource::Coded { module, rows } => {
+            (cat.coded[*module].expert_count(), rows.len(), cat.coded[*module].in_features)
         }
-    }
-    units
-}
-
-/// Units of an MLX row recipe: one per 128-row block of a coded source (per expert), runs of
-/// rows otherwise. Quantized units also carry where their scales and biases go.
-fn mlx_units(part: &Part, t: usize, recipe: &MlxRecipe, units: &mut Vec<Unit>) {
-    let index = |name: &str| part.plan.tensors.iter().position(|p| p.tensor.name == name);
-    let (source, params) = match recipe {
-        MlxRecipe::Quantized { source, scales, biases, .. } => (source, index(scales).zip(index(biases))),
-        MlxRecipe::Int8Exact { int8, scales, biases, .. } => {
-            let rows = part.cat.int8[*int8].shape[0];
-            let params = index(scales).zip(index(biases)).map(|(s, b)| [s, b]);
-            let per_unit = (ELEMENTS_PER_UNIT / part.cat.int8[*int8].shape[1].max(1)).max(1);
-            for start in (0..rows).step_by(per_unit) {
-                units.push(Unit {
-                    tensor: t,
-                    work: Work::MlxRows { lead: 0, rows: start..(start + per_unit).min(rows), params },
-                });
-            }
-            return;
-        }
-        MlxRecipe::Dense(source) => (source, None),
-        MlxRecipe::NormPlusOne(_) | MlxRecipe::Companion => return,
-    };
-    let params = params.map(|(s, b)| [s, b]);
-    if let RowSource::Stack(members) = source {
-        for (lead, member) in members.iter().enumerate() {
-            let (_, rows, cols) = row_source_dims(part, member);
-            let per_unit = match member {
-                RowSource::Coded { .. } => HADAMARD_SIZE,
-                _ => (ELEMENTS_PER_UNIT / cols.max(1)).max(1),
-            };
-            for start in (rows.start..rows.end).step_by(per_unit) {
-                units.push(Unit {
-                    tensor: t,
-                    work: Work::MlxRows { lead, rows: start..(start + per_unit).min(rows.end), params },
-                });
-            }
-        }
-        return;
-    }
-    match source {
-        RowSource::Coded { coded, rows, .. } => {
-            let m = &part.cat.coded[*coded];
-            for lead in 0..m.expert_count() {
-                for block in rows.start / HADAMARD_SIZE..rows.end.div_ceil(HADAMARD_SIZE) {
-                    let r = (block * HADAMARD_SIZE).max(rows.start)..((block + 1) * HADAMARD_SIZE).min(rows.end);
-                    units.push(Unit { tensor: t, work: Work::MlxRows { lead, rows: r, params } });
-                }
-            }
-        }
-        RowSource::Int8(_) | RowSource::Plain { .. } | RowSource::Stack(_) => {
-            let (leads, rows, cols) = row_source_dims(part, source);
-            let per_unit = (ELEMENTS_PER_UNIT / cols.max(1)).max(1);
-            for lead in 0..leads {
-                for start in (rows.start..rows.end).step_by(per_unit) {
-                    units.push(Unit {
-                        tensor: t,
-                        work: Work::MlxRows { lead, rows: start..(start + per_unit).min(rows.end), params },
-                    });
-                }
-            }
-        }
-    }
-}
-
-/// (leading count, row range, columns) of a row source.
-pub(super) fn row_source_dims(part: &Part, source: &RowSource) -> (usize, Range<usize>, usize) {
-    match source {
-        RowSource::Coded { coded, rows, .. } => {
-            let m = &part.cat.coded[*coded];
-            (m.expert_count(), rows.clone(), m.in_features)
-        }
-        RowSource::Int8(i) => {
-            let shape = &part.cat.int8[*i].shape;
-            (1, 0..shape[0], shape[1])
-        }
-        RowSource::Plain { name, rows } => {
-            let shape = &part.ck.tensors[name].shape;
-            let leads = shape[..shape.len() - 2].iter().product();
-            (leads, rows.clone(), shape[shape.len() - 1])
-        }
+        RowSource::Int8(i) => (1, cat.int8[*i].shape[0], cat.int8[*i].shape[1]),
+        RowSource::Tensor { name, rows, cols } => (view(&ck.entry(name)?.shape).0, rows.len(), *cols),
         RowSource::Stack(members) => {
-            let (_, rows, cols) = row_source_dims(part, &members[0]);
+            let (_, rows, cols) = dims(&members[0], ck, cat)?;
             (members.len(), rows, cols)
         }
+    })
+}
+
+pub fn units(plan: &Plan, ck: &Checkpoint, cat: &Catalog) -> Result<Units> {
+    let mut out = Units { units: Vec::new(), inputs: Vec::new() };
+    let mut input_ids: HashMap<String, usize> = HashMap::new();
+    for (t, p) in plan.tensors.iter().enumerate() {
+        let Some(recipe) = &p.tensor.recipe else { continue };
+        let (leads, n, cols) = dims(&recipe.source, ck, cat)?;
+        let per_unit = (ELEMENTS_PER_UNIT / cols.max(1)).max(1);
+        if n == 0 {
+            continue;
+        }
+        let contiguous = match &recipe.source {
+            RowSource::Int8(_) => true,
+            RowSource::Tensor { name, rows, cols } => {
+                let (_, height, width) = view(&ck.entry(name)?.shape);
+                *rows == (0..height) && *cols == width
+            }
+            RowSource::Coded { .. } | RowSource::Stack(_) => false,
+        };
+        if contiguous {
+            // Leads follow each other in the input: units may span them.
+            let input = bulk_input(&recipe.source, 0, cat).map(|name| id(&mut input_ids, &mut out.inputs, name));
+            for start in (0..leads * n).step_by(per_unit) {
+                out.units.push(Unit { tensor: t, rows: start..(start + per_unit).min(leads * n), input });
+            }
+            continue;
+        }
+        for lead in 0..leads {
+            let input = bulk_input(&recipe.source, lead, cat).map(|name| id(&mut input_ids, &mut out.inputs, name));
+            for rows in lead_runs(&recipe.source, n, per_unit) {
+                let rows = lead * n + rows.start..lead * n + rows.end;
+                out.units.push(Unit { tensor: t, rows, input });
+            }
+        }
     }
+    Ok(out)
+}
+
+/// The runs of one lead's `n` rows (`0..n`) that units cover: 128-row blocks of a coded module,
+/// else `per_unit` rows at a time.
+fn lead_runs(source: &RowSource, n: usize, per_unit: usize) -> Vec<Range<usize>> {
+    let coded_start = match source {
+        RowSource::Coded { rows, .. } => Some(rows.start),
+        RowSource::Stack(members) => match &members[0] {
+            RowSource::Coded { rows, .. } => Some(rows.start),
+            _ => None,
+        },
+        _ => None,
+    };
+    match coded_start {
+        // Cut where the module's own row index crosses a 128-row block.
+        Some(first) => {
+            let mut runs = Vec::new();
+            let mut start = 0;
+            while start < n {
+                let block_end = ((first + start) / HADAMARD_SIZE + 1) * HADAMARD_SIZE - first;
+                let end = block_end.min(n);
+                runs.push(start..end);
+                start = end;
+            }
+            runs
+        }
+        None => (0..n).step_by(per_unit).map(|s| s..(s + per_unit).min(n)).collect(),
+    }
+}
+
+/// The large input tensor lead `lead` of a source reads: codes, int8 weights or a plain tensor.
+fn bulk_input<'a>(source: &'a RowSource, lead: usize, cat: &'a Catalog) -> Option<&'a str> {
+    match source {
+        RowSource::Coded { module, .. } => cat.coded[*module].tensor(Leaf::Code),
+        RowSource::Int8(i) => Some(&cat.int8[*i].weight),
+        RowSource::Tensor { name, .. } => Some(name),
+        RowSource::Stack(members) => bulk_input(members.get(lead)?, 0, cat),
+    }
+}
+
+fn id(ids: &mut HashMap<String, usize>, names: &mut Vec<String>, name: &str) -> usize {
+    *ids.entry(name.to_string()).or_insert_with(|| {
+        names.push(name.to_string());
+        names.len() - 1
+    })
 }

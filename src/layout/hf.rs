@@ -8,53 +8,122 @@
 //! * every other tensor passes through, 16-bit floats cast to the output dtype, F32 kept F32;
 //! * `bias` of coded linears only with `keep_bias`.
 
-use super::{natural_key, norm_kind, DenseDtype, Kind, OutputTensor, Recipe};
+use super::names::{natural_key, norm_kind};
+use super::policy::Layout;
+use super::tensor::{Encoding, Kind, OutputTensor, RowSource};
+use crate::checkpoint::tensor::is_float;
 use crate::checkpoint::{Catalog, Checkpoint, Leaf};
+use anyhow::Result;
 use safetensors::Dtype;
+use serde_json::Value;
 
-pub fn layout(ck: &Checkpoint, cat: &Catalog, dtype: DenseDtype, keep_bias: bool) -> Vec<OutputTensor> {
+/// Dense output element type.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DenseDtype {
+    Bf16,
+    F16,
+}
+
+impl DenseDtype {
+    pub fn dtype(self) -> Dtype {
+        match self {
+            DenseDtype::Bf16 => Dtype::BF16,
+            DenseDtype::F16 => Dtype::F16,
+        }
+    }
+}
+
+/// Dense weights in the Hugging Face layout.
+#[derive(Clone, Copy, Debug)]
+pub struct HfLayout {
+    pub dtype: DenseDtype,
+}
+
+impl Layout for HfLayout {
+    fn name(&self) -> &'static str {
+        match self.dtype {
+            DenseDtype::Bf16 => "bf16",
+            DenseDtype::F16 => "f16",
+        }
+    }
+
+    fn tensors(
+        &self,
+        ck: &Checkpoint,
+        cat: &Catalog,
+        keep_bias: bool,
+        _: &mut Vec<String>,
+    ) -> Result<Vec<OutputTensor>> {
+        Ok(tensors(ck, cat, self.dtype, keep_bias))
+    }
+
+    fn config(&self, input: &Value, _: &[OutputTensor]) -> String {
+        crate::json::to_text(&dense_config(input), 2)
+    }
+
+    fn tag(&self) -> &'static str {
+        "pt"
+    }
+
+    fn default_max_shard_size(&self) -> u64 {
+        5_000_000_000
+    }
+
+    fn leaves_out_mtp_dir(&self) -> Option<&'static str> {
+        None
+    }
+}
+
+/// The output tensors in Hugging Face names, in model order.
+pub fn tensors(ck: &Checkpoint, cat: &Catalog, dtype: DenseDtype, keep_bias: bool) -> Vec<OutputTensor> {
     let out = dtype.dtype();
     let mut tensors = Vec::new();
     for (i, m) in cat.coded.iter().enumerate() {
-        let (name, shape, kind) = match m.experts {
-            None => (format!("{}.weight", m.path), vec![m.out_features, m.in_features], Kind::Coded),
-            Some(e) => (m.path.clone(), vec![e, m.out_features, m.in_features], Kind::CodedExperts),
+        let lead: Vec<usize> = m.experts.into_iter().collect();
+        let shape = |last: &[usize]| lead.iter().chain(last).copied().collect::<Vec<_>>();
+        let (name, kind) = match m.experts {
+            None => (format!("{}.weight", m.path), Kind::Coded),
+            Some(_) => (m.path.clone(), Kind::CodedExperts),
         };
-        tensors.push(OutputTensor { name, dtype: out, shape, recipe: Recipe::Coded(i), kind });
-        if keep_bias && m.tensor(Leaf::Bias).is_some() {
-            let shape = match m.experts {
-                None => vec![m.out_features],
-                Some(e) => vec![e, m.out_features],
-            };
+        let source = RowSource::Coded { module: i, rows: 0..m.out_features };
+        tensors.push(OutputTensor::new(
+            name,
+            out,
+            shape(&[m.out_features, m.in_features]),
+            kind,
+            source,
+            Encoding::Float,
+        ));
+        if let Some(bias) = m.tensor(Leaf::Bias).filter(|_| keep_bias) {
+            let source = RowSource::Tensor { name: bias.to_string(), rows: 0..m.expert_count(), cols: m.out_features };
             let name = format!("{}.bias", m.path);
-            tensors.push(OutputTensor { name, dtype: out, shape, recipe: Recipe::Bias(i), kind: Kind::Bias });
+            tensors.push(OutputTensor::new(name, out, shape(&[m.out_features]), Kind::Bias, source, Encoding::Float));
         }
     }
     for (i, m) in cat.int8.iter().enumerate() {
         let name = format!("{}.weight", m.path);
-        tensors.push(OutputTensor {
-            name,
-            dtype: out,
-            shape: m.shape.clone(),
-            recipe: Recipe::Int8(i),
-            kind: Kind::Int8,
-        });
+        tensors.push(OutputTensor::new(name, out, m.shape.clone(), Kind::Int8, RowSource::Int8(i), Encoding::Float));
     }
     for p in &cat.plain {
         let entry = &ck.tensors[&p.name];
-        let dtype = match entry.dtype {
-            Dtype::F16 | Dtype::BF16 => out,
-            other => other,
+        let (dtype, encoding) = match entry.dtype {
+            Dtype::F16 | Dtype::BF16 => (out, Encoding::Float),
+            other if is_float(other) => (other, Encoding::Float),
+            other => (other, Encoding::Bytes),
         };
         let kind = if norm_kind(&p.name).is_some() { Kind::Norm } else { Kind::Plain };
-        tensors.push(OutputTensor {
-            name: p.name.clone(),
-            dtype,
-            shape: entry.shape.clone(),
-            recipe: Recipe::Copy(p.name.clone()),
-            kind,
-        });
+        let source = RowSource::whole(&p.name, &entry.shape);
+        tensors.push(OutputTensor::new(p.name.clone(), dtype, entry.shape.clone(), kind, source, encoding));
     }
     tensors.sort_by_cached_key(|t| natural_key(&t.name));
     tensors
+}
+
+/// The input config with its `quantization_config` removed, and nothing else changed.
+pub fn dense_config(config: &Value) -> Value {
+    let mut c = config.clone();
+    if let Some(obj) = c.as_object_mut() {
+        obj.shift_remove("quantization_config");
+    }
+    c
 }

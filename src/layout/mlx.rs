@@ -23,22 +23,23 @@
 //! * no `mtp.*` key and no vision tensor is written (either would make some loader shift the
 //!   norms a second time or fail a strict load).
 
-use super::{natural_key, Kind, OutputTensor, Recipe};
+use super::names::{natural_key, norm_kind};
+use super::policy::Layout;
+use super::tensor::{Adjust, AffineParams, Encoding, Kind, OutputTensor, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint, Leaf};
 use crate::quant::mlx_affine::{int8_group_size, AffineSpec};
 use crate::select::selected;
 use anyhow::{bail, Result};
 use safetensors::Dtype;
 use serde_json::{json, Map, Value};
-use std::collections::BTreeSet;
-use std::ops::Range;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// How int8 pairs are written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Int8Mode {
-    /// Exact 8-bit affine repack (`q = w8 + 128`), F32 scales and biases.
+    /// Repack int8 weights exactly as 8-bit affine (F32 scales): no new rounding.
     Exact,
-    /// Dequantize, round to the model dtype and quantize at the run's bits and group size.
+    /// Quantize their bf16 dequantization at `--bits`/`--group-size` like every other layer.
     Requant,
 }
 
@@ -56,39 +57,6 @@ pub const INT8_SCALE_DTYPE: Dtype = Dtype::F32;
 /// The setting mlx-lm's MoE `quant_predicate` gives routers.
 pub const ROUTER_SPEC: AffineSpec = AffineSpec { bits: 8, group_size: 64 };
 
-/// Where the f32 rows of a quantized or dense MLX tensor come from. Row ranges are within one
-/// expert (or the single matrix); the output has `rows.len()` rows per expert.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum RowSource {
-    /// Rows of coded module `catalog.coded[coded]`. `dead_columns_from`: a fused `gate_up`
-    /// coded module whose dead channels zero the matching input columns (MoE `down_proj`).
-    Coded { coded: usize, rows: Range<usize>, dead_columns_from: Option<usize> },
-    /// Every row of int8 pair `catalog.int8[i]`, dequantized exactly in f32.
-    Int8(usize),
-    /// Rows of a plain float tensor `[rows, cols]` or `[E, rows, cols]`.
-    Plain { name: String, rows: Range<usize> },
-    /// Per-expert modules (`experts.{e}.X`, Hugging Face Qwen3-Next) stacked in expert order:
-    /// expert `e` is entry `e`, read as a single matrix.
-    Stack(Vec<RowSource>),
-}
-
-/// MLX-layout recipes, all carried by [`Recipe::Mlx`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum MlxRecipe {
-    /// The packed U32 `.weight` of an affine-quantized module; its units also write the named
-    /// `.scales` and `.biases` tensors (stored in `scale_dtype`).
-    Quantized { source: RowSource, spec: AffineSpec, scale_dtype: Dtype, scales: String, biases: String },
-    /// Exact 8-bit repack of int8 pair `catalog.int8[int8]`; scales and biases in
-    /// [`INT8_SCALE_DTYPE`].
-    Int8Exact { int8: usize, group_size: usize, scales: String, biases: String },
-    /// Rows written densely in the tensor's dtype (a layer that is not quantized).
-    Dense(RowSource),
-    /// A zero-centred RMSNorm weight with +1 folded in: `round(f32(w) + 1)`.
-    NormPlusOne(String),
-    /// `.scales` or `.biases` of a quantized module: written by the units of its `.weight`.
-    Companion,
-}
-
 /// Which mlx-lm model family names follow.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Family {
@@ -96,6 +64,82 @@ pub enum Family {
     Qwen35,
     /// `qwen3_next`: names kept.
     Qwen3Next,
+}
+
+/// MLX layout with affine quantization.
+#[derive(Clone, Copy, Debug)]
+pub struct MlxLayout {
+    pub opts: MlxOptions,
+}
+
+impl Layout for MlxLayout {
+    fn name(&self) -> &'static str {
+        "mlx"
+    }
+
+    fn tensors(
+        &self,
+        ck: &Checkpoint,
+        cat: &Catalog,
+        keep_bias: bool,
+        warnings: &mut Vec<String>,
+    ) -> Result<Vec<OutputTensor>> {
+        let (tensors, dropped) = tensors(ck, cat, self.opts, keep_bias)?;
+        let root = ck.root.display();
+        if dropped.mtp > 0 {
+            warnings.push(format!("{root}: dropped {} MTP tensors (the MLX layout carries none)", dropped.mtp));
+        }
+        if dropped.tied_head > 0 {
+            warnings.push(format!("{root}: dropped lm_head: tie_word_embeddings is set"));
+        }
+        if dropped.expert_biases > 0 {
+            warnings.push(format!(
+                "{root}: dropped {} bias tensors of stacked experts (no MLX slot)",
+                dropped.expert_biases
+            ));
+        }
+        Ok(tensors)
+    }
+
+    /// Keeps the tensors `--only` selects, together with the other tensors of their module (a
+    /// packed `.weight` is useless without its `.scales` and `.biases`).
+    fn select(&self, tensors: &mut Vec<OutputTensor>, only: &[String]) {
+        let module = |name: &str| -> String {
+            for leaf in [".weight", ".scales", ".biases"] {
+                if let Some(p) = name.strip_suffix(leaf) {
+                    return p.to_string();
+                }
+            }
+            name.to_string()
+        };
+        let keep: BTreeSet<String> =
+            tensors.iter().filter(|t| selected(&t.name, only)).map(|t| module(&t.name)).collect();
+        tensors.retain(|t| keep.contains(&module(&t.name)));
+    }
+
+    fn config(&self, input: &Value, tensors: &[OutputTensor]) -> String {
+        crate::json::to_text(&config_json(input, quantization(tensors, self.opts, is_moe(tensors))), 4)
+    }
+
+    fn tag(&self) -> &'static str {
+        "mlx"
+    }
+
+    fn index_metadata(&self, tensors: &[OutputTensor]) -> Map<String, Value> {
+        let mut m = Map::new();
+        m.insert("total_parameters".into(), total_parameters(tensors).into());
+        m
+    }
+
+    /// mlx-lm's own shard limit.
+    fn default_max_shard_size(&self) -> u64 {
+        5 << 30
+    }
+
+    /// mlx-lm has no MTP head, and an `mtp.*` key makes older loaders shift every norm again.
+    fn leaves_out_mtp_dir(&self) -> Option<&'static str> {
+        Some("the MLX layout carries no MTP head")
+    }
 }
 
 /// What the layout dropped, for warnings.
@@ -179,9 +223,18 @@ fn per_expert(path: &str) -> Option<(&str, usize, &str)> {
     matches!(leaf, "gate_proj" | "up_proj" | "down_proj").then_some((prefix, e, leaf))
 }
 
-/// Per-expert modules waiting to be stacked: (MLX prefix, projection) → (expert, source, rows,
-/// cols, kind).
-type Stacks = std::collections::BTreeMap<(String, String), Vec<(usize, RowSource, usize, usize, Kind)>>;
+/// One per-expert module waiting to be stacked.
+#[derive(Clone)]
+struct Member {
+    expert: usize,
+    source: RowSource,
+    rows: usize,
+    cols: usize,
+    kind: Kind,
+}
+
+/// Per-expert modules waiting to be stacked, by (MLX prefix, projection).
+type Stacks = BTreeMap<(String, String), Vec<Member>>;
 
 fn is_dropped_key(name: &str) -> bool {
     // mlx-lm's old loaders test `"mtp." in key`: any such key would trigger a second +1.
@@ -198,45 +251,41 @@ struct Builder<'a> {
 impl Builder<'_> {
     /// A module `path` (MLX name, no suffix) with `cols` inputs and `lead` leading dims:
     /// quantized at `spec` when the run's group size divides `cols`, dense otherwise.
-    fn linear(&mut self, path: &str, lead: &[usize], rows: usize, cols: usize, source: RowSource, kind: Kind) {
+    fn linear(
+        &mut self,
+        path: &str,
+        lead: &[usize],
+        rows: usize,
+        cols: usize,
+        source: RowSource,
+        kind: Kind,
+    ) -> &mut OutputTensor {
         let spec = if self.moe && is_router(path) { ROUTER_SPEC } else { self.opts.spec };
         let shape = |last: usize| lead.iter().copied().chain([rows, last]).collect::<Vec<_>>();
+        let name = format!("{path}.weight");
         if self.opts.spec.fits(cols) && spec.fits(cols) {
-            let (scales, biases) = (format!("{path}.scales"), format!("{path}.biases"));
-            for n in [&scales, &biases] {
-                self.out.push(OutputTensor {
-                    name: n.clone(),
-                    dtype: self.dtype,
-                    shape: shape(spec.groups(cols)),
-                    recipe: Recipe::Mlx(MlxRecipe::Companion),
-                    kind: Kind::QuantParams,
-                });
+            let params = AffineParams { scales: format!("{path}.scales"), biases: format!("{path}.biases") };
+            for n in [&params.scales, &params.biases] {
+                self.out.push(OutputTensor::companion(n.clone(), self.dtype, shape(spec.groups(cols))));
             }
-            self.out.push(OutputTensor {
-                name: format!("{path}.weight"),
-                dtype: Dtype::U32,
-                shape: shape(spec.packed_cols(cols)),
-                recipe: Recipe::Mlx(MlxRecipe::Quantized { source, spec, scale_dtype: self.dtype, scales, biases }),
-                kind,
-            });
+            let encoding = Encoding::Affine { spec, params };
+            self.out.push(OutputTensor::new(name, Dtype::U32, shape(spec.packed_cols(cols)), kind, source, encoding));
         } else {
-            self.out.push(OutputTensor {
-                name: format!("{path}.weight"),
-                dtype: self.dtype,
-                shape: shape(cols),
-                recipe: Recipe::Mlx(MlxRecipe::Dense(source)),
-                kind,
-            });
+            self.out.push(OutputTensor::new(name, self.dtype, shape(cols), kind, source, Encoding::Float));
         }
+        self.out.last_mut().expect("just pushed")
     }
 
-    fn copy(&mut self, name: String, src: &str, dtype: Dtype, shape: Vec<usize>, kind: Kind) {
-        self.out.push(OutputTensor { name, dtype, shape, recipe: Recipe::Copy(src.to_string()), kind });
+    /// A plain float tensor cast to `dtype`.
+    fn float(&mut self, name: String, src: &str, dtype: Dtype, shape: Vec<usize>, kind: Kind) -> &mut OutputTensor {
+        let source = RowSource::whole(src, &shape);
+        self.out.push(OutputTensor::new(name, dtype, shape, kind, source, Encoding::Float));
+        self.out.last_mut().expect("just pushed")
     }
 }
 
 /// The MLX-layout output tensors of a checkpoint, sorted in model order.
-pub fn layout(
+pub fn tensors(
     ck: &Checkpoint,
     cat: &Catalog,
     opts: MlxOptions,
@@ -263,6 +312,8 @@ pub fn layout(
         }
         false
     };
+    // Stacked coded modules by path, for the dead channels of fused gate_up projections.
+    let by_path: HashMap<&str, usize> = cat.coded.iter().enumerate().map(|(i, m)| (m.path.as_str(), i)).collect();
 
     let mut stacks = Stacks::new();
     for (i, m) in cat.coded.iter().enumerate() {
@@ -271,34 +322,24 @@ pub fn layout(
         }
         let path = mlx_name(family, &m.path);
         let (ic, oc) = (m.in_features, m.out_features);
-        if let (None, Some((prefix, e, leaf))) = (m.experts, per_expert(&path)) {
-            let source = RowSource::Coded { coded: i, rows: 0..oc, dead_columns_from: None };
-            stacks.entry((prefix.to_string(), leaf.to_string())).or_default().push((
-                e,
-                source,
-                oc,
-                ic,
-                Kind::CodedExperts,
-            ));
+        let all_rows = RowSource::Coded { module: i, rows: 0..oc };
+        if let (None, Some((prefix, expert, leaf))) = (m.experts, per_expert(&path)) {
+            let member = Member { expert, source: all_rows, rows: oc, cols: ic, kind: Kind::CodedExperts };
+            stacks.entry((prefix.to_string(), leaf.to_string())).or_default().push(member);
             continue;
         }
         let Some(e) = m.experts else {
-            b.linear(
-                &path,
-                &[],
-                oc,
-                ic,
-                RowSource::Coded { coded: i, rows: 0..oc, dead_columns_from: None },
-                Kind::Coded,
-            );
-            if keep_bias && m.tensor(Leaf::Bias).is_some() {
-                b.out.push(OutputTensor {
-                    name: format!("{path}.bias"),
+            b.linear(&path, &[], oc, ic, all_rows, Kind::Coded);
+            if let Some(bias) = m.tensor(Leaf::Bias).filter(|_| keep_bias) {
+                let source = RowSource::Tensor { name: bias.to_string(), rows: 0..1, cols: oc };
+                b.out.push(OutputTensor::new(
+                    format!("{path}.bias"),
                     dtype,
-                    shape: vec![oc],
-                    recipe: Recipe::Bias(i),
-                    kind: Kind::Bias,
-                });
+                    vec![oc],
+                    Kind::Bias,
+                    source,
+                    Encoding::Float,
+                ));
             }
             continue;
         };
@@ -316,22 +357,19 @@ pub fn layout(
                     bail!("{}: fused gate_up with an odd output width {oc}", m.path);
                 }
                 let half = oc / 2;
-                let gate = RowSource::Coded { coded: i, rows: 0..half, dead_columns_from: None };
+                let gate = RowSource::Coded { module: i, rows: 0..half };
                 b.linear(&format!("{switch}.gate_proj"), &[e], half, ic, gate, kind);
-                let up = RowSource::Coded { coded: i, rows: half..oc, dead_columns_from: None };
+                let up = RowSource::Coded { module: i, rows: half..oc };
                 b.linear(&format!("{switch}.up_proj"), &[e], half, ic, up, kind);
             }
             "down_proj" | "gate_proj" | "up_proj" => {
-                let fused = format!("{}.gate_up_proj", m.path.rsplit_once('.').unwrap().0);
-                let dead = (leaf == "down_proj")
-                    .then(|| {
-                        cat.coded
-                            .iter()
-                            .position(|g| g.path == fused && g.experts == Some(e) && g.out_features == 2 * ic)
-                    })
-                    .flatten();
-                let source = RowSource::Coded { coded: i, rows: 0..oc, dead_columns_from: dead };
-                b.linear(&format!("{switch}.{leaf}"), &[e], oc, ic, source, kind);
+                let stem = m.path.rsplit_once('.').map_or("", |(stem, _)| stem);
+                let fused = by_path.get(format!("{stem}.gate_up_proj").as_str()).copied();
+                let dead = fused.filter(|&g| {
+                    leaf == "down_proj" && cat.coded[g].experts == Some(e) && cat.coded[g].out_features == 2 * ic
+                });
+                let adjust = Adjust { dead_columns_of: dead, ..Adjust::default() };
+                b.linear(&format!("{switch}.{leaf}"), &[e], oc, ic, all_rows, kind).adjust(adjust);
             }
             other => bail!("{}: unknown expert projection \"{other}\"", m.path),
         }
@@ -343,38 +381,32 @@ pub fn layout(
         }
         let path = mlx_name(family, &m.path);
         let (rows, cols) = (m.shape[0], m.shape[1]);
-        if let Some((prefix, e, leaf)) = per_expert(&path) {
+        if let Some((prefix, expert, leaf)) = per_expert(&path) {
             // Stacked experts are quantized at the run's setting (no exact repack per expert).
-            stacks.entry((prefix.to_string(), leaf.to_string())).or_default().push((
-                e,
-                RowSource::Int8(i),
-                rows,
-                cols,
-                Kind::Int8,
-            ));
+            let member = Member { expert, source: RowSource::Int8(i), rows, cols, kind: Kind::Int8 };
+            stacks.entry((prefix.to_string(), leaf.to_string())).or_default().push(member);
             continue;
         }
         match (opts.int8, int8_group_size(cols)) {
-            (Int8Mode::Exact, Some(gs)) => {
-                let (scales, biases) = (format!("{path}.scales"), format!("{path}.biases"));
-                for n in [&scales, &biases] {
-                    b.out.push(OutputTensor {
-                        name: n.clone(),
-                        dtype: INT8_SCALE_DTYPE,
-                        shape: vec![rows, cols / gs],
-                        recipe: Recipe::Mlx(MlxRecipe::Companion),
-                        kind: Kind::QuantParams,
-                    });
+            (Int8Mode::Exact, Some(group_size)) => {
+                let params = AffineParams { scales: format!("{path}.scales"), biases: format!("{path}.biases") };
+                for n in [&params.scales, &params.biases] {
+                    b.out.push(OutputTensor::companion(n.clone(), INT8_SCALE_DTYPE, vec![rows, cols / group_size]));
                 }
-                b.out.push(OutputTensor {
-                    name: format!("{path}.weight"),
-                    dtype: Dtype::U32,
-                    shape: vec![rows, cols / 4],
-                    recipe: Recipe::Mlx(MlxRecipe::Int8Exact { int8: i, group_size: gs, scales, biases }),
-                    kind: Kind::Int8,
-                });
+                let encoding = Encoding::Int8Affine { group_size, params };
+                let name = format!("{path}.weight");
+                b.out.push(OutputTensor::new(
+                    name,
+                    Dtype::U32,
+                    vec![rows, cols / 4],
+                    Kind::Int8,
+                    RowSource::Int8(i),
+                    encoding,
+                ));
             }
-            _ => b.linear(&path, &[], rows, cols, RowSource::Int8(i), Kind::Int8),
+            _ => {
+                b.linear(&path, &[], rows, cols, RowSource::Int8(i), Kind::Int8);
+            }
         }
     }
 
@@ -387,94 +419,68 @@ pub fn layout(
         let float = matches!(entry.dtype, Dtype::F16 | Dtype::BF16 | Dtype::F32);
         let shape = entry.shape.clone();
         if !float {
-            b.copy(name, &p.name, entry.dtype, shape, Kind::Plain);
+            let source = RowSource::whole(&p.name, &shape);
+            b.out.push(OutputTensor::new(name, entry.dtype, shape, Kind::Plain, source, Encoding::Bytes));
         } else if shape.len() == 1 && is_offset_norm(&name) {
-            b.out.push(OutputTensor {
-                name,
-                dtype,
-                shape,
-                recipe: Recipe::Mlx(MlxRecipe::NormPlusOne(p.name.clone())),
-                kind: Kind::Norm,
-            });
+            // Zero-centred storage: the MLX layout folds the 1 in, rounding once.
+            b.float(name, &p.name, dtype, shape, Kind::Norm).adjust(Adjust { plus_one: true, ..Adjust::default() });
         } else if name.ends_with("conv1d.weight") && shape.len() == 3 {
-            // [C, 1, K] → [C, K, 1]: one axis has length 1, so the bytes keep their order.
+            // [C, 1, K] → [C, K, 1]: one axis has length 1, so the values keep their order.
+            let source = RowSource::whole(&p.name, &shape);
             let shape = if shape[2] != 1 && shape[1] == 1 { vec![shape[0], shape[2], 1] } else { shape };
-            b.copy(name, &p.name, dtype, shape, Kind::Plain);
+            b.out.push(OutputTensor::new(name, dtype, shape, Kind::Plain, source, Encoding::Float));
         } else if name.ends_with("A_log") {
             let keep = if family == Family::Qwen35 { entry.dtype } else { dtype };
-            b.copy(name, &p.name, keep, shape, Kind::Plain);
-        } else if let Some((prefix, e, leaf)) =
+            b.float(name, &p.name, keep, shape, Kind::Plain);
+        } else if let Some((prefix, expert, leaf)) =
             name.strip_suffix(".weight").filter(|_| shape.len() == 2).and_then(per_expert)
         {
-            let source = RowSource::Plain { name: p.name.clone(), rows: 0..shape[0] };
-            stacks.entry((prefix.to_string(), leaf.to_string())).or_default().push((
-                e,
-                source,
-                shape[0],
-                shape[1],
-                Kind::Plain,
-            ));
+            let source = RowSource::whole(&p.name, &shape);
+            let member = Member { expert, source, rows: shape[0], cols: shape[1], kind: Kind::Plain };
+            stacks.entry((prefix.to_string(), leaf.to_string())).or_default().push(member);
         } else if let Some(path) = name.strip_suffix(".weight").filter(|_| shape.len() == 2) {
             // A Linear or an Embedding: quantized like mlx-lm does.
-            let source = RowSource::Plain { name: p.name.clone(), rows: 0..shape[0] };
-            b.linear(path, &[], shape[0], shape[1], source, Kind::Plain);
+            b.linear(path, &[], shape[0], shape[1], RowSource::whole(&p.name, &shape), Kind::Plain);
         } else if let Some((prefix, leaf)) = name.rsplit_once(".experts.").filter(|_| shape.len() == 3) {
             // Plain fused HF expert parameters (no `.weight` suffix).
             let switch = format!("{prefix}.switch_mlp");
             let (e, oc, ic) = (shape[0], shape[1], shape[2]);
+            let rows = |rows| RowSource::Tensor { name: p.name.clone(), rows, cols: ic };
             match leaf {
                 "gate_up_proj" if oc % 2 == 0 => {
                     let half = oc / 2;
-                    let src = |rows| RowSource::Plain { name: p.name.clone(), rows };
-                    b.linear(&format!("{switch}.gate_proj"), &[e], half, ic, src(0..half), Kind::Plain);
-                    b.linear(&format!("{switch}.up_proj"), &[e], half, ic, src(half..oc), Kind::Plain);
+                    b.linear(&format!("{switch}.gate_proj"), &[e], half, ic, rows(0..half), Kind::Plain);
+                    b.linear(&format!("{switch}.up_proj"), &[e], half, ic, rows(half..oc), Kind::Plain);
                 }
                 "down_proj" => {
-                    let src = RowSource::Plain { name: p.name.clone(), rows: 0..oc };
-                    b.linear(&format!("{switch}.down_proj"), &[e], oc, ic, src, Kind::Plain);
+                    b.linear(&format!("{switch}.down_proj"), &[e], oc, ic, rows(0..oc), Kind::Plain);
                 }
                 other => bail!("{}: unknown plain expert parameter \"{other}\"", p.name),
             }
         } else {
-            b.copy(
-                name,
-                &p.name,
-                dtype,
-                shape,
-                if super::norm_kind(&p.name).is_some() { Kind::Norm } else { Kind::Plain },
-            );
+            let kind = if norm_kind(&p.name).is_some() { Kind::Norm } else { Kind::Plain };
+            b.float(name, &p.name, dtype, shape, kind);
         }
     }
     for ((prefix, leaf), mut members) in stacks {
-        members.sort_by_key(|m| m.0);
-        let (_, _, rows, cols, kind) = members[0].clone();
+        members.sort_by_key(|m| m.expert);
+        let first = members[0].clone();
         let n = members.len();
-        if members.iter().enumerate().any(|(i, m)| m.0 != i || m.2 != rows || m.3 != cols) {
+        if members.iter().enumerate().any(|(i, m)| m.expert != i || m.rows != first.rows || m.cols != first.cols) {
             bail!("{prefix}.experts.*.{leaf}: experts are not numbered 0..{n} with one shape; cannot stack them");
         }
-        let sources = members.into_iter().map(|m| m.1).collect();
-        b.linear(&format!("{prefix}.switch_mlp.{leaf}"), &[n], rows, cols, RowSource::Stack(sources), kind);
+        let sources = members.into_iter().map(|m| m.source).collect();
+        b.linear(
+            &format!("{prefix}.switch_mlp.{leaf}"),
+            &[n],
+            first.rows,
+            first.cols,
+            RowSource::Stack(sources),
+            first.kind,
+        );
     }
     tensors.sort_by_cached_key(|t| natural_key(&t.name));
     Ok((tensors, dropped))
-}
-
-/// Keeps the tensors `--only` selects, together with the other tensors of their module (a packed
-/// `.weight` is useless without its `.scales` and `.biases`, and those are written by its units).
-pub fn retain_selected(tensors: &mut Vec<OutputTensor>, only: &[String]) {
-    if only.is_empty() {
-        return;
-    }
-    let module = |name: &str| -> String {
-        for leaf in [".weight", ".scales", ".biases"] {
-            if let Some(p) = name.strip_suffix(leaf) {
-                return p.to_string();
-            }
-        }
-        name.to_string()
-    };
-    let keep: BTreeSet<String> = tensors.iter().filter(|t| selected(&t.name, only)).map(|t| module(&t.name)).collect();
-    tensors.retain(|t| keep.contains(&module(&t.name)));
 }
 
 /// The module path (MLX name without `.weight`) and setting of every quantized module.
@@ -482,9 +488,9 @@ pub fn quantized_modules(tensors: &[OutputTensor]) -> Vec<(String, AffineSpec)> 
     tensors
         .iter()
         .filter_map(|t| {
-            let spec = match &t.recipe {
-                Recipe::Mlx(MlxRecipe::Quantized { spec, .. }) => *spec,
-                Recipe::Mlx(MlxRecipe::Int8Exact { group_size, .. }) => AffineSpec { bits: 8, group_size: *group_size },
+            let spec = match &t.recipe.as_ref()?.encoding {
+                Encoding::Affine { spec, .. } => *spec,
+                Encoding::Int8Affine { group_size, .. } => AffineSpec { bits: 8, group_size: *group_size },
                 _ => return None,
             };
             Some((t.name.strip_suffix(".weight")?.to_string(), spec))
@@ -528,18 +534,13 @@ pub fn config_json(config: &Value, quantization: Value) -> Value {
 /// The index's `total_parameters` as mlx-lm counts them: a quantized module counts its
 /// unpacked weight (`packed·32/bits`), scales and biases count nothing, the parameters of leaf
 /// modules their elements.
-pub fn total_parameters<'a>(tensors: impl Iterator<Item = &'a OutputTensor>) -> u64 {
+pub fn total_parameters(tensors: &[OutputTensor]) -> u64 {
     tensors
-        .map(|t| {
-            let n = t.shape.iter().product::<usize>() as u64;
-            match &t.recipe {
-                Recipe::Mlx(MlxRecipe::Quantized { spec, .. }) => n * 32 / spec.bits as u64,
-                Recipe::Mlx(MlxRecipe::Int8Exact { .. }) => n * 4,
-                Recipe::Mlx(MlxRecipe::Companion) => 0,
-                // mlx-lm counts leaf modules only: the GDN block's own parameters are left out.
-                _ if t.name.ends_with(".A_log") || t.name.ends_with(".dt_bias") => 0,
-                _ => n,
-            }
+        .iter()
+        .map(|t| match t.recipe.as_ref().map(|r| &r.encoding) {
+            // mlx-lm counts leaf modules only: the GDN block's own parameters are left out.
+            Some(Encoding::Float | Encoding::Bytes) if t.name.ends_with(".A_log") || t.name.ends_with(".dt_bias") => 0,
+            _ => t.weights(),
         })
         .sum()
 }

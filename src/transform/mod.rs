@@ -1,6 +1,5 @@
 //! From decoded tiles to the f32 weight of one linear layer.
 
-pub mod encode;
 pub mod hadamard;
 pub mod reconstruct;
 

@@ -2,9 +2,9 @@
 //! fp8 e4m3 with 128×128 `weight_scale_inv` blocks) or MLX layout (renamed keys, split experts,
 //! norms already +1). Tensors are looked up by their Hugging Face output name.
 
+use crate::checkpoint::fp8::e4m3_to_f32;
 use crate::checkpoint::tensor::{floats_to_f32, is_float};
 use crate::checkpoint::{Checkpoint, TensorEntry};
-use crate::quant::fp8::e4m3_to_f32;
 use anyhow::{bail, Result};
 use safetensors::Dtype;
 use serde::Serialize;
@@ -191,7 +191,10 @@ fn read_piece(
                 out.extend(row.iter().enumerate().map(|(c, &q)| e4m3_to_f32(q) * srow[c / 128]));
             }
         }
-        (d, _) if is_float(d) => floats_to_f32(bytes, d, out)?,
+        (d, _) if is_float(d) => {
+            out.clear();
+            floats_to_f32(bytes, d, out)?
+        }
         (d, _) => bail!("{}: base tensor has unsupported dtype {d:?}", base.ck.file_of(e).display()),
     }
     Ok(())

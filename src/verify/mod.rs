@@ -16,7 +16,7 @@ pub use report::render;
 use crate::checkpoint::tensor::floats_to_f32;
 use crate::checkpoint::{catalog, Catalog, Checkpoint, CodedModule};
 use crate::codec::{bytes_per_tile, tile, TileDecoder, TILE_LEN};
-use crate::layout::{hf, norm_kind, DenseDtype, NormKind, Recipe};
+use crate::layout::{hf, norm_kind, DenseDtype, NormKind, RowSource};
 use crate::select::selected;
 use crate::transform::hadamard::{fwht_across_rows, fwht_blocks, HADAMARD_SIZE};
 use anyhow::Result;
@@ -29,6 +29,9 @@ use std::path::PathBuf;
 /// A norm matches a candidate when the mean absolute difference is below this (bf16 rounding of
 /// values near 1 is 2^-8).
 const NORM_MATCH: f64 = 0.02;
+
+/// `--max-ratio` when not given.
+pub const DEFAULT_MAX_RATIO: f64 = 2.0;
 
 #[derive(Clone, Debug)]
 pub struct VerifyOptions {
@@ -119,16 +122,16 @@ pub fn verify(opts: &VerifyOptions, decoder: &dyn TileDecoder) -> Result<VerifyR
     let pool = rayon::ThreadPoolBuilder::new().num_threads(opts.threads.unwrap_or(0)).build()?;
     let mut missing = Vec::new();
 
-    let outputs = hf::layout(&ck, &cat, DenseDtype::Bf16, false);
+    let outputs = hf::tensors(&ck, &cat, DenseDtype::Bf16, false);
     let mut coded = Vec::new();
     let mut int8 = Vec::new();
     for t in outputs.iter().filter(|t| selected(&t.name, &opts.only)) {
-        match t.recipe {
-            Recipe::Coded(i) => match base.matrix(&t.name)? {
+        match t.recipe.as_ref().map(|r| &r.source) {
+            Some(&RowSource::Coded { module: i, .. }) => match base.matrix(&t.name)? {
                 Some(b) => coded.push(pool.install(|| check_coded(&ck, &cat.coded[i], &t.name, &b, opts, decoder))?),
                 None => missing.push(t.name.clone()),
             },
-            Recipe::Int8(i) => match base.matrix(&t.name)? {
+            Some(&RowSource::Int8(i)) => match base.matrix(&t.name)? {
                 Some(b) => int8.push(check_int8(&ck, &cat, i, &t.name, &b)?),
                 None => missing.push(t.name.clone()),
             },
@@ -504,6 +507,7 @@ fn check_norms(
             continue;
         };
         let entry = &ck.tensors[name];
+        e.clear();
         floats_to_f32(ck.bytes(entry), entry.dtype, &mut e)?;
         if b.len() != e.len() {
             missing.push(format!("{name} (length {} vs {})", e.len(), b.len()));

@@ -17,8 +17,8 @@
 //! bits carry the argmin, see [`step_edges`]); exllamav3 searches with fp16 costs, far coarser.
 //! The error this returns is computed exactly from the chosen path.
 
-use super::codebook::Codebook;
-use super::tile::{bytes_per_tile, pack_states, K_RANGE, PERM, STATE_BITS, TILE_LEN};
+use crate::codec::tile::{bytes_per_tile, pack_states, K_RANGE, PERM, STATE_BITS, TILE_LEN};
+use crate::codec::Codebook;
 use half::f16;
 
 /// Edges evaluated together: a power of two, so a chunk never straddles a group of edges that share

@@ -1,7 +1,48 @@
-//! Text renderings of a conversion report (the JSON form is the report itself).
+//! What a conversion (or a dry run) did: the report, printed as text or as one JSON document.
 
-use crate::convert::ConvertReport;
+use serde::Serialize;
+use std::collections::BTreeMap;
 use std::fmt::Write;
+
+/// One planned output tensor, for `--dry-run` and `--json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct TensorReport {
+    pub name: String,
+    pub kind: &'static str,
+    pub dtype: String,
+    pub shape: Vec<usize>,
+    pub bytes: u64,
+    pub file: String,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct ShardReport {
+    pub file: String,
+    pub tensors: usize,
+    pub bytes: u64,
+}
+
+/// What a conversion (or a dry run) did; printed as text, or as one JSON document with `--json`.
+#[derive(Clone, Debug, Serialize)]
+pub struct ConvertReport {
+    pub input: String,
+    pub output: String,
+    pub format: &'static str,
+    pub dry_run: bool,
+    pub decoder: &'static str,
+    pub threads: usize,
+    pub counts: BTreeMap<&'static str, usize>,
+    pub shards: Vec<ShardReport>,
+    pub bytes_written: u64,
+    pub weights: u64,
+    pub seconds: f64,
+    pub gb_per_s: f64,
+    pub weights_per_s: f64,
+    pub peak_memory_estimate: u64,
+    pub copied_files: Vec<String>,
+    pub warnings: Vec<String>,
+    pub tensors: Vec<TensorReport>,
+}
 
 fn human_bytes(b: u64) -> String {
     match b {

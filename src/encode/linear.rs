@@ -3,14 +3,14 @@
 //! This follows exllamav3's `regularize` without a Hessian (no LDLQ feedback, no global-scale
 //! search): random signs and RMS scales per channel, a block Hadamard on both sides, then every
 //! tile coded on its own by the Viterbi encoder. The inverse of what
-//! [`super::reconstruct::CodedLinear`] computes:
+//! [`crate::transform::CodedLinear`] computes:
 //!
 //! `W_inner[in, out] = Hn · diag(1/su) · Wᵀ · diag(1/sv) · Hn`, with `su = rin`, `sv = rout`.
 
-use super::hadamard::{fwht_across_rows, fwht_blocks, HADAMARD_SIZE};
-use crate::codec::encode::TileEncoder;
+use super::tile::TileEncoder;
 use crate::codec::{bytes_per_tile, Codebook, TILE_EDGE, TILE_LEN};
 use crate::rng::SplitMix64;
+use crate::transform::hadamard::{fwht_across_rows, fwht_blocks, HADAMARD_SIZE};
 use half::f16;
 use rayon::prelude::*;
 

@@ -1,0 +1,230 @@
+//! An opened input checkpoint: its shards (memory-mapped), the index, config.json and the side
+//! files, with typed access to the values of any tensor.
+
+use super::shard::{self, Shard};
+use super::tensor::{floats_to_f32, view, TensorEntry};
+use anyhow::{bail, Context, Result};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+
+/// Files copied verbatim from the input directory (tokenizer, chat template, generation config).
+pub const COPIED_FILES: &[&str] = &[
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "tokenizer.model",
+    "vocab.json",
+    "merges.txt",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "chat_template.json",
+    "generation_config.json",
+    "preprocessor_config.json",
+];
+
+const INDEX_FILE: &str = "model.safetensors.index.json";
+
+/// An opened checkpoint: every tensor of every shard, resolved by name.
+pub struct Checkpoint {
+    /// The directory or single file given by the user.
+    pub root: PathBuf,
+    pub shards: Vec<Shard>,
+    pub tensors: BTreeMap<String, TensorEntry>,
+    /// config.json, when the input is a directory that has one.
+    pub config: Option<Value>,
+    /// Files from [`COPIED_FILES`] present next to the shards.
+    pub copied_files: Vec<PathBuf>,
+    /// The `mtp/` subdirectory (a checkpoint of its own), when present.
+    pub mtp_dir: Option<PathBuf>,
+}
+
+impl Checkpoint {
+    pub fn open(root: &Path) -> Result<Self> {
+        let meta = std::fs::metadata(root).with_context(|| format!("{}: cannot read input", root.display()))?;
+        let mut ck = Checkpoint {
+            root: root.to_path_buf(),
+            shards: Vec::new(),
+            tensors: BTreeMap::new(),
+            config: None,
+            copied_files: Vec::new(),
+            mtp_dir: None,
+        };
+        if meta.is_file() {
+            shard::require_safetensors_name(root)?;
+            ck.add_shard(root, None)?;
+            return Ok(ck);
+        }
+        let config_path = root.join("config.json");
+        if config_path.is_file() {
+            let text = std::fs::read_to_string(&config_path)
+                .with_context(|| format!("{}: cannot read", config_path.display()))?;
+            let value =
+                serde_json::from_str(&text).with_context(|| format!("{}: invalid JSON", config_path.display()))?;
+            ck.config = Some(value);
+        }
+        let index_path = root.join(INDEX_FILE);
+        if index_path.is_file() {
+            ck.open_indexed(&index_path)?;
+        } else {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(root)
+                .with_context(|| format!("{}: cannot list directory", root.display()))?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "safetensors"))
+                .collect();
+            files.sort();
+            if files.is_empty() {
+                bail!("{}: no .safetensors files here: not a checkpoint directory", root.display());
+            }
+            for f in files {
+                ck.add_shard(&f, None)?;
+            }
+        }
+        ck.copied_files = COPIED_FILES.iter().map(|f| root.join(f)).filter(|p| p.is_file()).collect();
+        let mtp = root.join("mtp");
+        if mtp.is_dir() {
+            ck.mtp_dir = Some(mtp);
+        }
+        Ok(ck)
+    }
+
+    /// Opens the shards named by the index and checks that every listed tensor is where the index
+    /// says.
+    fn open_indexed(&mut self, index_path: &Path) -> Result<()> {
+        let text =
+            std::fs::read_to_string(index_path).with_context(|| format!("{}: cannot read", index_path.display()))?;
+        let index: Value =
+            serde_json::from_str(&text).with_context(|| format!("{}: invalid JSON", index_path.display()))?;
+        let Some(map) = index.get("weight_map").and_then(Value::as_object) else {
+            bail!("{}: no \"weight_map\" object", index_path.display());
+        };
+        let mut by_shard: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        for (tensor, file) in map {
+            let Some(file) = file.as_str() else {
+                bail!("{}: weight_map entry for {tensor} is not a file name", index_path.display());
+            };
+            by_shard.entry(file).or_default().push(tensor);
+        }
+        let root = index_path.parent().unwrap();
+        for (file, names) in by_shard {
+            if file.contains('/') || file.contains('\\') || file == ".." {
+                bail!("{}: shard name {file:?} points outside the checkpoint", index_path.display());
+            }
+            let path = root.join(file);
+            if !path.is_file() {
+                bail!("{}: names shard {file}, which does not exist (tensor {})", index_path.display(), names[0]);
+            }
+            self.add_shard(&path, Some(&names))?;
+        }
+        Ok(())
+    }
+
+    fn add_shard(&mut self, path: &Path, expected: Option<&[&str]>) -> Result<()> {
+        let (shard, entries) = Shard::open(path)?;
+        let id = self.shards.len();
+        if let Some(expected) = expected {
+            for name in expected {
+                if entries.binary_search_by(|(n, _)| n.as_str().cmp(name)).is_err() {
+                    bail!("{}: tensor {name} is listed in the index but absent from this shard", path.display());
+                }
+            }
+        }
+        for (name, mut entry) in entries {
+            entry.shard = id;
+            if let Some(prev) = self.tensors.get(&name) {
+                bail!("{}: tensor {name} also appears in {}", path.display(), self.shards[prev.shard].path.display());
+            }
+            self.tensors.insert(name, entry);
+        }
+        self.shards.push(shard);
+        Ok(())
+    }
+
+    /// The bytes of a tensor.
+    pub fn bytes(&self, entry: &TensorEntry) -> &[u8] {
+        &self.shards[entry.shard].bytes()[entry.range.clone()]
+    }
+
+    /// The entry of tensor `name`, or an error naming it.
+    pub fn entry(&self, name: &str) -> Result<&TensorEntry> {
+        self.tensors.get(name).ok_or_else(|| anyhow::anyhow!("{}: no tensor {name}", self.root.display()))
+    }
+
+    /// Elements `range` of a float tensor (F16, BF16 or F32), widened exactly to f32 and appended
+    /// to `out`.
+    pub fn elements_f32(&self, name: &str, range: Range<usize>, out: &mut Vec<f32>) -> Result<()> {
+        let (e, bytes) = self.elements(name, range)?;
+        floats_to_f32(bytes, e.dtype, out).with_context(|| format!("tensor {name}"))
+    }
+
+    /// Rows `rows` of lead `lead` of a tensor viewed as `[leads, rows, width]`, each cut to its
+    /// first `cols` columns, widened to f32 and appended to `out` (`rows × cols` values).
+    pub fn rows_f32(&self, name: &str, lead: usize, rows: Range<usize>, cols: usize, out: &mut Vec<f32>) -> Result<()> {
+        for run in self.row_runs(name, lead, rows, cols)? {
+            self.elements_f32(name, run, out)?;
+        }
+        Ok(())
+    }
+
+    /// The same rows as [`Checkpoint::rows_f32`], as stored bytes appended to `out`.
+    pub fn rows_bytes(
+        &self,
+        name: &str,
+        lead: usize,
+        rows: Range<usize>,
+        cols: usize,
+        out: &mut Vec<u8>,
+    ) -> Result<()> {
+        for run in self.row_runs(name, lead, rows, cols)? {
+            self.element_bytes(name, run, out)?;
+        }
+        Ok(())
+    }
+
+    /// Elements `range` of any tensor as stored bytes, appended to `out`.
+    pub fn element_bytes(&self, name: &str, range: Range<usize>, out: &mut Vec<u8>) -> Result<()> {
+        out.extend_from_slice(self.elements(name, range)?.1);
+        Ok(())
+    }
+
+    /// The element ranges that hold the requested rows: one run when whole rows are read.
+    fn row_runs(&self, name: &str, lead: usize, rows: Range<usize>, cols: usize) -> Result<Vec<Range<usize>>> {
+        let (leads, height, width) = view(&self.entry(name)?.shape);
+        if lead >= leads || rows.start > rows.end || rows.end > height || cols > width {
+            bail!("tensor {name}: rows {rows:?} × {cols} columns of lead {lead} are outside its {leads}×{height}×{width} view");
+        }
+        let first = (lead * height + rows.start) * width;
+        Ok(if cols == width {
+            vec![first..first + rows.len() * width]
+        } else {
+            (0..rows.len()).map(|r| first + r * width..first + r * width + cols).collect()
+        })
+    }
+
+    /// The entry of `name` and the bytes of its elements `range`, checked against the tensor.
+    fn elements(&self, name: &str, range: Range<usize>) -> Result<(&TensorEntry, &[u8])> {
+        let e = self.entry(name)?;
+        let el = e.dtype.bitsize() / 8;
+        if el == 0 || range.start > range.end || range.end > e.numel() {
+            bail!("tensor {name}: elements {range:?} are outside its {} elements ({:?})", e.numel(), e.dtype);
+        }
+        Ok((e, &self.bytes(e)[range.start * el..range.end * el]))
+    }
+
+    /// Releases a tensor's pages once nothing will read it again (see [`Shard::release`]).
+    pub fn release(&self, entry: &TensorEntry) {
+        self.shards[entry.shard].release(entry.range.clone());
+    }
+
+    /// The file a tensor lives in (for error messages).
+    pub fn file_of(&self, entry: &TensorEntry) -> &Path {
+        &self.shards[entry.shard].path
+    }
+
+    /// The text part of the config (`text_config` when nested).
+    pub fn text_config(&self) -> Option<&Value> {
+        let c = self.config.as_ref()?;
+        Some(c.get("text_config").unwrap_or(c))
+    }
+}

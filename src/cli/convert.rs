@@ -1,0 +1,170 @@
+//! `escha-convert convert IN OUT`: its arguments, their options, and the run.
+
+use super::exit::{fail, print_json, FAILURE};
+use super::size::parse_size;
+use crate::backend::{Backend, BackendKind};
+use crate::convert::{convert, render_plan, render_summary, ConvertOptions};
+use crate::layout::mlx::Int8Mode;
+use crate::layout::{DenseDtype, MlxOptions, OutputFormat};
+use crate::output;
+use crate::quant::mlx_affine::{AffineSpec, BITS, GROUP_SIZES};
+use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::error::ErrorKind;
+use clap::{Args, ValueEnum};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    /// Dense bfloat16, Hugging Face layout.
+    Bf16,
+    /// Dense float16, Hugging Face layout.
+    F16,
+    /// MLX layout, affine-quantized (`--bits`, `--group-size`, `--int8`), as `mlx_lm.convert -q`
+    /// writes it; mlx-lm loads it directly.
+    Mlx,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BiasArg {
+    /// Leave coded linears' bias tensors out (the reference serving runtime never applies them).
+    Drop,
+    /// Write them as `<module>.bias`.
+    Keep,
+}
+
+#[derive(Args, Debug)]
+#[command(after_help = "Norms are written exactly as stored: Hugging Face Qwen3.5 norms are zero-centred and \
+HF runtimes (transformers, mlx-lm loading HF layout) add the 1 themselves. --format mlx folds the 1 in \
+(mlx-lm's own layout), quantizes each coded weight from its bf16 rounding (byte-identical to \
+`mlx_lm.convert -q` run on the bf16 export) and writes no MTP head.")]
+pub struct ConvertArgs {
+    /// Input: an Escha-W2 checkpoint directory or a single .safetensors file (never modified).
+    #[arg(value_name = "IN")]
+    pub input: PathBuf,
+    /// Output directory (created; written via a hidden staging directory and renamed when complete).
+    #[arg(value_name = "OUT")]
+    pub output: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = FormatArg::Bf16)]
+    pub format: FormatArg,
+    /// What to do with the bias tensors of coded linears.
+    #[arg(long, value_enum, default_value_t = BiasArg::Drop)]
+    pub bias: BiasArg,
+    /// MLX affine bits per weight (`--format mlx`; default 4).
+    #[arg(long, value_parser = choice(&BITS))]
+    pub bits: Option<u32>,
+    /// MLX affine group size (`--format mlx`; default 64).
+    #[arg(long, value_parser = choice(&GROUP_SIZES))]
+    pub group_size: Option<usize>,
+    /// How int8 weights become MLX (`--format mlx`; default exact).
+    #[arg(long, value_enum)]
+    pub int8: Option<Int8Mode>,
+    /// Largest shard, in tensor bytes: e.g. 5GB, 500MB, 2GiB, or a number of bytes (default 5GB;
+    /// 5GiB, mlx-lm's limit, for --format mlx).
+    #[arg(long, value_parser = parse_size)]
+    pub max_shard_size: Option<u64>,
+    /// Convert only output tensors whose name matches GLOB (`*` any run, `?` one character); repeatable.
+    #[arg(long, value_name = "GLOB")]
+    pub only: Vec<String>,
+    /// Worker threads (default: one per core).
+    #[arg(short = 'j', long)]
+    pub threads: Option<usize>,
+    /// Replace OUT if it exists and is not empty.
+    #[arg(long)]
+    pub force: bool,
+    /// Print the plan (every output tensor, shards, sizes, memory estimate) and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// No progress and no summary on stderr.
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// Print one JSON document on stdout (inputs, outputs, counts, bytes, timing, warnings).
+    #[arg(long)]
+    pub json: bool,
+    /// Who decodes the trellis tiles (`--decoder` is accepted as another name).
+    #[arg(long, value_enum, alias = "decoder", default_value_t = BackendKind::Auto)]
+    pub backend: BackendKind,
+    /// Decode tiles on the GPU through Metal: short for `--backend metal`.
+    #[arg(long, conflicts_with = "backend")]
+    pub metal: bool,
+}
+
+/// A value parser that accepts exactly `values` and lists them in `--help` and in errors.
+fn choice<T: Copy + ToString + std::str::FromStr + Send + Sync + Clone + 'static>(
+    values: &[T],
+) -> impl TypedValueParser<Value = T> {
+    let names: Vec<String> = values.iter().map(T::to_string).collect();
+    PossibleValuesParser::new(names).map(|s| s.parse().ok().expect("a listed value parses"))
+}
+
+/// Everything a conversion run needs, from the arguments.
+pub struct ConvertRun {
+    pub options: ConvertOptions,
+    pub backend: BackendKind,
+    pub json: bool,
+    pub quiet: bool,
+}
+
+impl TryFrom<ConvertArgs> for ConvertRun {
+    type Error = clap::Error;
+
+    fn try_from(a: ConvertArgs) -> Result<Self, clap::Error> {
+        let usage = |msg: String| clap::Error::raw(ErrorKind::ArgumentConflict, msg + "\n");
+        let format = match a.format {
+            FormatArg::Bf16 | FormatArg::F16 if a.bits.is_some() || a.group_size.is_some() || a.int8.is_some() => {
+                return Err(usage("--bits, --group-size and --int8 apply to --format mlx only".into()));
+            }
+            FormatArg::Bf16 => OutputFormat::Dense(DenseDtype::Bf16),
+            FormatArg::F16 => OutputFormat::Dense(DenseDtype::F16),
+            FormatArg::Mlx => {
+                let spec = AffineSpec::new(a.bits.unwrap_or(4), a.group_size.unwrap_or(64)).map_err(usage)?;
+                OutputFormat::Mlx(MlxOptions { spec, int8: a.int8.unwrap_or(Int8Mode::Exact) })
+            }
+        };
+        Ok(ConvertRun {
+            options: ConvertOptions {
+                input: a.input,
+                output: a.output,
+                format,
+                keep_bias: a.bias == BiasArg::Keep,
+                max_shard_size: a.max_shard_size,
+                only: a.only,
+                threads: a.threads,
+                force: a.force,
+                dry_run: a.dry_run,
+                progress: !a.quiet && !a.json,
+            },
+            backend: if a.metal { BackendKind::Metal } else { a.backend },
+            json: a.json,
+            quiet: a.quiet,
+        })
+    }
+}
+
+pub fn run(args: ConvertArgs) -> ExitCode {
+    let run = ConvertRun::try_from(args).unwrap_or_else(|e| e.exit());
+    output::install_signal_cleanup();
+    let backend = match Backend::new(run.backend) {
+        Ok(b) => b,
+        Err(e) => return fail(&e.into(), FAILURE),
+    };
+    let report = match convert(&run.options, backend.decoder()) {
+        Ok(r) => r,
+        Err(e) => return fail(&e, FAILURE),
+    };
+    if !run.quiet {
+        for w in &report.warnings {
+            eprintln!("escha-convert: warning: {w}");
+        }
+    }
+    if run.json {
+        return print_json(&report);
+    }
+    if run.options.dry_run {
+        print!("{}", render_plan(&report));
+    } else if !run.quiet {
+        eprint!("{}", render_summary(&report));
+    }
+    ExitCode::SUCCESS
+}

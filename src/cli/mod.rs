@@ -1,0 +1,66 @@
+//! The command line: clap definitions, each subcommand's arguments turned into its options in
+//! one place, and what the commands print and how they exit. `main.rs` only calls [`main`].
+//!
+//! Exit codes: 0 success, 1 failure (bad input, write error, failed checks), 2 usage error or
+//! nothing checked, 130 interrupted.
+
+mod convert;
+mod exit;
+mod inspect;
+mod size;
+mod verify;
+
+pub use convert::ConvertArgs;
+pub use inspect::InspectArgs;
+pub use size::parse_size;
+pub use verify::VerifyArgs;
+
+use clap::{Parser, Subcommand};
+use std::ffi::OsString;
+use std::process::ExitCode;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "escha-convert",
+    version,
+    about = "Convert Escha-W2 (EXL3 trellis) checkpoints to dense bf16/f16 safetensors or MLX-affine safetensors",
+    long_about = "Convert Escha-W2 (EXL3 trellis) checkpoints to dense bf16/f16 safetensors in Hugging Face \
+layout, or to MLX-affine safetensors that mlx-lm loads (--format mlx).\n\n`escha-convert IN OUT` is short for \
+`escha-convert convert IN OUT`.\n\nExit codes: 0 success, 1 failure (bad input, write error), 2 usage error, \
+130 interrupted."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Decode every tensor and write a dense or MLX checkpoint (the default command).
+    Convert(ConvertArgs),
+    /// Describe a checkpoint: architecture, coded projections, bits per weight, problems.
+    Inspect(InspectArgs),
+    /// Check a decode against the unquantized base model (exit 0 pass, 1 fail, 2 nothing checked).
+    Verify(VerifyArgs),
+}
+
+/// Parses `args` (the program name first) and runs the command.
+pub fn main(args: Vec<OsString>) -> ExitCode {
+    let cli = Cli::parse_from(with_default_command(args));
+    match cli.command {
+        Command::Convert(a) => convert::run(a),
+        Command::Inspect(a) => inspect::run(a),
+        Command::Verify(a) => verify::run(a),
+    }
+}
+
+/// Rewrites `escha-convert IN OUT …` to `escha-convert convert IN OUT …`.
+pub fn with_default_command(mut args: Vec<OsString>) -> Vec<OsString> {
+    const KNOWN: &[&str] = &["convert", "inspect", "verify", "help"];
+    if let Some(first) = args.get(1).and_then(|a| a.to_str()) {
+        if !first.starts_with('-') && !KNOWN.contains(&first) {
+            args.insert(1, "convert".into());
+        }
+    }
+    args
+}

@@ -1,0 +1,76 @@
+//! `escha-convert verify IN --base BASE`.
+
+use super::exit::{fail, print_json, FAILURE, USAGE};
+use crate::backend::{Backend, BackendKind};
+use crate::verify::{render, verify, VerifyOptions, DEFAULT_MAX_RATIO};
+use clap::Args;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Args, Debug)]
+pub struct VerifyArgs {
+    /// The Escha-W2 checkpoint (directory or .safetensors file).
+    #[arg(value_name = "IN")]
+    pub input: PathBuf,
+    /// The unquantized base model: HF layout (bf16/f16/f32 or fp8 e4m3 with weight_scale_inv) or
+    /// MLX layout bf16; a directory or a .safetensors file.
+    #[arg(long, value_name = "BASE")]
+    pub base: PathBuf,
+    /// Check only tensors whose output name matches GLOB; repeatable.
+    #[arg(long, value_name = "GLOB")]
+    pub only: Vec<String>,
+    /// Check N evenly spread 128-row output blocks per tensor instead of whole tensors.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub sample: Option<u64>,
+    /// Fail when the ratio of the relative error to the Shannon bound exceeds R.
+    #[arg(long, value_name = "R", default_value_t = DEFAULT_MAX_RATIO)]
+    pub max_ratio: f64,
+    /// Fail when the element-wise correlation is below C (default 0.8 for K≤2, 0.9 for K≥3).
+    #[arg(long, value_name = "C")]
+    pub min_corr: Option<f64>,
+    /// Worker threads (default: one per core).
+    #[arg(short = 'j', long)]
+    pub threads: Option<usize>,
+    /// Print one JSON document with every figure instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Who decodes the trellis tiles.
+    #[arg(long, value_enum, default_value_t = BackendKind::Auto)]
+    pub backend: BackendKind,
+}
+
+impl From<&VerifyArgs> for VerifyOptions {
+    fn from(a: &VerifyArgs) -> Self {
+        VerifyOptions {
+            input: a.input.clone(),
+            base: a.base.clone(),
+            only: a.only.clone(),
+            sample: a.sample.map(|n| n as usize),
+            max_ratio: a.max_ratio,
+            min_corr: a.min_corr,
+            threads: a.threads,
+        }
+    }
+}
+
+pub fn run(a: VerifyArgs) -> ExitCode {
+    // Exit 1 is reserved for failed checks: a run that could not check anything is 2.
+    let backend = match Backend::new(a.backend) {
+        Ok(b) => b,
+        Err(e) => return fail(&e.into(), USAGE),
+    };
+    let report = match verify(&VerifyOptions::from(&a), backend.decoder()) {
+        Ok(r) => r,
+        Err(e) => return fail(&e, USAGE),
+    };
+    let printed = if a.json {
+        print_json(&report)
+    } else {
+        print!("{}", render(&report));
+        ExitCode::SUCCESS
+    };
+    if !report.passed {
+        return ExitCode::from(FAILURE);
+    }
+    printed
+}

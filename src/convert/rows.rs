@@ -1,0 +1,158 @@
+//! Reading the rows of a row source, and adjusting them: the engine's one way into the input.
+
+use super::units::dims;
+use crate::checkpoint::tensor::view;
+use crate::checkpoint::{Catalog, Checkpoint};
+use crate::codec::TileDecoder;
+use crate::layout::{Adjust, RowSource};
+use crate::transform::hadamard::HADAMARD_SIZE;
+use anyhow::{bail, Result};
+use std::ops::Range;
+
+/// Reads rows from one opened checkpoint.
+pub struct Reader<'a> {
+    pub ck: &'a Checkpoint,
+    pub cat: &'a Catalog,
+    pub decoder: &'a dyn TileDecoder,
+}
+
+impl Reader<'_> {
+    /// Output rows `rows` of `source` as f32, `rows × cols` values, replacing `out`.
+    pub fn f32_rows(&self, source: &RowSource, rows: Range<usize>, out: &mut Vec<f32>) -> Result<()> {
+        match source {
+            RowSource::Coded { module, rows: all } => {
+                let [(lead, r)] = lead_runs(all.len(), rows).try_into().map_err(|_| spans())?;
+                // Reconstructed in place: `out` keeps its size from one block to the next.
+                self.coded_rows(*module, lead, all.start + r.start..all.start + r.end, out)
+            }
+            RowSource::Stack(members) => {
+                let n = dims(source, self.ck, self.cat)?.1;
+                let [(lead, r)] = lead_runs(n, rows).try_into().map_err(|_| spans())?;
+                self.f32_rows(&members[lead], r, out)
+            }
+            RowSource::Int8(i) => {
+                out.clear();
+                self.cat.int8[*i].dequantize_rows(self.ck, rows, out)
+            }
+            RowSource::Tensor { name, rows: all, cols } => {
+                out.clear();
+                if self.is_whole(name, all, *cols)? {
+                    // Leads follow each other: output rows are the tensor's rows in order.
+                    return self.ck.elements_f32(name, rows.start * cols..rows.end * cols, out);
+                }
+                for (lead, r) in lead_runs(all.len(), rows) {
+                    self.ck.rows_f32(name, lead, all.start + r.start..all.start + r.end, *cols, out)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Output rows `rows` of a tensor source as stored bytes, replacing `out`.
+    pub fn byte_rows(&self, source: &RowSource, rows: Range<usize>, out: &mut Vec<u8>) -> Result<()> {
+        let RowSource::Tensor { name, rows: all, cols } = source else {
+            bail!("only input tensors can be copied as bytes");
+        };
+        out.clear();
+        if self.is_whole(name, all, *cols)? {
+            return self.ck.element_bytes(name, rows.start * cols..rows.end * cols, out);
+        }
+        for (lead, r) in lead_runs(all.len(), rows) {
+            self.ck.rows_bytes(name, lead, all.start + r.start..all.start + r.end, *cols, out)?;
+        }
+        Ok(())
+    }
+
+    /// Whether a tensor source covers every row and column of its tensor.
+    fn is_whole(&self, name: &str, rows: &Range<usize>, cols: usize) -> Result<bool> {
+        let (_, height, width) = view(&self.ck.entry(name)?.shape);
+        Ok(*rows == (0..height) && cols == width)
+    }
+
+    /// Rows `rows` of an int8 source as stored: codes and row scales, replacing both.
+    pub fn int8_rows(
+        &self,
+        source: &RowSource,
+        rows: Range<usize>,
+        codes: &mut Vec<u8>,
+        scales: &mut Vec<f32>,
+    ) -> Result<()> {
+        let RowSource::Int8(i) = source else { bail!("only int8 pairs are repacked") };
+        codes.clear();
+        scales.clear();
+        self.cat.int8[*i].raw_rows(self.ck, rows, codes, scales)
+    }
+
+    /// Rows `rows` (within one 128-row block) of expert `lead` of a coded module, reconstructed.
+    fn coded_rows(&self, module: usize, lead: usize, rows: Range<usize>, out: &mut Vec<f32>) -> Result<()> {
+        let m = &self.cat.coded[module];
+        let block = rows.start / HADAMARD_SIZE;
+        if rows.is_empty() || (rows.end - 1) / HADAMARD_SIZE != block {
+            bail!("{}: coded rows {rows:?} do not lie in one 128-row block", m.path);
+        }
+        let (ic, ic_p) = (m.in_features, m.in_padded);
+        out.resize(HADAMARD_SIZE * ic_p, 0.0);
+        m.expert(self.ck, lead)?.linear().reconstruct_block(self.decoder, block, out);
+        // Keep the requested rows and the true input width, moving rows down in place.
+        let first = rows.start - block * HADAMARD_SIZE;
+        if first > 0 || ic < ic_p {
+            for r in 0..rows.len() {
+                let from = (first + r) * ic_p;
+                out.copy_within(from..from + ic, r * ic);
+            }
+        }
+        out.truncate(rows.len() * ic);
+        Ok(())
+    }
+
+    /// Applies `adjust` to `values`, output rows `rows` of `source` (`cols` wide).
+    pub fn adjust(
+        &self,
+        adjust: Adjust,
+        source: &RowSource,
+        rows: Range<usize>,
+        cols: usize,
+        values: &mut [f32],
+    ) -> Result<()> {
+        if adjust.plus_one {
+            values.iter_mut().for_each(|v| *v += 1.0);
+        }
+        if let Some(g) = adjust.dead_columns_of {
+            let n = dims(source, self.ck, self.cat)?.1;
+            let gate_up = &self.cat.coded[g];
+            let half = gate_up.out_features / 2;
+            let mut start = 0;
+            for (lead, r) in lead_runs(n, rows) {
+                let sv = gate_up.output_scales(self.ck, lead)?;
+                let dead: Vec<usize> = (0..cols.min(half)).filter(|&c| sv[c] == 0.0 && sv[half + c] == 0.0).collect();
+                let run = &mut values[start * cols..(start + r.len()) * cols];
+                start += r.len();
+                if dead.is_empty() {
+                    continue;
+                }
+                for row in run.chunks_exact_mut(cols) {
+                    dead.iter().for_each(|&c| row[c] = 0.0);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn spans() -> anyhow::Error {
+    anyhow::anyhow!("a work unit of a coded or stacked source spans several leads")
+}
+
+/// Output rows `rows` of a source with `n` rows per lead, as runs within one lead each:
+/// `(lead, rows within the lead)`.
+fn lead_runs(n: usize, rows: Range<usize>) -> Vec<(usize, Range<usize>)> {
+    let mut runs = Vec::new();
+    let mut g = rows.start;
+    while g < rows.end && n > 0 {
+        let lead = g / n;
+        let end = rows.end.min((lead + 1) * n);
+        runs.push((lead, g - lead * n..end - lead * n));
+        g = end;
+    }
+    runs
+}

@@ -1,0 +1,158 @@
+//! One output tensor: its name, dtype and shape, and how it is made: rows from a source, the
+//! adjustments applied to them, and the encoding that turns them into stored bytes.
+
+use crate::checkpoint::tensor::view;
+use crate::quant::mlx_affine::AffineSpec;
+use safetensors::Dtype;
+use std::ops::Range;
+
+/// Where the rows of an output tensor come from. A source is a stack of `leads` matrices of
+/// `rows.len()` rows each (a single matrix has one lead); output row `g` is row
+/// `rows.start + g % rows.len()` of lead `g / rows.len()`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RowSource {
+    /// Rows of coded module `catalog.coded[module]`, reconstructed in f32; one lead per expert.
+    Coded { module: usize, rows: Range<usize> },
+    /// Every row of int8 pair `catalog.int8[i]`, dequantized exactly in f32.
+    Int8(usize),
+    /// Rows of an input tensor viewed as `[leads, rows, width]` (see
+    /// [`crate::checkpoint::tensor::view`]), each cut to its first `cols` columns.
+    Tensor { name: String, rows: Range<usize>, cols: usize },
+    /// Single-matrix sources stacked as leads (per-expert modules written as one `[E, …]` tensor).
+    Stack(Vec<RowSource>),
+}
+
+impl RowSource {
+    /// Every row and column of an input tensor of shape `shape`.
+    pub fn whole(name: &str, shape: &[usize]) -> RowSource {
+        let (_, rows, cols) = view(shape);
+        RowSource::Tensor { name: name.to_string(), rows: 0..rows, cols }
+    }
+}
+
+/// What is done to the f32 rows before they are encoded.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Adjust {
+    /// Add 1 to every value: a zero-centred norm written with its offset folded in.
+    pub plus_one: bool,
+    /// Zero the input columns of the channels that are dead in this fused gate_up coded module
+    /// (both its gate and its up scale exactly zero), per lead: a down projection whose dead
+    /// columns only ever meet zero activations.
+    pub dead_columns_of: Option<usize>,
+}
+
+/// The output tensors that hold an affine tensor's per-group scales and biases, by name (the plan
+/// resolves them to indices once).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AffineParams {
+    pub scales: String,
+    pub biases: String,
+}
+
+/// How rows become stored bytes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    /// f32 rows rounded once (to nearest, ties to even) to the tensor's dtype: BF16, F16 or F32.
+    Float,
+    /// The stored bytes of the source, unchanged (tensors that are not floats).
+    Bytes,
+    /// Affine quantization of the rows, first rounded to the dtype of the scales (the values a
+    /// model in that dtype holds), packed into U32 words; the units also write the scales and
+    /// biases.
+    Affine { spec: AffineSpec, params: AffineParams },
+    /// int8 rows with one scale per row, repacked exactly as 8-bit affine at `group_size`.
+    Int8Affine { group_size: usize, params: AffineParams },
+}
+
+/// How an output tensor is made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Recipe {
+    pub source: RowSource,
+    pub adjust: Adjust,
+    pub encoding: Encoding,
+}
+
+/// What kind of tensor an output is, for reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Coded,
+    CodedExperts,
+    Int8,
+    Norm,
+    Bias,
+    Plain,
+    /// Scales or biases of an affine-quantized tensor.
+    QuantParams,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Coded => "coded",
+            Kind::CodedExperts => "coded_experts",
+            Kind::Int8 => "int8",
+            Kind::Norm => "norm",
+            Kind::Bias => "bias",
+            Kind::Plain => "plain",
+            Kind::QuantParams => "quant_params",
+        }
+    }
+}
+
+/// One tensor of the output checkpoint.
+#[derive(Clone, Debug)]
+pub struct OutputTensor {
+    pub name: String,
+    pub dtype: Dtype,
+    pub shape: Vec<usize>,
+    pub kind: Kind,
+    /// How it is made; `None` for the scales and biases of an affine tensor, which that tensor's
+    /// work units write.
+    pub recipe: Option<Recipe>,
+}
+
+impl OutputTensor {
+    /// A tensor made from `source` by `encoding`, rows unadjusted.
+    pub fn new(
+        name: String,
+        dtype: Dtype,
+        shape: Vec<usize>,
+        kind: Kind,
+        source: RowSource,
+        encoding: Encoding,
+    ) -> Self {
+        OutputTensor { name, dtype, shape, kind, recipe: Some(Recipe { source, adjust: Adjust::default(), encoding }) }
+    }
+
+    /// The scales or biases of an affine tensor.
+    pub fn companion(name: String, dtype: Dtype, shape: Vec<usize>) -> Self {
+        OutputTensor { name, dtype, shape, kind: Kind::QuantParams, recipe: None }
+    }
+
+    /// Applies `adjust` to its rows.
+    pub fn adjust(&mut self, adjust: Adjust) {
+        if let Some(r) = &mut self.recipe {
+            r.adjust = adjust;
+        }
+    }
+
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+
+    pub fn byte_len(&self) -> usize {
+        self.numel() * self.dtype.bitsize() / 8
+    }
+
+    /// Weights the tensor holds, counting packed affine words as the values they pack and
+    /// scales and biases as none.
+    pub fn weights(&self) -> u64 {
+        let n = self.numel() as u64;
+        match self.recipe.as_ref().map(|r| &r.encoding) {
+            None => 0,
+            Some(Encoding::Affine { spec, .. }) => n * 32 / spec.bits as u64,
+            Some(Encoding::Int8Affine { .. }) => n * 4,
+            Some(Encoding::Float | Encoding::Bytes) => n,
+        }
+    }
+}
