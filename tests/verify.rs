@@ -129,6 +129,7 @@ fn a_broken_state_extractor_fails_the_overlap_check() {
         max_ratio: 2.0,
         min_corr: None,
         threads: Some(1),
+        allow_missing: false,
     };
     let r = escha_convert::verify::verify(&opts, &BrokenStates).unwrap();
     assert!(!r.passed);
@@ -231,7 +232,7 @@ fn a_quantized_checkpoint_is_refused_as_base_with_exit_2() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("BASE must be the unquantized model"));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("BASE is quantized (trellis codes"));
 }
 
 #[test]

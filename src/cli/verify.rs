@@ -2,7 +2,7 @@
 
 use super::exit::{fail, print_json, FAILURE, USAGE};
 use crate::backend::{Backend, BackendKind};
-use crate::verify::{render, verify, VerifyOptions, DEFAULT_MAX_RATIO};
+use crate::verify::{check_max_ratio, check_min_corr, render, verify, VerifyOptions, DEFAULT_MAX_RATIO};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,11 +23,14 @@ pub struct VerifyArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub sample: Option<u64>,
     /// Fail when the ratio of the relative error to the Shannon bound exceeds R.
-    #[arg(long, value_name = "R", default_value_t = DEFAULT_MAX_RATIO)]
+    #[arg(long, value_name = "R", default_value_t = DEFAULT_MAX_RATIO, value_parser = number(check_max_ratio))]
     pub max_ratio: f64,
     /// Fail when the element-wise correlation is below C (default 0.8 for K≤2, 0.9 for K≥3).
-    #[arg(long, value_name = "C")]
+    #[arg(long, value_name = "C", value_parser = number(check_min_corr))]
     pub min_corr: Option<f64>,
+    /// Pass even when tensors of IN are missing from BASE, or no coded tensor could be checked.
+    #[arg(long)]
+    pub allow_missing: bool,
     /// Worker threads (default: one per core).
     #[arg(short = 'j', long)]
     pub threads: Option<usize>,
@@ -37,6 +40,11 @@ pub struct VerifyArgs {
     /// Who decodes the trellis tiles.
     #[arg(long, value_enum, default_value_t = BackendKind::Auto)]
     pub backend: BackendKind,
+}
+
+/// A value parser for a number that `check` accepts.
+fn number(check: fn(f64) -> Result<f64, String>) -> impl Fn(&str) -> Result<f64, String> + Clone {
+    move |s| s.trim().parse::<f64>().map_err(|_| format!("{s:?} is not a number")).and_then(check)
 }
 
 impl From<&VerifyArgs> for VerifyOptions {
@@ -49,6 +57,7 @@ impl From<&VerifyArgs> for VerifyOptions {
             max_ratio: a.max_ratio,
             min_corr: a.min_corr,
             threads: a.threads,
+            allow_missing: a.allow_missing,
         }
     }
 }

@@ -3,13 +3,16 @@
 //! norms already +1). Tensors are looked up by their Hugging Face output name.
 
 use crate::checkpoint::fp8::e4m3_to_f32;
-use crate::checkpoint::tensor::{floats_to_f32, is_float};
+use crate::checkpoint::tensor::is_float;
 use crate::checkpoint::{Checkpoint, TensorEntry};
 use anyhow::{bail, Result};
 use safetensors::Dtype;
 use serde::Serialize;
 use std::ops::Range;
 use std::path::Path;
+
+/// Rows and columns of one fp8 scale block.
+const FP8_BLOCK: usize = 128;
 
 /// How the base checkpoint names and stores things.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -29,8 +32,9 @@ pub struct Base {
 
 /// One stored piece of a base matrix, with its fp8 block scales when quantized.
 struct Piece<'a> {
+    name: &'a str,
     entry: &'a TensorEntry,
-    scale_inv: Option<&'a TensorEntry>,
+    scale_inv: Option<(&'a str, &'a TensorEntry)>,
     rows: usize,
 }
 
@@ -48,8 +52,11 @@ pub struct BaseMatrix<'a> {
 impl Base {
     pub fn open(path: &Path) -> Result<Base> {
         let ck = Checkpoint::open(path)?;
-        if let Some(coded) = ck.tensors.keys().find(|n| n.ends_with(".escha_code") || n.ends_with(".trellis")) {
-            bail!("{}: holds trellis codes ({coded}); BASE must be the unquantized model", path.display());
+        if let Some(why) = quantized(&ck) {
+            bail!(
+                "{}: BASE is quantized ({why}); verify needs the unquantized model (bf16, f16, f32 or fp8)",
+                path.display()
+            );
         }
         let layout = if ck.tensors.keys().any(|n| n.starts_with("language_model.model.")) {
             BaseLayout::Mlx
@@ -76,14 +83,12 @@ impl Base {
         }
     }
 
-    /// A plain (1-D or small) tensor as f32, by HF name.
+    /// A plain (1-D or small) float tensor as f32, by HF name.
     pub fn vector(&self, hf: &str) -> Result<Option<Vec<f32>>> {
-        let Some(e) = self.ck.tensors.get(&self.rename(hf)) else { return Ok(None) };
-        if !is_float(e.dtype) {
-            return Ok(None);
-        }
+        let name = self.rename(hf);
+        let Some(e) = self.ck.tensors.get(&name).filter(|e| is_float(e.dtype)) else { return Ok(None) };
         let mut v = Vec::new();
-        floats_to_f32(self.ck.bytes(e), e.dtype, &mut v)?;
+        self.ck.elements_f32(&name, 0..e.numel(), &mut v)?;
         Ok(Some(v))
     }
 
@@ -104,22 +109,37 @@ impl Base {
         }
         let mut pieces = Vec::new();
         for n in &names {
-            let Some(entry) = self.ck.tensors.get(n) else { return Ok(None) };
+            let Some((n, entry)) = self.ck.tensors.get_key_value(n) else { return Ok(None) };
+            let file = self.ck.file_of(entry).display();
+            if !matches!(entry.shape.len(), 2 | 3) {
+                bail!("{file}: tensor {n}: expected a matrix or a stack of matrices, found shape {:?}", entry.shape);
+            }
             let scale_inv = self.scale_inv_of(n);
-            let rank = entry.shape.len();
-            if rank < 2 {
-                bail!(
-                    "{}: tensor {n}: expected a matrix, found shape {:?}",
-                    self.ck.file_of(entry).display(),
-                    entry.shape
-                );
+            match (entry.dtype, scale_inv) {
+                (Dtype::F8_E4M3, None) => bail!("{file}: tensor {n}: fp8 weight without weight_scale_inv"),
+                (Dtype::F8_E4M3, Some((s, se))) => check_scales(&self.ck, n, entry, s, se)?,
+                (d, _) if is_float(d) => {}
+                (d, _) => bail!("{file}: tensor {n}: unsupported base dtype {d:?}"),
             }
-            if entry.dtype == Dtype::F8_E4M3 && scale_inv.is_none() {
-                bail!("{}: tensor {n}: fp8 weight without weight_scale_inv", self.ck.file_of(entry).display());
-            }
-            pieces.push(Piece { entry, scale_inv, rows: entry.shape[rank - 2] });
+            pieces.push(Piece { name: n, entry, scale_inv, rows: entry.shape[entry.shape.len() - 2] });
         }
         let first = pieces[0].entry;
+        let lead = &first.shape[..first.shape.len() - 1];
+        for p in &pieces[1..] {
+            let s = &p.entry.shape;
+            if s.len() != first.shape.len()
+                || s[..s.len() - 2] != lead[..lead.len() - 1]
+                || s[s.len() - 1] != first.shape[first.shape.len() - 1]
+            {
+                bail!(
+                    "tensors {} and {} are parts of one weight but disagree in shape ({:?} vs {:?})",
+                    pieces[0].name,
+                    p.name,
+                    first.shape,
+                    s
+                );
+            }
+        }
         let rank = first.shape.len();
         Ok(Some(BaseMatrix {
             base: self,
@@ -130,10 +150,51 @@ impl Base {
         }))
     }
 
-    fn scale_inv_of(&self, name: &str) -> Option<&TensorEntry> {
+    fn scale_inv_of(&self, name: &str) -> Option<(&str, &TensorEntry)> {
         let stem = name.strip_suffix(".weight").unwrap_or(name);
-        [format!("{stem}.weight_scale_inv"), format!("{name}_scale_inv")].iter().find_map(|n| self.ck.tensors.get(n))
+        [format!("{stem}.weight_scale_inv"), format!("{name}_scale_inv")]
+            .iter()
+            .find_map(|n| self.ck.tensors.get_key_value(n))
+            .map(|(k, v)| (k.as_str(), v))
     }
+}
+
+/// Why a checkpoint is quantized in a way verify cannot read, if it is.
+fn quantized(ck: &Checkpoint) -> Option<String> {
+    for (name, e) in &ck.tensors {
+        if name.ends_with(".escha_code") || name.ends_with(".trellis") {
+            return Some(format!("trellis codes: {name}"));
+        }
+        if let Some(stem) = name.strip_suffix(".scales") {
+            if ck.tensors.contains_key(&format!("{stem}.biases")) {
+                return Some(format!("MLX affine: {name}"));
+            }
+        }
+        if name.ends_with(".qweight") || name.ends_with(".weight_packed") {
+            return Some(format!("packed integer weights: {name}"));
+        }
+        if matches!(e.dtype, Dtype::F4 | Dtype::F6_E2M3 | Dtype::F6_E3M2 | Dtype::F8_E5M2 | Dtype::F8_E8M0) {
+            return Some(format!("{:?} tensor {name}", e.dtype));
+        }
+    }
+    None
+}
+
+/// Checks that an fp8 weight's block scales are one float per 128×128 block (per expert).
+fn check_scales(ck: &Checkpoint, name: &str, w: &TensorEntry, scale: &str, s: &TensorEntry) -> Result<()> {
+    let rank = w.shape.len();
+    let experts: usize = w.shape[..rank - 2].iter().product();
+    let want = experts * w.shape[rank - 2].div_ceil(FP8_BLOCK) * w.shape[rank - 1].div_ceil(FP8_BLOCK);
+    if !is_float(s.dtype) || s.numel() != want {
+        bail!(
+            "{}: tensor {scale}: expected {want} float block scales for {name} {:?}, found {:?} {:?}",
+            ck.file_of(s).display(),
+            w.shape,
+            s.dtype,
+            s.shape
+        );
+    }
+    Ok(())
 }
 
 impl BaseMatrix<'_> {
@@ -145,62 +206,45 @@ impl BaseMatrix<'_> {
     pub fn read_rows(&self, expert: usize, rows: Range<usize>, out: &mut Vec<f32>) -> Result<()> {
         out.clear();
         let mut first_row = 0;
-        let mut tmp = Vec::new();
         for p in &self.pieces {
             let lo = rows.start.max(first_row);
             let hi = rows.end.min(first_row + p.rows);
             if lo < hi {
-                read_piece(self.base, p, expert, lo - first_row..hi - first_row, self.cols, &mut tmp)?;
-                out.extend_from_slice(&tmp);
+                self.read_piece(p, expert, lo - first_row..hi - first_row, out)?;
             }
             first_row += p.rows;
         }
         Ok(())
     }
-}
 
-fn read_piece(
-    base: &Base,
-    p: &Piece,
-    expert: usize,
-    rows: Range<usize>,
-    cols: usize,
-    out: &mut Vec<f32>,
-) -> Result<()> {
-    let e = p.entry;
-    let el = e.dtype.bitsize() / 8;
-    let start = (expert * p.rows + rows.start) * cols * el;
-    let bytes = &base.ck.bytes(e)[start..start + rows.len() * cols * el];
-    match (e.dtype, p.scale_inv) {
-        (Dtype::F8_E4M3, Some(s)) => {
-            let mut scales = Vec::new();
-            floats_to_f32(base.ck.bytes(s), s.dtype, &mut scales)?;
-            let (br, bc) = (p.rows.div_ceil(128), cols.div_ceil(128));
-            if scales.len() != base_blocks(e, br, bc) {
-                bail!(
-                    "{}: tensor {}: weight_scale_inv has {} values, expected {}",
-                    base.ck.file_of(s).display(),
-                    "scale",
-                    scales.len(),
-                    base_blocks(e, br, bc)
-                );
-            }
-            out.clear();
-            for (r, row) in rows.clone().zip(bytes.chunks_exact(cols)) {
-                let srow = &scales[(expert * br + r / 128) * bc..][..bc];
-                out.extend(row.iter().enumerate().map(|(c, &q)| e4m3_to_f32(q) * srow[c / 128]));
+    /// Drops the base weight's pages from memory once it has been checked.
+    pub fn release(&self) {
+        for p in &self.pieces {
+            self.base.ck.release(p.entry);
+            if let Some((_, s)) = p.scale_inv {
+                self.base.ck.release(s);
             }
         }
-        (d, _) if is_float(d) => {
-            out.clear();
-            floats_to_f32(bytes, d, out)?
-        }
-        (d, _) => bail!("{}: base tensor has unsupported dtype {d:?}", base.ck.file_of(e).display()),
     }
-    Ok(())
-}
 
-fn base_blocks(e: &TensorEntry, br: usize, bc: usize) -> usize {
-    let experts = if e.shape.len() == 3 { e.shape[0] } else { 1 };
-    experts * br * bc
+    /// Rows `rows` of one piece, appended to `out`.
+    fn read_piece(&self, p: &Piece, expert: usize, rows: Range<usize>, out: &mut Vec<f32>) -> Result<()> {
+        let ck = &self.base.ck;
+        let cols = self.cols;
+        let Some((scale, _)) = p.scale_inv else {
+            return ck.rows_f32(p.name, expert, rows, cols, out);
+        };
+        // fp8: one scale per 128×128 block; only the block rows these rows touch are read.
+        let mut codes = Vec::with_capacity(rows.len() * cols);
+        ck.rows_bytes(p.name, expert, rows.clone(), cols, &mut codes)?;
+        let (br, bc) = (p.rows.div_ceil(FP8_BLOCK), cols.div_ceil(FP8_BLOCK));
+        let (b0, b1) = (rows.start / FP8_BLOCK, (rows.end - 1) / FP8_BLOCK + 1);
+        let mut scales = Vec::with_capacity((b1 - b0) * bc);
+        ck.elements_f32(scale, (expert * br + b0) * bc..(expert * br + b1) * bc, &mut scales)?;
+        for (r, row) in rows.zip(codes.chunks_exact(cols)) {
+            let srow = &scales[(r / FP8_BLOCK - b0) * bc..][..bc];
+            out.extend(row.iter().enumerate().map(|(c, &q)| e4m3_to_f32(q) * srow[c / FP8_BLOCK]));
+        }
+        Ok(())
+    }
 }

@@ -1,7 +1,8 @@
 //! The readable verify report: one row per tensor, failures first, a summary line last. Columns
 //! follow the published correlation/rel-err and norm-offset tables so figures compare line by line.
 
-use super::VerifyReport;
+use super::base::BaseLayout;
+use super::findings::VerifyReport;
 use std::fmt::Write;
 
 fn num(v: Option<f64>, digits: usize) -> String {
@@ -16,8 +17,8 @@ pub fn render(r: &VerifyReport) -> String {
         r.input,
         r.base,
         match r.base_layout {
-            super::BaseLayout::HuggingFace => "Hugging Face",
-            super::BaseLayout::Mlx => "MLX",
+            BaseLayout::HuggingFace => "Hugging Face",
+            BaseLayout::Mlx => "MLX",
         },
         if r.base_fp8 { ", fp8" } else { "" },
         r.decoder,
@@ -83,6 +84,9 @@ pub fn render(r: &VerifyReport) -> String {
     }
     if !r.missing_in_base.is_empty() {
         let _ = writeln!(s, "\nnot in the base model ({}): {}", r.missing_in_base.len(), r.missing_in_base.join(", "));
+    }
+    for p in &r.problems {
+        let _ = writeln!(s, "\nFAIL: {p}");
     }
     let _ = writeln!(
         s,

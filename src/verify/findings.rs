@@ -1,0 +1,122 @@
+//! What verify found: one row per checked tensor, with its figures and failures, and the report
+//! that holds them, ordered one way for every kind of row.
+
+use super::base::BaseLayout;
+use serde::Serialize;
+
+/// Figures for one coded linear, or one expert of a stack.
+#[derive(Clone, Debug, Serialize)]
+pub struct CodedFigures {
+    pub corr: Option<f64>,
+    pub cosine: Option<f64>,
+    pub rel_err: Option<f64>,
+    pub shannon_bound: f64,
+    pub ratio: Option<f64>,
+    pub compared: u64,
+    pub live_channels: usize,
+    pub pruned_channels: usize,
+    pub tiles_checked: u64,
+    pub overlap_violations: u64,
+    pub corr_rout_row_norm: Option<f64>,
+    pub corr_rin_col_norm: Option<f64>,
+    pub inner_std: Option<f64>,
+    pub codebook_rms: f32,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct CodedRow {
+    pub tensor: String,
+    pub base_tensor: Vec<String>,
+    pub k: u32,
+    pub experts: Option<usize>,
+    #[serde(flatten)]
+    pub figures: CodedFigures,
+    pub per_expert: Vec<CodedFigures>,
+    pub failures: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Int8Row {
+    pub tensor: String,
+    pub corr: Option<f64>,
+    pub rel_err: Option<f64>,
+    pub failures: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct NormRow {
+    pub tensor: String,
+    pub kind: &'static str,
+    pub escha_mean: f64,
+    pub base_mean: f64,
+    pub diff: f64,
+    pub diff_plus_one: f64,
+    pub verdict: &'static str,
+    pub failures: Vec<String>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct VerifyReport {
+    pub input: String,
+    pub base: String,
+    pub base_layout: BaseLayout,
+    pub base_fp8: bool,
+    pub decoder: &'static str,
+    pub sampled_blocks: Option<usize>,
+    pub max_ratio: f64,
+    pub coded: Vec<CodedRow>,
+    pub int8: Vec<Int8Row>,
+    pub norms: Vec<NormRow>,
+    pub missing_in_base: Vec<String>,
+    /// Failures of the run as a whole (tensors missing from BASE, nothing coded checked, BASE
+    /// looking like another model).
+    pub problems: Vec<String>,
+    pub checked: usize,
+    pub failed: usize,
+    pub passed: bool,
+}
+
+/// A checked tensor.
+pub trait Finding {
+    fn failures(&self) -> &[String];
+
+    /// How bad it looks among passing rows of its kind (higher first).
+    fn severity(&self) -> f64 {
+        0.0
+    }
+}
+
+impl Finding for CodedRow {
+    fn failures(&self) -> &[String] {
+        &self.failures
+    }
+
+    /// The worst ratio first.
+    fn severity(&self) -> f64 {
+        self.figures.ratio.unwrap_or(f64::INFINITY)
+    }
+}
+
+impl Finding for Int8Row {
+    fn failures(&self) -> &[String] {
+        &self.failures
+    }
+}
+
+impl Finding for NormRow {
+    fn failures(&self) -> &[String] {
+        &self.failures
+    }
+}
+
+/// Failing rows first, then by severity; otherwise in model order (a stable sort).
+pub fn order<T: Finding>(rows: &mut [T]) {
+    rows.sort_by(|a, b| {
+        a.failures().is_empty().cmp(&b.failures().is_empty()).then(b.severity().total_cmp(&a.severity()))
+    });
+}
+
+/// How many rows failed.
+pub fn failed<T: Finding>(rows: &[T]) -> usize {
+    rows.iter().filter(|r| !r.failures().is_empty()).count()
+}
