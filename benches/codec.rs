@@ -18,7 +18,7 @@ const K: u32 = 3;
 /// Tiles per decode call, as `CodedLinear::reconstruct_block` asks for them.
 const TILES_PER_CALL: usize = 8;
 
-/// SplitMix64, so the bench needs no RNG crate.
+/// `SplitMix64`, so the bench needs no RNG crate.
 fn random_bytes(n: usize, mut seed: u64) -> Vec<u8> {
     let mut v = Vec::with_capacity(n + 8);
     while v.len() < n {
@@ -103,7 +103,7 @@ fn to_bf16(src: &[f32], dst: &mut [u16]) {
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 unsafe fn to_bf16_avx2(src: &[f32], dst: &mut [u16]) {
-    to_bf16(src, dst)
+    to_bf16(src, dst);
 }
 
 fn main() {
@@ -123,7 +123,7 @@ fn main() {
 }
 
 fn decode_benches(simd: &dyn TileDecoder, code: &[u8]) {
-    println!("\nsingle-thread decode, K={K}, {} tiles per call (ns/weight, median):", TILES_PER_CALL);
+    println!("\nsingle-thread decode, K={K}, {TILES_PER_CALL} tiles per call (ns/weight, median):");
     let slice = &code[..32768 * bytes_per_tile(K)];
     let scalar = decode_ns(&ScalarDecoder, slice, K, Codebook::Mcg, 7);
     let portable = decode_ns(&PortableDecoder, slice, K, Codebook::Mcg, 7);
@@ -163,8 +163,8 @@ fn reconstruct_benches(simd: &dyn TileDecoder, code: &[u8]) {
         pool.install(|| {
             out.par_chunks_mut(block_len)
                 .enumerate()
-                .for_each_init(|| vec![0f32; block_len], |buf, (b, rows)| reconstruct_bf16(&lin, simd, buf, b, rows))
-        })
+                .for_each_init(|| vec![0f32; block_len], |buf, (b, rows)| reconstruct_bf16(&lin, simd, buf, b, rows));
+        });
     });
     println!("  2 threads  {par}");
     println!("  per core on 2 threads: {:.3}, speed-up {:.2}x (medians)", 2.0 * par.median, single.median / par.median);

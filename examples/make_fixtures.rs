@@ -6,7 +6,7 @@
 //!
 //! Run: `cargo run --release --example make_fixtures -- fixtures`
 //!
-//! Everything derives from one master seed (SplitMix64, Box-Muller), each tensor from a seed of
+//! Everything derives from one master seed (`SplitMix64`, Box-Muller), each tensor from a seed of
 //! its own name, so the output is byte-identical from run to run. Only the fixture directories
 //! listed above are replaced; other files in the output directory (the README) are left alone.
 
@@ -48,7 +48,7 @@ const LM: &str = "model.language_model";
 // ------------------------------------------------------------------------------------------------
 // Randomness
 
-/// The crate's SplitMix64, seeded per tensor name.
+/// The crate's `SplitMix64`, seeded per tensor name.
 struct Rng(SplitMix64);
 
 impl Rng {
@@ -125,7 +125,7 @@ fn uniform_vec(name: &str, n: usize, lo: f64, hi: f64) -> Vec<f32> {
 // ------------------------------------------------------------------------------------------------
 // fp8 e4m3fn
 
-/// float8_e4m3fn encode: round to nearest even, saturating to ±448 (the format has no infinity),
+/// `float8_e4m3fn` encode: round to nearest even, saturating to ±448 (the format has no infinity),
 /// NaN to 0x7F. Exact in f32 arithmetic.
 fn f8e4m3_encode(x: f32) -> u8 {
     if x.is_nan() {
@@ -327,7 +327,7 @@ fn write_sharded(dir: &Path, shards: &[Vec<Tensor>]) -> Result<()> {
 /// Orders tensors like the real dense export: grouped by leaf name (all `escha_s_in` first, …,
 /// the codes last), by module within a group.
 fn leaf_grouped(mut v: Vec<Tensor>) -> Vec<Tensor> {
-    let rank = |name: &str| match name.rsplit_once('.').map(|x| x.1).unwrap_or(name) {
+    let rank = |name: &str| match name.rsplit_once('.').map_or(name, |x| x.1) {
         "escha_s_in" => 0,
         "escha_s_out" => 1,
         "escha_rin" => 2,
@@ -399,10 +399,7 @@ fn plain_layer_tensors(i: usize, moe: bool) -> Vec<(String, Vec<f32>, Vec<usize>
     };
     norm(format!("{p}.input_layernorm.weight"), HIDDEN);
     norm(format!("{p}.post_attention_layernorm.weight"), HIDDEN);
-    if !is_linear_layer(i) {
-        norm(format!("{p}.self_attn.q_norm.weight"), HEAD_DIM);
-        norm(format!("{p}.self_attn.k_norm.weight"), HEAD_DIM);
-    } else {
+    if is_linear_layer(i) {
         let conv_dim = 2 * LIN_K_HEADS * LIN_K_DIM + LIN_V_HEADS * LIN_V_DIM;
         let a = format!("{p}.linear_attn");
         let n = format!("{a}.in_proj_a.weight");
@@ -419,6 +416,9 @@ fn plain_layer_tensors(i: usize, moe: bool) -> Vec<(String, Vec<f32>, Vec<usize>
         v.push((n.clone(), dual_normal(&n, LIN_V_HEADS, 1.0, 0.1), vec![LIN_V_HEADS], "F16"));
         let n = format!("{a}.norm.weight");
         v.push((n.clone(), dual_normal(&n, LIN_V_DIM, 1.0, 0.05), vec![LIN_V_DIM], "F16"));
+    } else {
+        norm(format!("{p}.self_attn.q_norm.weight"), HEAD_DIM);
+        norm(format!("{p}.self_attn.k_norm.weight"), HEAD_DIM);
     }
     if moe {
         let n = format!("{p}.mlp.gate.weight");
@@ -517,7 +517,7 @@ fn escha_dense_linear(l: &Linear, k: u32) -> Result<(Vec<Tensor>, f64)> {
     Ok((tensors, err))
 }
 
-/// A stack of `[E]` Escha-coded experts (s_in = s_out = 1, no bias). `ws[e]` is `[oc, ic]`.
+/// A stack of `[E]` Escha-coded experts (`s_in` = `s_out` = 1, no bias). `ws[e]` is `[oc, ic]`.
 /// Returns the leaves, the worst decode error, and per expert the channels whose rout is 0.
 fn escha_experts(
     path: &str,
@@ -842,7 +842,7 @@ fn make_dense(root: &Path) -> Result<()> {
 
     for (k, e) in &errs {
         let mean = e.iter().sum::<f64>() / e.len() as f64;
-        let max = e.iter().cloned().fold(0.0, f64::max);
+        let max = e.iter().copied().fold(0.0, f64::max);
         println!(
             "  dense K={k}: {} coded linears, relative error mean {mean:.4} max {max:.4} (2^-K = {:.4})",
             e.len(),

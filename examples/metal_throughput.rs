@@ -23,13 +23,12 @@ fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let checkpoint = args.first().map(|p| Checkpoint::open(Path::new(p))).transpose()?;
     let synthetic_code;
-    let (label, k, cb, code): (String, u32, Codebook, &[u8]) = match &checkpoint {
+    let (label, k, cb, code): (String, u32, Codebook, &[u8]) = if let Some(ck) = &checkpoint {
         // The codes stay in the memory map, as in a conversion.
-        Some(ck) => pick(ck, args.get(1).map(String::as_str))?,
-        None => {
-            synthetic_code = synthetic(1 << 18, 2);
-            ("synthetic".into(), 2, Codebook::Mcg, &synthetic_code)
-        }
+        pick(ck, args.get(1).map(String::as_str))?
+    } else {
+        synthetic_code = synthetic(1 << 18, 2);
+        ("synthetic".into(), 2, Codebook::Mcg, &synthetic_code)
     };
     let tiles = code.len() / bytes_per_tile(k);
     println!("tensor: {label}: {tiles} tiles, K={k}, {}, {:.1} MB of codes", cb.name(), code.len() as f64 / 1e6);
@@ -40,7 +39,7 @@ fn main() -> anyhow::Result<()> {
     report(&format!("{} CPU, 1 thread, one call", cpu.name()), tiles, || cpu.decode_tiles(code, k, cb, &mut reference));
     let mut out = vec![0f32; tiles * TILE_LEN];
     report(&format!("{} CPU, {threads} threads, calls of {UNIT_TILES} tiles", cpu.name()), tiles, || {
-        par_calls(cpu, code, k, cb, &mut out)
+        par_calls(cpu, code, k, cb, &mut out);
     });
 
     match MetalDecoder::new() {
@@ -52,7 +51,7 @@ fn main() -> anyhow::Result<()> {
             check("metal, one call", &gpu, &reference);
             gpu.fill(0.0);
             report(&format!("metal, {threads} threads, calls of {UNIT_TILES} tiles"), tiles, || {
-                par_calls(&m, code, k, cb, &mut gpu)
+                par_calls(&m, code, k, cb, &mut gpu);
             });
             check("metal, calls of a unit", &gpu, &reference);
             if !m.gpu_ok() {

@@ -96,9 +96,10 @@ fn resolve_params(planned: &mut [PlannedTensor]) -> Result<()> {
     let index: HashMap<&str, usize> = planned.iter().enumerate().map(|(i, p)| (p.tensor.name.as_str(), i)).collect();
     let mut resolved = Vec::new();
     for (i, p) in planned.iter().enumerate() {
-        let params = match p.tensor.recipe.as_ref().map(|r| &r.encoding) {
-            Some(Encoding::Affine { params, .. } | Encoding::Int8Affine { params, .. }) => params,
-            _ => continue,
+        let Some(Encoding::Affine { params, .. } | Encoding::Int8Affine { params, .. }) =
+            p.tensor.recipe.as_ref().map(|r| &r.encoding)
+        else {
+            continue;
         };
         let find = |name: &str| match index.get(name) {
             Some(&j) if planned[j].tensor.recipe.is_none() => Ok(j),

@@ -1,4 +1,4 @@
-//! SplitMix64: a small, seeded, well-mixed generator. The encoder's random signs, the fixture
+//! `SplitMix64`: a small, seeded, well-mixed generator. The encoder's random signs, the fixture
 //! generator and the tests draw from it, so what they make is reproducible without an RNG crate.
 
 #[derive(Clone, Debug)]

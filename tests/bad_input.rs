@@ -135,17 +135,17 @@ fn code_last_dimension_not_16k_or_k_out_of_range() {
 fn escha_config_disagreeing_with_shapes() {
     let (_t, dir) = with(|ts| {
         *tensor(ts, &format!("{CODED}.escha_config")) =
-            T::i32(&format!("{CODED}.escha_config"), &[16, 2, 2, 1, 256, 384])
+            T::i32(&format!("{CODED}.escha_config"), &[16, 2, 2, 1, 256, 384]);
     });
     fails(&dir, &[&format!("{CODED}.escha_config"), "K=2", "K=3"]);
     let (_t, dir) = with(|ts| {
         *tensor(ts, &format!("{CODED}.escha_config")) =
-            T::i32(&format!("{CODED}.escha_config"), &[16, 3, 2, 1, 256, 256])
+            T::i32(&format!("{CODED}.escha_config"), &[16, 3, 2, 1, 256, 256]);
     });
     fails(&dir, &[&format!("{CODED}.escha_config"), "disagree"]);
     let (_t, dir) = with(|ts| {
         *tensor(ts, &format!("{CODED}.escha_config")) =
-            T::i32(&format!("{CODED}.escha_config"), &[16, 3, 2, 7, 256, 384])
+            T::i32(&format!("{CODED}.escha_config"), &[16, 3, 2, 7, 256, 384]);
     });
     fails(&dir, &[&format!("{CODED}.escha_config"), "codebook id 7"]);
 }

@@ -12,7 +12,7 @@ fn bin() -> Command {
 }
 
 fn run(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
-    bin().args(args.iter().map(|a| a.as_ref())).output().unwrap()
+    bin().args(args.iter().map(std::convert::AsRef::as_ref)).output().unwrap()
 }
 
 fn stderr(o: &Output) -> String {

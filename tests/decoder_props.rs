@@ -11,7 +11,7 @@ use half::f16;
 use proptest::prelude::*;
 
 /// Every decoder that can run here, other than the reference. The portable decoder is the one
-/// shipped on non-AVX2 targets, so it is tested on x86_64 too.
+/// shipped on non-AVX2 targets, so it is tested on `x86_64` too.
 fn fast_decoders() -> Vec<&'static dyn TileDecoder> {
     let mut v: Vec<&'static dyn TileDecoder> = vec![&PortableDecoder];
     #[cfg(target_arch = "x86_64")]

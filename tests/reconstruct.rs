@@ -41,6 +41,7 @@ fn reference(inner: &[f32], ic: usize, oc: usize, su: &[f32], sv: &[f32]) -> Vec
     w
 }
 
+#[derive(Clone, Copy)]
 struct Case {
     experts: usize,
     ic_p: usize,
@@ -124,7 +125,7 @@ impl escha_convert::codec::TileDecoder for Batched {
         true
     }
     fn decode_tiles(&self, bytes: &[u8], k: u32, cb: Codebook, out: &mut [f32]) {
-        codec::best_decoder().decode_tiles(bytes, k, cb, out)
+        codec::best_decoder().decode_tiles(bytes, k, cb, out);
     }
 }
 

@@ -109,7 +109,7 @@ impl TileDecoder for BrokenStates {
         "broken"
     }
     fn decode_tiles(&self, bytes: &[u8], k: u32, cb: Codebook, out: &mut [f32]) {
-        ScalarDecoder.decode_tiles(bytes, k, cb, out)
+        ScalarDecoder.decode_tiles(bytes, k, cb, out);
     }
     fn states(&self, bytes: &[u8], k: u32, out: &mut [u16]) {
         ScalarDecoder.states(bytes, k, out);

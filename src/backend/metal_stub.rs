@@ -20,6 +20,7 @@ impl MetalDecoder {
         Err(BackendError::MetalNotCompiled)
     }
 
+    #[must_use]
     pub fn with_min_gpu_tiles(self, _tiles: usize) -> Self {
         self
     }

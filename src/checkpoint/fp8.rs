@@ -1,4 +1,4 @@
-//! float8_e4m3fn (as in Qwen's FP8 releases): 1 sign, 4 exponent (bias 7), 3 mantissa bits, no
+//! `float8_e4m3fn` (as in Qwen's FP8 releases): 1 sign, 4 exponent (bias 7), 3 mantissa bits, no
 //! infinities, 0x7F/0xFF are NaN. Decoding is exact in f32.
 
 /// The value of an e4m3fn byte.

@@ -189,17 +189,20 @@ impl Checkpoint {
     }
 
     /// The element ranges that hold the requested rows: one run when whole rows are read.
-    fn row_runs(&self, name: &str, lead: usize, rows: Range<usize>, cols: usize) -> Result<Vec<Range<usize>>> {
+    fn row_runs(
+        &self,
+        name: &str,
+        lead: usize,
+        rows: Range<usize>,
+        cols: usize,
+    ) -> Result<impl Iterator<Item = Range<usize>>> {
         let (leads, height, width) = view(&self.entry(name)?.shape);
         if lead >= leads || rows.start > rows.end || rows.end > height || cols > width {
             bail!("tensor {name}: rows {rows:?} × {cols} columns of lead {lead} are outside its {leads}×{height}×{width} view");
         }
         let first = (lead * height + rows.start) * width;
-        Ok(if cols == width {
-            vec![first..first + rows.len() * width]
-        } else {
-            (0..rows.len()).map(|r| first + r * width..first + r * width + cols).collect()
-        })
+        let (runs, len) = if cols == width { (1, rows.len() * width) } else { (rows.len(), cols) };
+        Ok((0..runs).map(move |r| first + r * width..first + r * width + len))
     }
 
     /// The entry of `name` and the bytes of its elements `range`, checked against the tensor.

@@ -240,12 +240,11 @@ fn validate_coded(
     err: &dyn Fn(&str, String) -> anyhow::Error,
 ) -> Result<CodedModule> {
     let need = |leaf: Leaf, what: &str| -> Result<(&String, &TensorEntry)> {
-        match leaves.get(&leaf) {
-            Some(n) => Ok((n, &ck.tensors[n])),
-            None => {
-                let any = leaves.values().next().map(String::as_str).unwrap_or(path);
-                Err(err(any, format!("coded linear {path} has no {what} tensor")))
-            }
+        if let Some(n) = leaves.get(&leaf) {
+            Ok((n, &ck.tensors[n]))
+        } else {
+            let any = leaves.values().next().map_or(path, String::as_str);
+            Err(err(any, format!("coded linear {path} has no {what} tensor")))
         }
     };
     let (leaf_code, leaf_rin, leaf_rout) = match source {

@@ -16,7 +16,7 @@ pub struct InspectArgs {
     pub json: bool,
 }
 
-pub fn run(a: InspectArgs) -> ExitCode {
+pub fn run(a: &InspectArgs) -> ExitCode {
     match inspect(&a.input) {
         Ok(r) if a.json => print_json(&r),
         Ok(r) => {

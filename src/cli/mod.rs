@@ -49,8 +49,8 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     let cli = Cli::parse_from(with_default_command(args));
     match cli.command {
         Command::Convert(a) => convert::run(a),
-        Command::Inspect(a) => inspect::run(a),
-        Command::Verify(a) => verify::run(a),
+        Command::Inspect(a) => inspect::run(&a),
+        Command::Verify(a) => verify::run(&a),
     }
 }
 

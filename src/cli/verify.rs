@@ -12,7 +12,7 @@ pub struct VerifyArgs {
     /// The Escha-W2 checkpoint (directory or .safetensors file).
     #[arg(value_name = "IN")]
     pub input: PathBuf,
-    /// The unquantized base model: HF layout (bf16/f16/f32 or fp8 e4m3 with weight_scale_inv) or
+    /// The unquantized base model: HF layout (bf16/f16/f32 or fp8 e4m3 with `weight_scale_inv`) or
     /// MLX layout bf16; a directory or a .safetensors file.
     #[arg(long, value_name = "BASE")]
     pub base: PathBuf,
@@ -62,13 +62,13 @@ impl From<&VerifyArgs> for VerifyOptions {
     }
 }
 
-pub fn run(a: VerifyArgs) -> ExitCode {
+pub fn run(a: &VerifyArgs) -> ExitCode {
     // Exit 1 is reserved for failed checks: a run that could not check anything is 2.
     let backend = match Backend::new(a.backend) {
         Ok(b) => b,
         Err(e) => return fail(&e.into(), USAGE),
     };
-    let report = match verify(&VerifyOptions::from(&a), backend.decoder()) {
+    let report = match verify(&VerifyOptions::from(a), backend.decoder()) {
         Ok(r) => r,
         Err(e) => return fail(&e, USAGE),
     };

@@ -92,7 +92,7 @@ impl Codebook {
     pub fn table(self) -> &'static [u16; 65536] {
         static TABLES: [OnceLock<Box<[u16; 65536]>>; 3] = [OnceLock::new(), OnceLock::new(), OnceLock::new()];
         TABLES[self.id() as usize].get_or_init(|| {
-            let mut t = Box::new([0u16; 65536]);
+            let mut t: Box<[u16; 65536]> = vec![0u16; 65536].into_boxed_slice().try_into().expect("65536 entries");
             for (s, v) in t.iter_mut().enumerate() {
                 *v = self.value_bits(s as u16);
             }
@@ -119,8 +119,8 @@ mod tests {
         let n = vals.len() as f64;
         let mean = vals.iter().map(|&v| v as f64).sum::<f64>() / n;
         let rms = (vals.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / n).sqrt();
-        let min = vals.iter().cloned().fold(f32::INFINITY, f32::min);
-        let max = vals.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+        let min = vals.iter().copied().fold(f32::INFINITY, f32::min);
+        let max = vals.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let mut distinct: Vec<u16> = cb.table().to_vec();
         distinct.sort_unstable();
         distinct.dedup();

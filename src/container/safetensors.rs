@@ -57,7 +57,7 @@ impl Container for Safetensors {
         metadata: Map<String, Value>,
     ) -> Option<(String, String)> {
         let mut names = weight_map.to_vec();
-        names.sort();
+        names.sort_unstable();
         let map: Map<String, Value> = names.into_iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
         let mut meta = Map::new();
         meta.insert("total_size".into(), total_size.into());

@@ -58,7 +58,7 @@ pub fn render_plan(r: &ConvertReport) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "plan: {} → {} ({})", r.input, r.output, r.format);
     for t in &r.tensors {
-        let shape = t.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("×");
+        let shape = t.shape.iter().map(std::string::ToString::to_string).collect::<Vec<_>>().join("×");
         let _ = writeln!(
             s,
             "  {:<72} {:<5} {:<18} {:>10}  {}  [{}]",

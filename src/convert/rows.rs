@@ -115,7 +115,9 @@ impl Reader<'_> {
         values: &mut [f32],
     ) -> Result<()> {
         if adjust.plus_one {
-            values.iter_mut().for_each(|v| *v += 1.0);
+            for v in values.iter_mut() {
+                *v += 1.0;
+            }
         }
         if let Some(g) = adjust.dead_columns_of {
             let n = dims(source, self.ck, self.cat)?.1;
@@ -131,7 +133,9 @@ impl Reader<'_> {
                     continue;
                 }
                 for row in run.chunks_exact_mut(cols) {
-                    dead.iter().for_each(|&c| row[c] = 0.0);
+                    for &c in &dead {
+                        row[c] = 0.0;
+                    }
                 }
             }
         }

@@ -89,13 +89,17 @@ pub fn encode_linear(
         .collect();
     for (row, su) in inner.chunks_exact_mut(oc).zip(&rin) {
         let su = su.to_f32();
-        row.iter_mut().for_each(|v| *v /= su);
+        for v in row.iter_mut() {
+            *v /= su;
+        }
     }
 
     fwht_across_rows(&mut inner, oc); // Hn on the left: mixes input features
     fwht_blocks(&mut inner); // Hn on the right: mixes output channels
     let norm = 1.0 / HADAMARD_SIZE as f32; // both 1/√128 factors at once
-    inner.iter_mut().for_each(|v| *v *= norm);
+    for v in &mut inner {
+        *v *= norm;
+    }
 
     let code = encode_tiles(&inner, ic, oc, k, cb);
     EncodedLinear { code, rin, rout }
@@ -127,10 +131,10 @@ fn rms(v: &[f32]) -> f64 {
 /// Rounds to fp16, keeping the value finite and non-zero (it is divided by), sign included.
 fn to_f16_nonzero(x: f64) -> f16 {
     let h = f16::from_f64(x.clamp(-f16::MAX.to_f64(), f16::MAX.to_f64()));
-    if h.to_f64() != 0.0 {
-        h
-    } else {
+    if h.to_f64() == 0.0 {
         f16::from_f64(f16::MIN_POSITIVE_SUBNORMAL.to_f64().copysign(x))
+    } else {
+        h
     }
 }
 

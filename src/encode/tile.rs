@@ -14,7 +14,7 @@
 //! Each step evaluates all 65536 states (`2^(16−K)` edges × `2^K` high bits). The loops run over
 //! fixed-size chunks of edges so that the compiler vectorises them; the same code is compiled a
 //! second time for AVX2 and chosen at run time. Running costs keep 23−K mantissa bits (the low K
-//! bits carry the argmin, see [`step_edges`]); exllamav3 searches with fp16 costs, far coarser.
+//! bits carry the argmin, see `step_edges`); exllamav3 searches with fp16 costs, far coarser.
 //! The error this returns is computed exactly from the chosen path.
 
 use crate::codec::tile::{bytes_per_tile, pack_states, K_RANGE, PERM, STATE_BITS, TILE_LEN};
@@ -118,7 +118,7 @@ fn forward<const K: u32>(values: &[f32], targets: &[f32; TILE_LEN], roll: usize,
         // SAFETY: the CPU supports AVX2, checked just above.
         return unsafe { forward_avx2::<K>(values, targets, roll, cost, back) };
     }
-    forward_generic::<K>(values, targets, roll, cost, back)
+    forward_generic::<K>(values, targets, roll, cost, back);
 }
 
 /// The same code compiled for AVX2, whose 8-wide vectors (and unsigned min) the baseline lacks.
@@ -131,7 +131,7 @@ unsafe fn forward_avx2<const K: u32>(
     cost: &mut [f32],
     back: &mut [u8],
 ) {
-    forward_generic::<K>(values, targets, roll, cost, back)
+    forward_generic::<K>(values, targets, roll, cost, back);
 }
 
 #[inline(always)]

@@ -7,7 +7,7 @@
 //! * every Linear/Embedding weight (coded, int8 pair or plain 2-D `.weight`) is quantized as
 //!   `P.weight` (U32) + `P.scales` + `P.biases`, unless its input width is not a multiple of the
 //!   run's group size (then it stays a dense weight in the model dtype), exactly as
-//!   `mlx_lm.convert -q` decides; MoE routers (`mlp.gate`, `shared_expert_gate`) at 8 bits,
+//!   `mlx_lm.convert -q` decides; `MoE` routers (`mlp.gate`, `shared_expert_gate`) at 8 bits,
 //!   group 64, as mlx-lm's `quant_predicate` does;
 //! * coded linears are reconstructed to f32, rounded once to the model dtype (bf16), then
 //!   quantized: the result is byte-identical to `mlx_lm.convert -q` (CPU) applied to this
@@ -54,7 +54,7 @@ pub struct MlxOptions {
 /// Scales and biases of exactly repacked int8 modules: F32 keeps the repack exact.
 pub const INT8_SCALE_DTYPE: Dtype = Dtype::F32;
 
-/// The setting mlx-lm's MoE `quant_predicate` gives routers.
+/// The setting mlx-lm's `MoE` `quant_predicate` gives routers.
 pub const ROUTER_SPEC: AffineSpec = AffineSpec { bits: 8, group_size: 64 };
 
 /// Which mlx-lm model family names follow.
@@ -210,7 +210,7 @@ pub fn is_offset_norm(mlx_name: &str) -> bool {
     OFFSET_NORMS.iter().any(|s| mlx_name.ends_with(s))
 }
 
-/// Whether a module path is an MoE router that mlx-lm quantizes at [`ROUTER_SPEC`].
+/// Whether a module path is an `MoE` router that mlx-lm quantizes at [`ROUTER_SPEC`].
 fn is_router(path: &str) -> bool {
     path.ends_with("mlp.gate") || path.ends_with("shared_expert_gate")
 }
@@ -499,7 +499,7 @@ pub fn quantized_modules(tensors: &[OutputTensor]) -> Vec<(String, AffineSpec)> 
 }
 
 /// `config.json`'s `quantization`: the run's defaults plus one entry per module that differs
-/// (and, as mlx-lm writes them, every MoE router).
+/// (and, as mlx-lm writes them, every `MoE` router).
 pub fn quantization(tensors: &[OutputTensor], opts: MlxOptions, moe: bool) -> Value {
     let mut q = Map::new();
     q.insert("group_size".into(), json!(opts.spec.group_size));
@@ -545,7 +545,7 @@ pub fn total_parameters(tensors: &[OutputTensor]) -> u64 {
         .sum()
 }
 
-/// Whether the layout has MoE routers (for [`quantization`]).
+/// Whether the layout has `MoE` routers (for [`quantization`]).
 pub fn is_moe(tensors: &[OutputTensor]) -> bool {
     tensors.iter().any(|t| t.name.contains(".switch_mlp."))
 }

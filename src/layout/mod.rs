@@ -3,7 +3,7 @@
 //!
 //! An [`OutputFormat`] is the user's choice as a value; its [`Layout`] is the policy the engine
 //! follows. Each format is one file: [`hf`] (dense, Hugging Face layout) and [`mlx`] (MLX layout,
-//! affine-quantized). [`tensor`] describes an output tensor in terms every format shares.
+//! affine-quantized). `tensor.rs` describes an output tensor in terms every format shares.
 
 pub mod hf;
 pub mod mlx;

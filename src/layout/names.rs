@@ -1,6 +1,6 @@
 //! Naming rules shared by the layouts: which tensors are norms, and the model order of names.
 
-/// How a Hugging Face Qwen3.5 RMSNorm weight is stored.
+/// How a Hugging Face Qwen3.5 `RMSNorm` weight is stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NormKind {
     /// `w − 1`, applied as `x̂·(1 + w)`: input/post-attention layernorms, q/k norms, the final

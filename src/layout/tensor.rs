@@ -35,7 +35,7 @@ impl RowSource {
 pub struct Adjust {
     /// Add 1 to every value: a zero-centred norm written with its offset folded in.
     pub plus_one: bool,
-    /// Zero the input columns of the channels that are dead in this fused gate_up coded module
+    /// Zero the input columns of the channels that are dead in this fused `gate_up` coded module
     /// (both its gate and its up scale exactly zero), per lead: a down projection whose dead
     /// columns only ever meet zero activations.
     pub dead_columns_of: Option<usize>,

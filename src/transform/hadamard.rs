@@ -141,6 +141,7 @@ impl Square {
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
     use super::{Square, HADAMARD_SIZE, SQUARE_STRIDE};
+    #[allow(clippy::wildcard_imports)] // the intrinsics
     use std::arch::x86_64::*;
 
     /// 8-float vectors per 128-float row.
@@ -154,41 +155,45 @@ mod avx2 {
         out: &mut [f32],
         stride: usize,
     ) {
-        transform(&mut square.0);
-        square.scale_into(row_scale, col_scale, out, stride); // inlined, so vectorised with AVX2
+        unsafe {
+            transform(&mut square.0);
+            square.scale_into(row_scale, col_scale, out, stride); // inlined, so vectorised with AVX2
+        }
     }
 
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn transform(x: &mut [f32; HADAMARD_SIZE * SQUARE_STRIDE]) {
-        let x = x.as_mut_ptr();
-        let at = |r: usize, c: usize| x.add(r * SQUARE_STRIDE + c);
-        for rows in (0..HADAMARD_SIZE).step_by(8) {
-            for r in rows..rows + 8 {
-                let mut v: [__m256; VECS] = std::array::from_fn(|i| _mm256_loadu_ps(at(r, 8 * i)));
-                for w in v.iter_mut() {
-                    *w = within_vector(*w);
+        unsafe {
+            let x = x.as_mut_ptr();
+            let at = |r: usize, c: usize| x.add(r * SQUARE_STRIDE + c);
+            for rows in (0..HADAMARD_SIZE).step_by(8) {
+                for r in rows..rows + 8 {
+                    let mut v: [__m256; VECS] = std::array::from_fn(|i| _mm256_loadu_ps(at(r, 8 * i)));
+                    for w in &mut v {
+                        *w = within_vector(*w);
+                    }
+                    butterflies(&mut v);
+                    for (i, w) in v.iter().enumerate() {
+                        _mm256_storeu_ps(at(r, 8 * i), *w);
+                    }
                 }
-                butterflies(&mut v);
-                for (i, w) in v.iter().enumerate() {
-                    _mm256_storeu_ps(at(r, 8 * i), *w);
+                for c in (0..HADAMARD_SIZE).step_by(8) {
+                    let mut v: [__m256; 8] = std::array::from_fn(|m| _mm256_loadu_ps(at(rows + m, c)));
+                    butterflies(&mut v);
+                    for (m, w) in v.iter().enumerate() {
+                        _mm256_storeu_ps(at(rows + m, c), *w);
+                    }
                 }
             }
-            for c in (0..HADAMARD_SIZE).step_by(8) {
-                let mut v: [__m256; 8] = std::array::from_fn(|m| _mm256_loadu_ps(at(rows + m, c)));
-                butterflies(&mut v);
-                for (m, w) in v.iter().enumerate() {
-                    _mm256_storeu_ps(at(rows + m, c), *w);
-                }
-            }
-        }
-        // Column stages of strides 8 … 64.
-        for r0 in 0..8 {
-            for c in (0..HADAMARD_SIZE).step_by(8) {
-                let mut v: [__m256; VECS] = std::array::from_fn(|m| _mm256_loadu_ps(at(r0 + 8 * m, c)));
-                butterflies(&mut v);
-                for (m, w) in v.iter().enumerate() {
-                    _mm256_storeu_ps(at(r0 + 8 * m, c), *w);
+            // Column stages of strides 8 … 64.
+            for r0 in 0..8 {
+                for c in (0..HADAMARD_SIZE).step_by(8) {
+                    let mut v: [__m256; VECS] = std::array::from_fn(|m| _mm256_loadu_ps(at(r0 + 8 * m, c)));
+                    butterflies(&mut v);
+                    for (m, w) in v.iter().enumerate() {
+                        _mm256_storeu_ps(at(r0 + 8 * m, c), *w);
+                    }
                 }
             }
         }
@@ -197,39 +202,43 @@ mod avx2 {
     /// The butterfly stages between the vectors of `v`, strides 1, 2, 4, … (in vectors).
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn butterflies<const N: usize>(v: &mut [__m256; N]) {
-        let mut h = 1;
-        while h < N {
-            for base in (0..N).step_by(2 * h) {
-                for i in base..base + h {
-                    let (a, b) = (v[i], v[i + h]);
-                    v[i] = _mm256_add_ps(a, b);
-                    v[i + h] = _mm256_sub_ps(a, b);
+    fn butterflies<const N: usize>(v: &mut [__m256; N]) {
+        {
+            let mut h = 1;
+            while h < N {
+                for base in (0..N).step_by(2 * h) {
+                    for i in base..base + h {
+                        let (a, b) = (v[i], v[i + h]);
+                        v[i] = _mm256_add_ps(a, b);
+                        v[i + h] = _mm256_sub_ps(a, b);
+                    }
                 }
+                h *= 2;
             }
-            h *= 2;
         }
     }
 
     /// The stages of strides 1, 2 and 4 inside one vector: `lower ± upper` as `fma(upper, ±1, lower)`.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn within_vector(x: __m256) -> __m256 {
-        let x = _mm256_fmadd_ps(
-            _mm256_movehdup_ps(x),
-            _mm256_setr_ps(1., -1., 1., -1., 1., -1., 1., -1.),
-            _mm256_moveldup_ps(x),
-        );
-        let x = _mm256_fmadd_ps(
-            _mm256_shuffle_ps::<0b11_10_11_10>(x, x),
-            _mm256_setr_ps(1., 1., -1., -1., 1., 1., -1., -1.),
-            _mm256_shuffle_ps::<0b01_00_01_00>(x, x),
-        );
-        _mm256_fmadd_ps(
-            _mm256_permute2f128_ps::<0x11>(x, x),
-            _mm256_setr_ps(1., 1., 1., 1., -1., -1., -1., -1.),
-            _mm256_permute2f128_ps::<0x00>(x, x),
-        )
+    fn within_vector(x: __m256) -> __m256 {
+        {
+            let x = _mm256_fmadd_ps(
+                _mm256_movehdup_ps(x),
+                _mm256_setr_ps(1., -1., 1., -1., 1., -1., 1., -1.),
+                _mm256_moveldup_ps(x),
+            );
+            let x = _mm256_fmadd_ps(
+                _mm256_shuffle_ps::<0b11_10_11_10>(x, x),
+                _mm256_setr_ps(1., 1., -1., -1., 1., 1., -1., -1.),
+                _mm256_shuffle_ps::<0b01_00_01_00>(x, x),
+            );
+            _mm256_fmadd_ps(
+                _mm256_permute2f128_ps::<0x11>(x, x),
+                _mm256_setr_ps(1., 1., 1., 1., -1., -1., -1., -1.),
+                _mm256_permute2f128_ps::<0x00>(x, x),
+            )
+        }
     }
 }
 

@@ -227,17 +227,14 @@ fn check_block(
     let mut s = BlockSums { col_sq: vec![0.0; m.in_features], ..Default::default() };
 
     // The input features covered, in padded coordinates, and the decoded rows over them.
-    let (cols, decoded, stride) = match square {
-        Some(c) => {
-            let mut d = vec![0f32; HADAMARD_SIZE * HADAMARD_SIZE];
-            lin.reconstruct_square(decoder, block, c, &mut d, HADAMARD_SIZE);
-            (c * HADAMARD_SIZE..(c + 1) * HADAMARD_SIZE, d, HADAMARD_SIZE)
-        }
-        None => {
-            let mut d = vec![0f32; HADAMARD_SIZE * m.in_padded];
-            lin.reconstruct_block(decoder, block, &mut d);
-            (0..m.in_padded, d, m.in_padded)
-        }
+    let (cols, decoded, stride) = if let Some(c) = square {
+        let mut d = vec![0f32; HADAMARD_SIZE * HADAMARD_SIZE];
+        lin.reconstruct_square(decoder, block, c, &mut d, HADAMARD_SIZE);
+        (c * HADAMARD_SIZE..(c + 1) * HADAMARD_SIZE, d, HADAMARD_SIZE)
+    } else {
+        let mut d = vec![0f32; HADAMARD_SIZE * m.in_padded];
+        lin.reconstruct_block(decoder, block, &mut d);
+        (0..m.in_padded, d, m.in_padded)
     };
 
     // Overlap rule on the states this decoder extracts, for every tile of the region.

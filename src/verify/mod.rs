@@ -1,9 +1,9 @@
 //! `verify`: proves a decode right against the unquantized base model.
 //!
-//! Per coded linear (per expert for stacks, [`coded`]): the overlap rule on the states the
+//! Per coded linear (per expert for stacks, `coded.rs`): the overlap rule on the states the
 //! conversion's own decoder extracts, the error ratio to the Shannon bound over live channels,
 //! element-wise correlation and cosine, channel-scale correlations and the inner-domain scale.
-//! Per norm ([`norms`]): the norm-offset table. Per int8 pair ([`int8`]): error against the
+//! Per norm (`norms.rs`): the norm-offset table. Per int8 pair (`int8.rs`): error against the
 //! base. Work is split into 128-row output blocks and run in parallel; sums merge in a fixed
 //! order, so reports are reproducible. Each tensor's pages, in IN and in BASE, are released once
 //! it is checked, so memory does not grow with the model.

@@ -22,7 +22,7 @@ pub struct VerifyOptions {
     /// Check this many evenly spread 128×128 blocks per tensor instead of whole tensors.
     pub sample: Option<usize>,
     pub max_ratio: f64,
-    /// Minimum correlation; `None`: [`MIN_CORR_LOW_K`] for K ≤ 2, [`MIN_CORR_HIGH_K`] above.
+    /// Minimum correlation; `None`: 0.8 for K ≤ 2, 0.9 above.
     pub min_corr: Option<f64>,
     pub threads: Option<usize>,
     /// Pass even when tensors of IN are missing from BASE.

@@ -72,7 +72,7 @@ pub fn golden() -> Vec<TileSet> {
         .collect()
 }
 
-/// `tiles` random tiles for every K in 1..=8 and every codebook (SplitMix64, fixed seed).
+/// `tiles` random tiles for every K in 1..=8 and every codebook (`SplitMix64`, fixed seed).
 pub fn random(tiles: usize) -> Vec<TileSet> {
     let mut state = 0x5EED_0F7E_1115_u64;
     let mut next = move || {

@@ -116,7 +116,7 @@ pub fn coded_linear(
     out
 }
 
-/// A small valid checkpoint: two coded linears (one with s_in/s_out and bias), a stacked expert
+/// A small valid checkpoint: two coded linears (one with `s_in/s_out` and bias), a stacked expert
 /// pair, an int8 embedding, norms, an F32 plain tensor, config.json and a tokenizer file.
 pub fn small_checkpoint(seed: u64) -> Vec<T> {
     let mut rng = Rng::new(seed);

@@ -1,6 +1,6 @@
 //! Fast tile decoders, chosen at run time; all bit-identical to the scalar reference.
 //!
-//! x86_64 with AVX2 gets [`Avx2Decoder`]; every other target (aarch64 included) gets
+//! `x86_64` with AVX2 gets [`Avx2Decoder`]; every other target (aarch64 included) gets
 //! [`PortableDecoder`], plain integer code that the compiler vectorises.
 
 #[cfg(target_arch = "x86_64")]

@@ -1,7 +1,7 @@
 //! The decoder for every target without a dedicated SIMD path (aarch64 included).
 //!
 //! Plain integer code with no table lookups, so that the compiler can vectorise the codebook loop
-//! (NEON on aarch64, SSE2 on x86_64). It is built and tested on every target.
+//! (NEON on aarch64, SSE2 on `x86_64`). It is built and tested on every target.
 
 use crate::codec::codebook::{Codebook, HALVES_XOR, INST_ADD, INST_MUL, MCG_MUL, MUL1_BIAS, MUL1_MUL, MUL1_SCALE};
 use crate::codec::decoder::TileDecoder;
@@ -23,7 +23,7 @@ impl TileDecoder for PortableDecoder {
             // One monomorphic loop per codebook, so each vectorises on its own.
             match cb {
                 Codebook::ThreeInst => {
-                    map(&states, values, |x| halves_sum(x.wrapping_mul(INST_MUL).wrapping_add(INST_ADD)))
+                    map(&states, values, |x| halves_sum(x.wrapping_mul(INST_MUL).wrapping_add(INST_ADD)));
                 }
                 Codebook::Mcg => map(&states, values, |x| halves_sum(x.wrapping_mul(MCG_MUL))),
                 Codebook::Mul1 => map(&states, values, mul1_value),
