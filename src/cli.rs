@@ -160,6 +160,23 @@ pub struct VerifyArgs {
     /// Print one JSON document with every figure instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Also write the report as one self-contained HTML page (charts, sortable tables) to FILE,
+    /// whether the checks pass or not.
+    #[arg(long, value_name = "FILE", value_parser = parse_html_dest)]
+    pub html: Option<PathBuf>,
+}
+
+/// `--html FILE`: refused at once when FILE could not be written at the end of a long check.
+fn parse_html_dest(s: &str) -> Result<PathBuf, String> {
+    let p = PathBuf::from(s);
+    let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    if p.file_name().is_none() || p.is_dir() {
+        return Err(format!("{s}: not a file name"));
+    }
+    if !dir.is_dir() {
+        return Err(format!("{}: no such directory", dir.display()));
+    }
+    Ok(p)
 }
 
 /// Parses "5GB" (10^9), "2GiB" (2^30), "500MB", "64KiB" or a plain byte count.

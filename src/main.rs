@@ -96,6 +96,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             } else {
                 print!("{}", verify::render(&r));
             }
+            if let Some(path) = &a.html {
+                if let Err(e) = verify::write_html(&r, path) {
+                    eprintln!("escha-convert: error: {e:#}");
+                    return Ok(ExitCode::from(2));
+                }
+            }
             if !r.passed {
                 return Ok(ExitCode::from(1));
             }

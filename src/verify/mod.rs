@@ -7,10 +7,12 @@
 //! blocks and run in parallel; sums merge in a fixed order, so reports are reproducible.
 
 mod base;
+mod html;
 mod report;
 mod stats;
 
 pub use base::BaseLayout;
+pub use html::{render_html, write_html};
 pub use report::render;
 
 use crate::checkpoint::tensor::floats_to_f32;
