@@ -2,7 +2,7 @@
 
 use super::exit::{fail, print_json, FAILURE, USAGE};
 use crate::backend::{Backend, BackendKind};
-use crate::verify::{check_max_ratio, check_min_corr, render, verify, VerifyOptions, DEFAULT_MAX_RATIO};
+use crate::verify::{check_max_ratio, check_min_corr, render, verify, write_html, VerifyOptions, DEFAULT_MAX_RATIO};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -40,6 +40,23 @@ pub struct VerifyArgs {
     /// Who decodes the trellis tiles.
     #[arg(long, value_enum, default_value_t = BackendKind::Auto)]
     pub backend: BackendKind,
+    /// Also write the report as one self-contained HTML page (charts, sortable tables) to FILE,
+    /// whether the checks pass or not.
+    #[arg(long, value_name = "FILE", value_parser = html_destination)]
+    pub html: Option<PathBuf>,
+}
+
+/// `--html FILE`: refused at once when FILE could not be written at the end of a long check.
+fn html_destination(s: &str) -> Result<PathBuf, String> {
+    let p = PathBuf::from(s);
+    let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    if p.file_name().is_none() || p.is_dir() {
+        return Err(format!("{s}: not a file name"));
+    }
+    if !dir.is_dir() {
+        return Err(format!("{}: no such directory", dir.display()));
+    }
+    Ok(p)
 }
 
 /// A value parser for a number that `check` accepts.
@@ -78,6 +95,11 @@ pub fn run(a: &VerifyArgs) -> ExitCode {
         print!("{}", render(&report));
         ExitCode::SUCCESS
     };
+    if let Some(path) = &a.html {
+        if let Err(e) = write_html(&report, path) {
+            return fail(&e, USAGE);
+        }
+    }
     if !report.passed {
         return ExitCode::from(FAILURE);
     }

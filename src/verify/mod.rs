@@ -11,6 +11,7 @@
 mod base;
 mod coded;
 mod findings;
+mod html;
 mod int8;
 mod norms;
 mod options;
@@ -19,6 +20,7 @@ mod stats;
 
 pub use base::BaseLayout;
 pub use findings::{CodedFigures, CodedRow, Int8Row, NormRow, VerifyReport};
+pub use html::{render_html, write_html};
 pub use options::{check_max_ratio, check_min_corr, VerifyOptions, DEFAULT_MAX_RATIO};
 pub use report::render;
 
