@@ -1,5 +1,5 @@
 //! Build script: compiles the Metal kernel (`kernels/trellis_decode.metal`) as C++20 for the CPU,
-//! through `kernels/shim/metal_shim.h`, so `tests/metal_kernel_shim.rs` can run the kernel thread
+//! through `kernels/shim/metal_shim.h`, so `tests/it/metal_kernel_shim.rs` can run the kernel thread
 //! by thread against the scalar decoder on any machine.
 //!
 //! The object is passed to the linker of test targets only (`rustc-link-arg-tests`); the library
@@ -30,7 +30,7 @@ fn main() {
             println!("cargo:rustc-cfg=escha_kernel_shim");
         }
         Err(e) => {
-            println!("cargo:warning=the Metal kernel was not compiled for the CPU tests ({e}); tests/metal_kernel_shim.rs will fail");
+            println!("cargo:warning=the Metal kernel was not compiled for the CPU tests ({e}); tests/it/metal_kernel_shim.rs will fail");
         }
     }
 }

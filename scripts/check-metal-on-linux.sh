@@ -10,7 +10,7 @@
 #      repository's Cargo.toml and Cargo.lock (the ones a Mac uses) are never touched;
 #   3. runs `cargo check --all-targets --features metal` there, with the patched objc2-metal passed
 #      as `--config 'patch.crates-io.objc2-metal.path="..."'`, the GNUstep features switched on, and
-#      cfg `escha_metal_typecheck` set so the macOS-only tests (tests/metal_gpu.rs) are checked too.
+#      cfg `escha_metal_typecheck` set so the macOS-only tests (tests/it/metal_gpu.rs) are checked too.
 # Nothing is linked or run: `cargo check` stops after type-checking.
 set -euo pipefail
 cd "$(dirname "$0")/.."

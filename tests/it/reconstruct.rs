@@ -1,8 +1,6 @@
 //! Reconstruction of a coded linear against a plain f64 matrix-product reference.
 
-mod common;
-
-use common::Rng;
+use crate::common::Rng;
 use escha_convert::codec::{self, bytes_per_tile, Codebook, ScalarDecoder};
 use escha_convert::transform::{fold_scales, CodedLinear};
 

@@ -1,8 +1,6 @@
 //! `inspect` on the bundled fixtures.
 
-mod common;
-
-use common::fixture;
+use crate::common::fixture;
 use serde_json::Value;
 use std::process::Command;
 

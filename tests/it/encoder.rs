@@ -4,9 +4,7 @@
 //! 1.08–1.13× above the Shannon bound `2^−2K` at K = 2 and 3. A decoder with a layout error
 //! lands nowhere near it, which the deliberately broken decoders below confirm.
 
-mod common;
-
-use common::Rng;
+use crate::common::Rng;
 use escha_convert::codec::tile::{self, pack_states, stream_words, tile_states, INV_PERM};
 use escha_convert::codec::{self, bytes_per_tile, Codebook, ScalarDecoder, TileDecoder, ALL_CODEBOOKS, PERM, TILE_LEN};
 use escha_convert::encode::TileEncoder;

@@ -1,15 +1,12 @@
 //! `verify` on the bundled fixtures and on deliberately broken copies of them.
 
-mod common;
-mod synth;
-
-use common::fixture;
+use crate::common::fixture;
+use crate::synth::{read_safetensors, write_safetensors, T};
 use escha_convert::codec::{Codebook, ScalarDecoder, TileDecoder};
 use escha_convert::verify::VerifyOptions;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use synth::{read_safetensors, write_safetensors, T};
 
 fn verify(input: &Path, base: &Path) -> (Option<i32>, Value) {
     let o = Command::new(env!("CARGO_BIN_EXE_escha-convert"))

@@ -1,9 +1,7 @@
 //! `verify --html FILE`: the page for every fixture and base kind, written even when checks fail,
 //! self-contained, and safe with hostile tensor names.
 
-mod common;
-
-use common::fixture;
+use crate::common::fixture;
 use escha_convert::verify::{render_html, verify, VerifyOptions};
 use serde_json::Value;
 use std::process::{Command, Output};

@@ -3,11 +3,9 @@
 //! bit with the scalar decoder: golden tiles, random tiles for every K × codebook, every state of
 //! every codebook. This runs everywhere, so a kernel change that breaks decoding fails CI on Linux.
 
-mod kernel_cases;
-
 #[cfg(escha_kernel_shim)]
 mod shim {
-    use super::kernel_cases::{self, TileSet};
+    use crate::kernel_cases::{self, TileSet};
     use escha_convert::codec::TILE_LEN;
 
     /// The kernel's `DecodeParams`, field for field.

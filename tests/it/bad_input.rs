@@ -1,11 +1,9 @@
 //! Malformed inputs: each gets exit code 1, one error line naming the file, tensor and problem,
 //! and leaves no output (finished or partial) behind.
 
-mod synth;
-
+use crate::synth::*;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use synth::*;
 
 const CODED: &str = "model.language_model.layers.0.mlp.up_proj";
 

@@ -1,11 +1,9 @@
 //! End-to-end conversion through the binary: values, layout, determinism, data safety.
 
-mod synth;
-
+use crate::synth::*;
 use escha_convert::codec::Codebook;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use synth::*;
 
 fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_escha-convert"))

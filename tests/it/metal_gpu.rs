@@ -5,13 +5,11 @@
 //! On Linux, scripts/check-metal-on-linux.sh type-checks this file (cfg `escha_metal_typecheck`).
 #![cfg(all(feature = "metal", any(target_os = "macos", escha_metal_typecheck)))]
 
-mod kernel_cases;
-
+use crate::kernel_cases::{self, TileSet};
 use escha_convert::backend::metal::CHUNK_TILES;
 use escha_convert::backend::{Backend, BackendKind, MetalDecoder};
 use escha_convert::codec::{bytes_per_tile, Codebook, ScalarDecoder, TileDecoder, TILE_LEN};
 use escha_convert::transform::CodedLinear;
-use kernel_cases::TileSet;
 use rayon::prelude::*;
 
 /// Every call goes to the GPU, however small.

@@ -1,8 +1,6 @@
 //! Every fast decoder against the scalar reference, bit for bit, on random and exhaustive tiles.
 
-mod common;
-
-use common::Rng;
+use crate::common::Rng;
 use escha_convert::codec::simd::PortableDecoder;
 use escha_convert::codec::{
     self, bytes_per_tile, tile, Codebook, ScalarDecoder, TileDecoder, ALL_CODEBOOKS, K_RANGE, TILE_LEN,

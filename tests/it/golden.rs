@@ -3,9 +3,7 @@
 // Literals below are exact decimal expansions of fp16 values, hence their many digits.
 #![allow(clippy::excessive_precision)]
 
-mod common;
-
-use common::{fixture, words_to_bytes};
+use crate::common::{fixture, words_to_bytes};
 use escha_convert::codec::{self, tile, Codebook, ScalarDecoder, TileDecoder, PERM, TILE_LEN};
 use half::f16;
 use serde_json::Value;

@@ -1,0 +1,17 @@
+//! The integration tests, as one test crate (one link instead of one per file).
+
+mod common;
+mod kernel_cases;
+mod synth;
+
+mod bad_input;
+mod convert_cli;
+mod decoder_props;
+mod encoder;
+mod golden;
+mod inspect;
+mod metal_gpu;
+mod metal_kernel_shim;
+mod reconstruct;
+mod verify;
+mod verify_html;
