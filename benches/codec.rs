@@ -2,13 +2,16 @@
 //!
 //! `cargo bench --bench codec [-- decode | reconstruct]`. Decoding is single-threaded, 8 tiles per
 //! call. The reconstruction case is a 5120×17408 (IC×OC) K=3 MCG linear with random codes: decode,
-//! both Hadamards, scales and bf16 rounding into a `Vec<u16>`, on one thread and then on two
-//! (rayon, one 128-row block per task).
+//! both Hadamards, scales and the conversion's own bf16 encoding (`quant::dense::encode`), on one
+//! thread and then on two (rayon, one 128-row block per task).
 
 use escha_convert::codec::simd::PortableDecoder;
 use escha_convert::codec::{self, bytes_per_tile, Codebook, ScalarDecoder, TileDecoder, TILE_LEN};
+use escha_convert::quant::dense;
+use escha_convert::rng::SplitMix64;
 use escha_convert::transform::CodedLinear;
 use rayon::prelude::*;
+use safetensors::Dtype;
 use std::hint::black_box;
 use std::time::Instant;
 
@@ -18,15 +21,12 @@ const K: u32 = 3;
 /// Tiles per decode call, as `CodedLinear::reconstruct_block` asks for them.
 const TILES_PER_CALL: usize = 8;
 
-/// `SplitMix64`, so the bench needs no RNG crate.
-fn random_bytes(n: usize, mut seed: u64) -> Vec<u8> {
+/// `n` bytes from the crate's seeded generator.
+fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut rng = SplitMix64(seed);
     let mut v = Vec::with_capacity(n + 8);
     while v.len() < n {
-        seed = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = seed;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        v.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+        v.extend_from_slice(&rng.next_u64().to_le_bytes());
     }
     v.truncate(n);
     v
@@ -80,30 +80,12 @@ fn scales(n: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
-/// Reconstructs output block `b` of `lin` and rounds it to bf16 rows in `out`.
-fn reconstruct_bf16(lin: &CodedLinear, decoder: &dyn TileDecoder, block_buf: &mut [f32], b: usize, out: &mut [u16]) {
+/// Reconstructs output block `b` of `lin` and encodes it as bf16 bytes into `out`, as a
+/// conversion's work unit does.
+fn reconstruct_bf16(lin: &CodedLinear, decoder: &dyn TileDecoder, block_buf: &mut [f32], b: usize, out: &mut Vec<u8>) {
     lin.reconstruct_block(decoder, b, block_buf);
-    #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 was detected.
-        unsafe { to_bf16_avx2(block_buf, out) };
-        return;
-    }
-    to_bf16(block_buf, out);
-}
-
-#[inline(always)]
-fn to_bf16(src: &[f32], dst: &mut [u16]) {
-    for (o, &w) in dst.iter_mut().zip(src) {
-        *o = half::bf16::from_f32(w).to_bits();
-    }
-}
-
-/// The same loop, compiled with AVX2 so that the compiler vectorises it 8 wide.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn to_bf16_avx2(src: &[f32], dst: &mut [u16]) {
-    to_bf16(src, dst);
+    out.clear();
+    dense::encode(block_buf, Dtype::BF16, out);
 }
 
 fn main() {
@@ -148,11 +130,11 @@ fn reconstruct_benches(simd: &dyn TileDecoder, code: &[u8]) {
     let sv = scales(OC, 3);
     let lin = CodedLinear { code, k: K, codebook: Codebook::Mcg, su: &su, sv: &sv };
     let block_len = 128 * IC;
-    let mut out = vec![0u16; IC * OC];
+    let mut out: Vec<Vec<u8>> = vec![Vec::with_capacity(2 * block_len); OC / 128];
     println!("\nfull reconstruction {IC}x{OC} (IC x OC), K={K} MCG, to bf16 (ns/weight, median):");
     let mut buf = vec![0f32; block_len];
     let single = ns_per_weight(5, IC * OC, || {
-        for (b, rows) in out.chunks_exact_mut(block_len).enumerate() {
+        for (b, rows) in out.iter_mut().enumerate() {
             reconstruct_bf16(&lin, simd, &mut buf, b, rows);
         }
     });
@@ -161,7 +143,7 @@ fn reconstruct_benches(simd: &dyn TileDecoder, code: &[u8]) {
     let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().unwrap();
     let par = ns_per_weight(5, IC * OC, || {
         pool.install(|| {
-            out.par_chunks_mut(block_len)
+            out.par_iter_mut()
                 .enumerate()
                 .for_each_init(|| vec![0f32; block_len], |buf, (b, rows)| reconstruct_bf16(&lin, simd, buf, b, rows));
         });

@@ -32,8 +32,6 @@ pub struct ShardPlan {
 pub struct Plan {
     pub tensors: Vec<PlannedTensor>,
     pub shards: Vec<ShardPlan>,
-    /// Sum of tensor bytes (headers excluded), as the index reports it.
-    pub total_size: u64,
     /// The container's index file (name, text), if it has one.
     pub index: Option<(String, String)>,
 }
@@ -82,7 +80,7 @@ impl Plan {
         let weight_map: Vec<(&str, &str)> =
             planned.iter().map(|p| (p.tensor.name.as_str(), shards[p.shard].file_name.as_str())).collect();
         let index = container.index(&weight_map, total_size, index_metadata);
-        Ok(Plan { tensors: planned, shards, total_size, index })
+        Ok(Plan { tensors: planned, shards, index })
     }
 
     /// The tensors of shard `i`, in data order.

@@ -105,6 +105,16 @@ struct InFlight<'a> {
     dst: &'a mut [f32],
 }
 
+impl Drop for InFlight<'_> {
+    /// A dispatch still running reads `src` (wrapped without a copy) and writes into its slot:
+    /// neither may be freed before the GPU is done, also when a panic unwinds past it.
+    fn drop(&mut self) {
+        if let Some(cmd) = &self.cmd {
+            cmd.waitUntilCompleted();
+        }
+    }
+}
+
 /// The Metal tile decoder. Create it once; it is shared by all worker threads.
 pub struct MetalDecoder {
     device: Retained<ProtocolObject<dyn MTLDevice>>,
@@ -280,8 +290,8 @@ impl MetalDecoder {
     }
 
     /// Waits for a dispatch and copies its values out (or decodes on the CPU if it failed).
-    fn finish(&self, flight: InFlight<'_>, k: u32, cb: Codebook) {
-        let InFlight { cmd, slot, input, src, dst } = flight;
+    fn finish(&self, mut flight: InFlight<'_>, k: u32, cb: Codebook) {
+        let (cmd, slot) = (flight.cmd.take(), flight.slot.take());
         let done = match (&cmd, &slot) {
             (Some(cmd), Some(slot)) => {
                 cmd.waitUntilCompleted();
@@ -303,12 +313,12 @@ impl MetalDecoder {
                 // SAFETY: the dispatch completed and wrote `dst.len()` f32 values at the start of
                 // the slot's output buffer, shared memory the CPU may now read.
                 let values =
-                    unsafe { std::slice::from_raw_parts(slot.out.contents().as_ptr().cast::<f32>(), dst.len()) };
-                dst.copy_from_slice(values);
+                    unsafe { std::slice::from_raw_parts(slot.out.contents().as_ptr().cast::<f32>(), flight.dst.len()) };
+                flight.dst.copy_from_slice(values);
             }
-            None => self.cpu.decode_tiles(src, k, cb, dst),
+            None => self.cpu.decode_tiles(flight.src, k, cb, flight.dst),
         }
-        drop((cmd, input));
+        drop((cmd, flight));
         if let Some(slot) = slot {
             self.slots.lock().unwrap_or_else(|e| e.into_inner()).push(slot);
         }

@@ -6,4 +6,4 @@ mod api;
 mod safetensors;
 
 pub use self::safetensors::Safetensors;
-pub use api::{Container, ShardLayout};
+pub use api::Container;
