@@ -208,15 +208,18 @@ fn run_mlx_rows(
         _ => unreachable!("other MLX recipes have no row units"),
     };
     let (_, all_rows, cols) = row_source_dims(part, source);
-    mlx_source_rows(part, source, lead, rows.clone(), decoder, scratch)?;
+    let in_block = mlx_source_rows(part, source, lead, rows.clone(), decoder, scratch)?;
+    let values = match in_block {
+        Some(range) => &mut scratch.block[range],
+        None => &mut scratch.values[..],
+    };
     // The output row index within the tensor: experts are stacked, each with `all_rows` rows.
     let row = lead * all_rows.len() + (rows.start - all_rows.start);
     match quantized {
         Some((spec, scale_dtype)) => {
             // The values MLX would quantize: the weight in the model dtype (= scale dtype).
-            mlx_affine::round_slice(&mut scratch.values, scale_dtype);
-            mlx_affine::quantize_rows(
-                &scratch.values,
+            mlx_affine::round_and_quantize_rows(
+                values,
                 cols,
                 spec,
                 scale_dtype,
@@ -228,13 +231,15 @@ fn run_mlx_rows(
             Ok((row * spec.packed_cols(cols) * 4) as u64)
         }
         None => {
-            dense::encode(&scratch.values, tensor.dtype, &mut scratch.bytes);
+            dense::encode(values, tensor.dtype, &mut scratch.bytes);
             Ok((row * cols * tensor.dtype.bitsize() / 8) as u64)
         }
     }
 }
 
-/// Rows `rows` of expert `lead` of a row source as f32 in `scratch.values` (`rows × cols`).
+/// Rows `rows` of expert `lead` of a row source as f32 (`rows × cols`): in `scratch.values`
+/// (`None`), or, for a coded source whose rows are not padded, in place in `scratch.block`
+/// (`Some(range)`), which saves copying the block.
 fn mlx_source_rows(
     part: &Part,
     source: &RowSource,
@@ -242,7 +247,7 @@ fn mlx_source_rows(
     rows: Range<usize>,
     decoder: &dyn TileDecoder,
     scratch: &mut Scratch,
-) -> Result<()> {
+) -> Result<Option<Range<usize>>> {
     let ck = &part.ck;
     scratch.values.clear();
     match source {
@@ -252,9 +257,15 @@ fn mlx_source_rows(
             let block = rows.start / HADAMARD_SIZE;
             scratch.block.resize(HADAMARD_SIZE * m.in_padded, 0.0);
             m.expert(ck, lead)?.linear().reconstruct_block(decoder, block, &mut scratch.block);
-            for r in rows.clone() {
-                let local = (r - block * HADAMARD_SIZE) * m.in_padded;
-                scratch.values.extend_from_slice(&scratch.block[local..local + m.in_features]);
+            let first = rows.start - block * HADAMARD_SIZE;
+            // Unpadded rows are contiguous in the block: use them where they are.
+            let in_block = m.in_padded == m.in_features;
+            let range = first * m.in_features..(first + rows.len()) * m.in_features;
+            if !in_block {
+                for r in rows.clone() {
+                    let local = (r - block * HADAMARD_SIZE) * m.in_padded;
+                    scratch.values.extend_from_slice(&scratch.block[local..local + m.in_features]);
+                }
             }
             if let Some(g) = dead_columns_from {
                 // A channel whose gate and up rows are exactly zero never fires; its down_proj
@@ -264,11 +275,13 @@ fn mlx_source_rows(
                 let half = gm.out_features / 2;
                 let dead: Vec<usize> = (0..m.in_features).filter(|&c| gsv[c] == 0.0 && gsv[half + c] == 0.0).collect();
                 if !dead.is_empty() {
-                    for row in scratch.values.chunks_exact_mut(m.in_features) {
+                    let v = if in_block { &mut scratch.block[range.clone()] } else { &mut scratch.values[..] };
+                    for row in v.chunks_exact_mut(m.in_features) {
                         dead.iter().for_each(|&c| row[c] = 0.0);
                     }
                 }
             }
+            return Ok(in_block.then_some(range));
         }
         RowSource::Int8(i) => part.cat.int8[*i].dequantize_rows(ck, rows, &mut scratch.values)?,
         RowSource::Plain { name, .. } => {
@@ -280,7 +293,7 @@ fn mlx_source_rows(
             floats_to_f32(&ck.bytes(e)[start..end], e.dtype, &mut scratch.values)?;
         }
     }
-    Ok(())
+    Ok(None)
 }
 
 /// Copies elements `range` of `entry`, converting floats to `out` when the dtypes differ.

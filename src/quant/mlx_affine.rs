@@ -236,23 +236,50 @@ pub fn quantize_rows_with(
         return;
     }
     // A group of `group_size` (a multiple of 32) codes fills whole U32 words, so a row's packed
-    // words are its groups' words one after another, and the block is one run of groups.
+    // words are its groups' words one after another, and the rows are one run of groups.
     let start = packed.len();
     let len = rows * spec.packed_cols(cols) * 4;
     packed.resize(start + len + PACK_SLACK, 0);
-    let (mut s, mut b) = (vec![0f32; groups], vec![0f32; groups]);
-    let out = &mut packed[start..];
-    match kernel.0 {
-        KernelKind::Reference => unreachable!(),
-        // SAFETY: `Kernel::Avx2` exists only where AVX2 was detected; the kernel checks sizes.
-        #[cfg(target_arch = "x86_64")]
-        KernelKind::Avx2 => unsafe { avx2::quantize_groups(values, spec.group_size, spec.bits, out, &mut s, &mut b) },
-        #[cfg(target_arch = "aarch64")]
-        KernelKind::Neon => neon::quantize_groups(values, spec.group_size, spec.bits, out, &mut s, &mut b),
+    // Up to 64 groups per kernel call, their scales and biases on the stack.
+    const CALL: usize = 64;
+    let (mut s, mut b) = ([0f32; CALL], [0f32; CALL]);
+    let (gs, bits) = (spec.group_size, spec.bits);
+    for (k, chunk) in values.chunks(CALL * gs).enumerate() {
+        let n = chunk.len() / gs;
+        let (s, b) = (&mut s[..n], &mut b[..n]);
+        let out = &mut packed[start + k * CALL * gs * bits as usize / 8..];
+        match kernel.0 {
+            KernelKind::Reference => unreachable!(),
+            // SAFETY: `Kernel::Avx2` exists only where AVX2 was detected; the kernel checks sizes.
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::Avx2 => unsafe { avx2::quantize_groups(chunk, gs, bits, out, s, b) },
+            #[cfg(target_arch = "aarch64")]
+            KernelKind::Neon => neon::quantize_groups(chunk, gs, bits, out, s, b),
+        }
+        extend_floats(s, scale_dtype, scales);
+        extend_floats(b, scale_dtype, biases);
     }
     packed.truncate(start + len);
-    extend_floats(&s, scale_dtype, scales);
-    extend_floats(&b, scale_dtype, biases);
+}
+
+/// [`round_slice`] to `scale_dtype` (the values MLX sees for a model in that dtype), then
+/// [`quantize_rows`], a row at a time so that each row is quantized while still in cache.
+#[allow(clippy::too_many_arguments)]
+pub fn round_and_quantize_rows(
+    values: &mut [f32],
+    cols: usize,
+    spec: AffineSpec,
+    scale_dtype: Dtype,
+    packed: &mut Vec<u8>,
+    scales: &mut Vec<u8>,
+    biases: &mut Vec<u8>,
+) {
+    assert!(cols > 0 && values.len() % cols == 0, "values are not whole rows of {cols}");
+    let kernel = Kernel::best();
+    for row in values.chunks_exact_mut(cols) {
+        round_slice(row, scale_dtype);
+        quantize_rows_with(kernel, row, cols, spec, scale_dtype, packed, scales, biases);
+    }
 }
 
 /// Bytes past the packed output that a kernel may overwrite (and [`quantize_rows_with`] drops).

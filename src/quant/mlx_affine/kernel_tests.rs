@@ -233,6 +233,26 @@ fn a_block_of_gaussian_weights_matches_the_reference() {
     assert_same_everywhere(&gaussian_bf16(8 * cols, 5), cols);
 }
 
+#[test]
+fn rounding_row_by_row_equals_rounding_then_quantizing() {
+    let cols = 640;
+    let mut rng = SplitMix64(11);
+    let raw: Vec<f32> = (0..3 * cols).map(|_| (rng.uniform() as f32 - 0.5) * 0.1).collect();
+    for dtype in DTYPES {
+        for bits in BITS {
+            let spec = AffineSpec::new(bits, 128).unwrap();
+            let mut rounded = raw.clone();
+            round_slice(&mut rounded, dtype);
+            let want = run(Kernel::REFERENCE, &rounded, cols, spec, dtype);
+            let mut values = raw.clone();
+            let (mut p, mut s, mut b) = (vec![0xA5; 3], vec![0x5A; 1], vec![7; 2]);
+            round_and_quantize_rows(&mut values, cols, spec, dtype, &mut p, &mut s, &mut b);
+            assert_eq!([p, s, b], want, "bits {bits}, {dtype:?}");
+            assert_eq!(values, rounded);
+        }
+    }
+}
+
 /// An element: mostly ordinary weights, often exact multiples of ⅛ (many ties), sometimes any bit
 /// pattern at all (NaN, infinities, subnormals) or a signed zero.
 fn element() -> impl Strategy<Value = f32> {
