@@ -130,7 +130,7 @@ fn reconstruct_benches(simd: &dyn TileDecoder, code: &[u8]) {
     let sv = scales(OC, 3);
     let lin = CodedLinear { code, k: K, codebook: Codebook::Mcg, su: &su, sv: &sv };
     let block_len = 128 * IC;
-    let mut out: Vec<Vec<u8>> = vec![Vec::with_capacity(2 * block_len); OC / 128];
+    let mut out: Vec<Vec<u8>> = (0..OC / 128).map(|_| Vec::with_capacity(2 * block_len)).collect();
     println!("\nfull reconstruction {IC}x{OC} (IC x OC), K={K} MCG, to bf16 (ns/weight, median):");
     let mut buf = vec![0f32; block_len];
     let single = ns_per_weight(5, IC * OC, || {

@@ -101,9 +101,8 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
             reader.f32_rows(source, rows.clone(), &mut s.values)?;
             reader.adjust(*adjust, source, rows, cols, &mut s.values)?;
             // The values a model in the scales' dtype holds are what gets quantized.
-            mlx_affine::round_slice(&mut s.values, scale_dtype);
             let [scales, biases] = &mut s.params;
-            mlx_affine::quantize_rows(&s.values, cols, *spec, scale_dtype, &mut s.bytes, scales, biases);
+            mlx_affine::round_and_quantize_rows(&mut s.values, cols, *spec, scale_dtype, &mut s.bytes, scales, biases);
             Ok(Placed {
                 offset: first * spec.packed_cols(cols) as u64 * 4,
                 params_offset: first * spec.groups(cols) as u64 * size(scale_dtype),

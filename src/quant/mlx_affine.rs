@@ -15,10 +15,22 @@
 //! The codes use the unrounded f32 scale and bias; only the stored copies are rounded (RNE) to
 //! the scale dtype. Codes are packed as one little-endian, LSB-first bit stream per row (so 3-,
 //! 5- and 6-bit codes straddle U32 words), written as U32 little-endian bytes.
+//!
+//! [`quantize_group`] and [`pack_row`] are the scalar reference. [`quantize_rows`] runs the
+//! fastest [`Kernel`] this CPU has (AVX2 on `x86_64`, NEON on aarch64, chosen once per process),
+//! each bit-identical to the reference for every input, NaN and infinities included.
 
 use super::dense::bf16_bits;
 use half::f16;
 use safetensors::Dtype;
+use std::sync::OnceLock;
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(test)]
+mod kernel_tests;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 
 /// Bit widths MLX's affine mode accepts.
 pub const BITS: [u32; 6] = [2, 3, 4, 5, 6, 8];
@@ -65,6 +77,9 @@ impl AffineSpec {
 }
 
 /// The f32 scale and bias MLX computes for one group, and its codes (written to `codes`).
+///
+/// The scalar reference every [`Kernel`] is checked against. The scale and bias do not depend on
+/// the signs of a zero maximum or minimum, so neither do they on the order the lanes are folded in.
 pub fn quantize_group(group: &[f32], bits: u32, codes: &mut [u32]) -> (f32, f32) {
     debug_assert_eq!(group.len(), codes.len());
     let n_bins = ((1u32 << bits) - 1) as f32;
@@ -174,9 +189,24 @@ pub fn pack_row(codes: &[u32], bits: u32, out: &mut Vec<u8>) {
 /// `scale_dtype`) as little-endian bytes. `cols` must be a multiple of the group size.
 ///
 /// `values` are the inputs as MLX would see them: for a bf16 model, pass bf16 values widened to
-/// f32 (see [`round_to`]).
+/// f32 (see [`round_to`]). Runs [`Kernel::best`].
 #[allow(clippy::too_many_arguments)]
 pub fn quantize_rows(
+    values: &[f32],
+    cols: usize,
+    spec: AffineSpec,
+    scale_dtype: Dtype,
+    packed: &mut Vec<u8>,
+    scales: &mut Vec<u8>,
+    biases: &mut Vec<u8>,
+) {
+    quantize_rows_with(Kernel::best(), values, cols, spec, scale_dtype, packed, scales, biases);
+}
+
+/// [`quantize_rows`] on a given kernel; every kernel appends the same bytes.
+#[allow(clippy::too_many_arguments)]
+pub fn quantize_rows_with(
+    kernel: Kernel,
     values: &[f32],
     cols: usize,
     spec: AffineSpec,
@@ -188,18 +218,130 @@ pub fn quantize_rows(
     assert!(spec.fits(cols), "row length {cols} is not a multiple of group size {}", spec.group_size);
     assert_eq!(values.len() % cols, 0, "values are not whole rows of {cols}");
     let rows = values.len() / cols;
-    packed.reserve(rows * spec.packed_cols(cols) * 4);
     let el = scale_dtype.bitsize() / 8;
-    scales.reserve(rows * spec.groups(cols) * el);
-    biases.reserve(rows * spec.groups(cols) * el);
-    let mut codes = vec![0u32; cols];
-    for row in values.chunks_exact(cols) {
-        for (g, c) in row.chunks_exact(spec.group_size).zip(codes.chunks_exact_mut(spec.group_size)) {
-            let (s, b) = quantize_group(g, spec.bits, c);
-            push_float(s, scale_dtype, scales);
-            push_float(b, scale_dtype, biases);
+    let groups = rows * spec.groups(cols);
+    scales.reserve(groups * el);
+    biases.reserve(groups * el);
+    if kernel.0 == KernelKind::Reference {
+        packed.reserve(rows * spec.packed_cols(cols) * 4);
+        let mut codes = vec![0u32; cols];
+        for row in values.chunks_exact(cols) {
+            for (g, c) in row.chunks_exact(spec.group_size).zip(codes.chunks_exact_mut(spec.group_size)) {
+                let (s, b) = quantize_group(g, spec.bits, c);
+                push_float(s, scale_dtype, scales);
+                push_float(b, scale_dtype, biases);
+            }
+            pack_row(&codes, spec.bits, packed);
         }
-        pack_row(&codes, spec.bits, packed);
+        return;
+    }
+    // A group of `group_size` (a multiple of 32) codes fills whole U32 words, so a row's packed
+    // words are its groups' words one after another, and the rows are one run of groups.
+    let start = packed.len();
+    let len = rows * spec.packed_cols(cols) * 4;
+    packed.resize(start + len + PACK_SLACK, 0);
+    let (mut s, mut b) = ([0f32; GROUPS_PER_CALL], [0f32; GROUPS_PER_CALL]);
+    let (gs, bits) = (spec.group_size, spec.bits);
+    for (k, chunk) in values.chunks(GROUPS_PER_CALL * gs).enumerate() {
+        let n = chunk.len() / gs;
+        let (s, b) = (&mut s[..n], &mut b[..n]);
+        let out = &mut packed[start + k * GROUPS_PER_CALL * gs * bits as usize / 8..];
+        match kernel.0 {
+            KernelKind::Reference => unreachable!(),
+            // SAFETY: `Kernel::Avx2` exists only where AVX2 was detected; the kernel checks sizes.
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::Avx2 => unsafe { avx2::quantize_groups(chunk, gs, bits, out, s, b) },
+            #[cfg(target_arch = "aarch64")]
+            KernelKind::Neon => neon::quantize_groups(chunk, gs, bits, out, s, b),
+        }
+        extend_floats(s, scale_dtype, scales);
+        extend_floats(b, scale_dtype, biases);
+    }
+    packed.truncate(start + len);
+}
+
+/// [`round_slice`] to `scale_dtype` (the values MLX sees for a model in that dtype), then
+/// [`quantize_rows`], a row at a time so that each row is quantized while still in cache.
+#[allow(clippy::too_many_arguments)]
+pub fn round_and_quantize_rows(
+    values: &mut [f32],
+    cols: usize,
+    spec: AffineSpec,
+    scale_dtype: Dtype,
+    packed: &mut Vec<u8>,
+    scales: &mut Vec<u8>,
+    biases: &mut Vec<u8>,
+) {
+    assert!(cols > 0 && values.len() % cols == 0, "values are not whole rows of {cols}");
+    let kernel = Kernel::best();
+    for row in values.chunks_exact_mut(cols) {
+        round_slice(row, scale_dtype);
+        quantize_rows_with(kernel, row, cols, spec, scale_dtype, packed, scales, biases);
+    }
+}
+
+/// Groups per kernel call: their scales and biases stay on the stack.
+const GROUPS_PER_CALL: usize = 64;
+
+/// Bytes past the packed output that a kernel may overwrite (and [`quantize_rows_with`] drops).
+const PACK_SLACK: usize = 16;
+
+/// Appends every value rounded (RNE) to `dtype` (BF16, F16 or F32), little-endian.
+fn extend_floats(values: &[f32], dtype: Dtype, out: &mut Vec<u8>) {
+    match dtype {
+        Dtype::BF16 => out.extend(values.iter().flat_map(|&v| bf16_bits(v).to_le_bytes())),
+        Dtype::F16 => out.extend(values.iter().flat_map(|&v| f16::from_f32(v).to_le_bytes())),
+        Dtype::F32 => out.extend(values.iter().flat_map(|&v| v.to_le_bytes())),
+        other => panic!("scales cannot be stored as {other:?}"),
+    }
+}
+
+/// One implementation of [`quantize_rows`]: the scalar reference or a SIMD kernel. A SIMD kernel
+/// can only be obtained on a CPU that runs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Kernel(KernelKind);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KernelKind {
+    Reference,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    #[cfg(target_arch = "aarch64")]
+    Neon,
+}
+
+impl Kernel {
+    /// [`quantize_group`] and [`pack_row`], one group at a time.
+    pub const REFERENCE: Kernel = Kernel(KernelKind::Reference);
+
+    /// Every kernel this CPU runs, the reference first and the fastest last.
+    pub fn available() -> Vec<Kernel> {
+        let mut v = vec![Kernel::REFERENCE];
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") {
+            v.push(Kernel(KernelKind::Avx2));
+        }
+        #[cfg(target_arch = "aarch64")]
+        if std::arch::is_aarch64_feature_detected!("neon") {
+            v.push(Kernel(KernelKind::Neon));
+        }
+        v
+    }
+
+    /// The fastest kernel this CPU runs, detected on the first call.
+    pub fn best() -> Kernel {
+        static BEST: OnceLock<Kernel> = OnceLock::new();
+        *BEST.get_or_init(|| *Kernel::available().last().expect("the reference is always available"))
+    }
+
+    pub fn name(self) -> &'static str {
+        match self.0 {
+            KernelKind::Reference => "reference",
+            #[cfg(target_arch = "x86_64")]
+            KernelKind::Avx2 => "avx2",
+            #[cfg(target_arch = "aarch64")]
+            KernelKind::Neon => "neon",
+        }
     }
 }
 

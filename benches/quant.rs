@@ -1,0 +1,84 @@
+//! MLX affine quantization speed in ns per weight (median of several runs, and the minimum).
+//!
+//! `cargo bench --bench quant`. One 128×5120 block (one conversion work unit of a 27B-wide
+//! linear) of Gaussian-like weights rounded to bf16, quantized at group size 64 with BF16 scales,
+//! single-threaded: the scalar reference and the kernel `quantize_rows` dispatches to.
+
+use escha_convert::quant::mlx_affine::{quantize_rows_with, round_slice, AffineSpec, Kernel};
+use escha_convert::rng::SplitMix64;
+use safetensors::Dtype;
+use std::hint::black_box;
+use std::time::Instant;
+
+const ROWS: usize = 128;
+const COLS: usize = 5120;
+const GROUP_SIZE: usize = 64;
+const REPS: usize = 15;
+
+/// Median and minimum of repeated wall-clock timings; the minimum shows what other load on the
+/// machine hides.
+#[derive(Clone, Copy)]
+struct Stat {
+    median: f64,
+    min: f64,
+}
+
+impl std::fmt::Display for Stat {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "{:6.3} (min {:6.3})", self.median, self.min)
+    }
+}
+
+/// Times `REPS` runs of `f` (after one warm-up run), in ns per weight.
+fn ns_per_weight(weights: usize, mut f: impl FnMut()) -> Stat {
+    f();
+    let mut times: Vec<f64> = (0..REPS)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64() * 1e9 / weights as f64
+        })
+        .collect();
+    times.sort_by(f64::total_cmp);
+    Stat { median: times[REPS / 2], min: times[0] }
+}
+
+/// Sums of four uniforms (a bell curve) of about the spread of real weights, rounded to bf16.
+fn weights(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = SplitMix64(seed);
+    let mut v: Vec<f32> = (0..n).map(|_| ((0..4).map(|_| rng.uniform()).sum::<f64>() - 2.0) as f32 * 0.02).collect();
+    round_slice(&mut v, Dtype::BF16);
+    v
+}
+
+fn main() {
+    let values = weights(ROWS * COLS, 0x5EED);
+    let best = Kernel::best();
+    println!("quantize_rows, {ROWS}×{COLS} block, group {GROUP_SIZE}, BF16 scales: ns/weight, median (min) of {REPS}");
+    println!("{:>4}  {:>22}  {:>22}  speed-up", "bits", "reference", best.name());
+    let (mut packed, mut scales, mut biases) = (Vec::new(), Vec::new(), Vec::new());
+    for bits in [2, 3, 4, 5, 6, 8] {
+        let spec = AffineSpec::new(bits, GROUP_SIZE).unwrap();
+        let mut time = |kernel: Kernel| {
+            ns_per_weight(values.len(), || {
+                packed.clear();
+                scales.clear();
+                biases.clear();
+                quantize_rows_with(
+                    kernel,
+                    black_box(&values),
+                    COLS,
+                    spec,
+                    Dtype::BF16,
+                    &mut packed,
+                    &mut scales,
+                    &mut biases,
+                );
+                black_box((&packed, &scales, &biases));
+            })
+        };
+        let reference = time(Kernel::REFERENCE);
+        let fast = time(best);
+        println!("{bits:>4}  {reference}  {fast}  {:6.1}×", reference.median / fast.median);
+    }
+}
