@@ -1,6 +1,7 @@
 //! An opened input checkpoint: its shards (memory-mapped), the index, config.json and the side
 //! files, with typed access to the values of any tensor.
 
+use super::boundary::{read_text, Boundary};
 use super::shard::{self, Shard};
 use super::tensor::{floats_to_f32, view, TensorEntry};
 use anyhow::{bail, Context, Result};
@@ -34,66 +35,88 @@ pub struct Checkpoint {
     pub tensors: BTreeMap<String, TensorEntry>,
     /// config.json, when the input is a directory that has one.
     pub config: Option<Value>,
-    /// Files from [`COPIED_FILES`] present next to the shards.
-    pub copied_files: Vec<PathBuf>,
-    /// The `mtp/` subdirectory (a checkpoint of its own), when present.
+    /// Side files from [`COPIED_FILES`] present next to the shards: name, resolved path.
+    pub copied_files: Vec<(String, PathBuf)>,
+    /// The `mtp/` subdirectory (a checkpoint of its own), when present, resolved.
     pub mtp_dir: Option<PathBuf>,
+    /// Where its files may live (a directory input).
+    boundary: Option<Boundary>,
 }
 
 impl Checkpoint {
     pub fn open(root: &Path) -> Result<Self> {
-        let meta = std::fs::metadata(root).with_context(|| format!("{}: cannot read input", root.display()))?;
-        let mut ck = Checkpoint {
+        let meta = std::fs::metadata(root).map_err(|e| missing_input(root, e))?;
+        if meta.is_file() {
+            shard::require_safetensors_name(root)?;
+            refuse_lone_shard(root)?;
+            let mut ck = Checkpoint::empty(root, None);
+            ck.add_shard(root, None)?;
+            return Ok(ck);
+        }
+        let boundary = Boundary::of_dir(root)?;
+        Self::open_dir(root, boundary)
+    }
+
+    /// The separate `mtp/` checkpoint, opened within this one's boundary.
+    pub fn open_mtp(&self) -> Result<Option<Checkpoint>> {
+        match (&self.mtp_dir, &self.boundary) {
+            (Some(dir), Some(boundary)) => Self::open_dir(dir, boundary.clone()).map(Some),
+            _ => Ok(None),
+        }
+    }
+
+    fn empty(root: &Path, boundary: Option<Boundary>) -> Checkpoint {
+        Checkpoint {
             root: root.to_path_buf(),
             shards: Vec::new(),
             tensors: BTreeMap::new(),
             config: None,
             copied_files: Vec::new(),
             mtp_dir: None,
-        };
-        if meta.is_file() {
-            shard::require_safetensors_name(root)?;
-            ck.add_shard(root, None)?;
-            return Ok(ck);
+            boundary,
         }
-        let config_path = root.join("config.json");
-        if config_path.is_file() {
-            let text = std::fs::read_to_string(&config_path)
-                .with_context(|| format!("{}: cannot read", config_path.display()))?;
-            let value =
-                serde_json::from_str(&text).with_context(|| format!("{}: invalid JSON", config_path.display()))?;
+    }
+
+    fn open_dir(root: &Path, boundary: Boundary) -> Result<Self> {
+        let mut ck = Checkpoint::empty(root, Some(boundary.clone()));
+        if let Some(config_path) = boundary.file(&root.join("config.json"))? {
+            let text = read_text(&config_path)?;
+            let value = serde_json::from_str(&text)
+                .with_context(|| format!("{}: invalid JSON", root.join("config.json").display()))?;
             ck.config = Some(value);
         }
-        let index_path = root.join(INDEX_FILE);
-        if index_path.is_file() {
-            ck.open_indexed(&index_path)?;
+        if let Some(index_path) = boundary.file(&root.join(INDEX_FILE))? {
+            ck.open_indexed(&root.join(INDEX_FILE), &index_path, &boundary)?;
         } else {
-            let mut files: Vec<PathBuf> = std::fs::read_dir(root)
-                .with_context(|| format!("{}: cannot list directory", root.display()))?
-                .filter_map(|e| e.ok().map(|e| e.path()))
-                .filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "safetensors"))
-                .collect();
+            let mut files = Vec::new();
+            for e in std::fs::read_dir(root).with_context(|| format!("{}: cannot list directory", root.display()))? {
+                let path = e.with_context(|| format!("{}: cannot list directory", root.display()))?.path();
+                if path.extension().is_some_and(|e| e == "safetensors") {
+                    let resolved = boundary.file(&path)?.expect("listed just now");
+                    files.push((path, resolved));
+                }
+            }
             files.sort();
             if files.is_empty() {
                 bail!("{}: no .safetensors files here: not a checkpoint directory", root.display());
             }
-            for f in files {
-                ck.add_shard(&f, None)?;
+            for (_, resolved) in files {
+                ck.add_shard(&resolved, None)?;
             }
         }
-        ck.copied_files = COPIED_FILES.iter().map(|f| root.join(f)).filter(|p| p.is_file()).collect();
-        let mtp = root.join("mtp");
-        if mtp.is_dir() {
-            ck.mtp_dir = Some(mtp);
+        for name in COPIED_FILES {
+            if let Some(resolved) = boundary.file(&root.join(name))? {
+                ck.copied_files.push(((*name).to_string(), resolved));
+            }
         }
+        ck.mtp_dir = boundary.dir(&root.join("mtp"))?;
         Ok(ck)
     }
 
     /// Opens the shards named by the index and checks that every listed tensor is where the index
     /// says.
-    fn open_indexed(&mut self, index_path: &Path) -> Result<()> {
-        let text =
-            std::fs::read_to_string(index_path).with_context(|| format!("{}: cannot read", index_path.display()))?;
+    fn open_indexed(&mut self, index_path: &Path, resolved: &Path, boundary: &Boundary) -> Result<()> {
+        let text = read_text(resolved)?;
         let index: Value =
             serde_json::from_str(&text).with_context(|| format!("{}: invalid JSON", index_path.display()))?;
         let Some(map) = index.get("weight_map").and_then(Value::as_object) else {
@@ -106,15 +129,14 @@ impl Checkpoint {
             };
             by_shard.entry(file).or_default().push(tensor);
         }
-        let root = index_path.parent().unwrap();
+        let root = index_path.parent().unwrap_or(Path::new("."));
         for (file, names) in by_shard {
-            if file.contains('/') || file.contains('\\') || file == ".." {
+            if file.is_empty() || file.contains(['/', '\\']) || file == "." || file == ".." {
                 bail!("{}: shard name {file:?} points outside the checkpoint", index_path.display());
             }
-            let path = root.join(file);
-            if !path.is_file() {
+            let Some(path) = boundary.file(&root.join(file))? else {
                 bail!("{}: names shard {file}, which does not exist (tensor {})", index_path.display(), names[0]);
-            }
+            };
             self.add_shard(&path, Some(&names))?;
         }
         Ok(())
@@ -230,4 +252,39 @@ impl Checkpoint {
         let c = self.config.as_ref()?;
         Some(c.get("text_config").unwrap_or(c))
     }
+}
+
+/// The error for an IN that cannot be read, with a hint when it looks like a Hub repository id.
+fn missing_input(root: &Path, e: std::io::Error) -> anyhow::Error {
+    let text = root.to_string_lossy();
+    let looks_like_repo = e.kind() == std::io::ErrorKind::NotFound
+        && !root.is_absolute()
+        && text.matches('/').count() == 1
+        && !text.starts_with('.')
+        && !text.ends_with('/');
+    if looks_like_repo {
+        anyhow::anyhow!(
+            "{text}: no such file or directory. It looks like a Hugging Face repository id: download it first \
+             (`huggingface-cli download {text} --local-dir DIR`) and pass DIR"
+        )
+    } else {
+        anyhow::Error::new(e).context(format!("{}: cannot read input", root.display()))
+    }
+}
+
+/// Refuses a single file that is one shard of a larger checkpoint: converting it alone would
+/// give a model with missing layers.
+fn refuse_lone_shard(file: &Path) -> Result<()> {
+    let name = file.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let of_n = name
+        .strip_suffix(".safetensors")
+        .and_then(|s| s.rsplit_once("-of-"))
+        .and_then(|(_, n)| n.parse::<u64>().ok())
+        .filter(|&n| n > 1);
+    let dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if of_n.is_some() || dir.join(INDEX_FILE).is_file() {
+        let shards = of_n.map_or_else(|| "a checkpoint with an index".into(), |n| format!("{n} shards"));
+        bail!("{}: one shard of {shards}; pass the directory {} instead", file.display(), dir.display());
+    }
+    Ok(())
 }

@@ -1,6 +1,7 @@
 //! Reading an input checkpoint: shards (memory-mapped), the index, config.json, typed access to
 //! tensor values, and the classification of tensors into modules.
 
+mod boundary;
 mod expert;
 pub mod fp8;
 mod input;
@@ -8,6 +9,7 @@ mod modules;
 mod shard;
 pub mod tensor;
 
+pub use boundary::open_regular;
 pub use expert::ExpertLinear;
 pub use input::{Checkpoint, COPIED_FILES};
 pub use modules::{catalog, Catalog, CodedModule, CodedSource, Int8Module, Leaf, PlainTensor};

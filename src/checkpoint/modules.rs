@@ -190,8 +190,11 @@ pub fn catalog(ck: &Checkpoint) -> Result<Catalog> {
                 let Some(se) = ck.tensors.get(&scale) else {
                     bail!(err(name, format!("int8 weight without its per-row scale {scale}")));
                 };
-                if entry.dtype != Dtype::I8 || entry.shape.len() != 2 {
-                    bail!(err(name, format!("expected an I8 matrix, found {:?} {:?}", entry.dtype, entry.shape)));
+                if entry.dtype != Dtype::I8 || entry.shape.len() != 2 || entry.shape.contains(&0) {
+                    bail!(err(
+                        name,
+                        format!("expected a non-empty I8 matrix, found {:?} {:?}", entry.dtype, entry.shape)
+                    ));
                 }
                 if !is_float(se.dtype) || se.shape.iter().product::<usize>() != entry.shape[0] {
                     bail!(err(
@@ -219,17 +222,91 @@ pub fn catalog(ck: &Checkpoint) -> Result<Catalog> {
         }
     }
 
-    for name in ck.tensors.keys() {
+    for (name, entry) in &ck.tensors {
         if claimed.contains(name.as_str()) {
             continue;
         }
         if is_vision(name) {
             cat.vision.push(name.clone());
-        } else {
-            cat.plain.push(PlainTensor { name: name.clone() });
+            continue;
         }
+        if let Some(why) = quantized_plain(ck, name, entry) {
+            bail!(err(
+                name,
+                format!("{why}; it cannot pass through as a plain tensor, and this tool does not decode it")
+            ));
+        }
+        cat.plain.push(PlainTensor { name: name.clone() });
     }
     Ok(cat)
+}
+
+impl Catalog {
+    /// Refuses a model without a single coded tensor, saying what it looks like instead.
+    pub fn require_coded(&self, ck: &Checkpoint) -> Result<()> {
+        if self.coded.is_empty() {
+            bail!(
+                "{}: not an Escha-W2 checkpoint: no coded tensor (escha_code or trellis); it looks like {}",
+                ck.root.display(),
+                looks_like(ck)
+            );
+        }
+        Ok(())
+    }
+}
+
+/// Why a tensor left over after classification holds quantized values, if it does.
+fn quantized_plain(ck: &Checkpoint, name: &str, e: &TensorEntry) -> Option<String> {
+    let (path, leaf) = split_leaf(name);
+    let sibling = |leaf: &str| ck.tensors.contains_key(&format!("{path}.{leaf}"));
+    match e.dtype {
+        Dtype::F8_E4M3 | Dtype::F8_E5M2 | Dtype::F8_E5M2FNUZ | Dtype::F8_E4M3FNUZ | Dtype::F8_E8M0 => Some(format!(
+            "{:?} values (an fp8 weight{})",
+            e.dtype,
+            if sibling("weight_scale_inv") { " with block scales" } else { "" }
+        )),
+        Dtype::F4 | Dtype::F6_E2M3 | Dtype::F6_E3M2 => Some(format!("{:?} values (a sub-byte float)", e.dtype)),
+        _ if leaf == "weight_scale_inv" => Some("the block scales of an fp8 weight".into()),
+        Dtype::U32 | Dtype::I32 | Dtype::U8 | Dtype::I8
+            if sibling("scales") || sibling("qzeros") || sibling("weight_scale") =>
+        {
+            Some(format!("packed {:?} codes of a quantized weight", e.dtype))
+        }
+        _ if matches!(leaf, "scales" | "biases")
+            && sibling("weight")
+            && ck.tensors[&format!("{path}.weight")].dtype == Dtype::U32 =>
+        {
+            Some("the scales or biases of an MLX-quantized weight".into())
+        }
+        _ if matches!(leaf, "qweight" | "qzeros" | "g_idx") => {
+            Some("part of an integer-packed (GPTQ/AWQ) weight".into())
+        }
+        _ => None,
+    }
+}
+
+/// What a checkpoint without coded tensors looks like, for the refusal.
+fn looks_like(ck: &Checkpoint) -> String {
+    let has = |f: &dyn Fn(&str, &TensorEntry) -> bool| ck.tensors.iter().any(|(n, e)| f(n, e));
+    let quant_method = ck
+        .config
+        .as_ref()
+        .and_then(|c| c.get("quantization_config"))
+        .and_then(|q| q.get("quant_method"))
+        .and_then(serde_json::Value::as_str);
+    if has(&|n, e| e.dtype == Dtype::F8_E4M3 || n.ends_with(".weight_scale_inv")) {
+        "an fp8 block-scaled model (the unquantized base? pass it to verify --base)".into()
+    } else if has(&|n, e| n.ends_with(".weight") && e.dtype == Dtype::U32) && has(&|n, _| n.ends_with(".scales")) {
+        "an MLX-quantized model".into()
+    } else if has(&|n, _| n.ends_with(".qweight")) {
+        "an integer-packed (GPTQ/AWQ) model".into()
+    } else if quant_method == Some("escha") {
+        "an Escha config whose coded tensors are missing (an incomplete download?)".into()
+    } else if has(&|_, e| matches!(e.dtype, Dtype::BF16 | Dtype::F16)) {
+        "a dense bf16/f16 Hugging Face model (an unquantized model, or an output of this tool)".into()
+    } else {
+        "something else".into()
+    }
 }
 
 fn validate_coded(

@@ -1,10 +1,10 @@
 //! One memory-mapped safetensors file and its validated header.
 
+use super::boundary::open_regular;
 use super::tensor::TensorEntry;
 use anyhow::{bail, Context, Result};
 use memmap2::Mmap;
 use safetensors::{SafeTensorError, SafeTensors};
-use std::fs::File;
 use std::path::{Path, PathBuf};
 
 /// A safetensors file, mapped read-only. The input is never written.
@@ -16,7 +16,7 @@ pub struct Shard {
 impl Shard {
     /// Maps `path` and reads its header; every tensor's offsets are checked against the file.
     pub fn open(path: &Path) -> Result<(Self, Vec<(String, TensorEntry)>)> {
-        let file = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
+        let file = open_regular(path)?;
         // SAFETY: the map is read-only; a checkpoint changed by another process while we read it
         // is outside what any reader can defend against.
         let mmap = unsafe { Mmap::map(&file) }.with_context(|| format!("{}: cannot map", path.display()))?;

@@ -1,6 +1,6 @@
 //! The files around the shards: the index, config.json and the copied side files.
 
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{open_regular, Checkpoint};
 use crate::layout::{Layout, OutputTensor};
 use crate::plan::Plan;
 use anyhow::{Context, Result};
@@ -19,9 +19,11 @@ pub fn write_side_files(
         std::fs::write(dir.join(name), text).with_context(|| format!("{}: cannot write", dir.join(name).display()))?;
     }
     let mut copied = Vec::new();
-    for src in &ck.copied_files {
-        let name = src.file_name().expect("side files are named entries of the input directory");
-        std::fs::copy(src, dir.join(name)).with_context(|| format!("{}: cannot copy", src.display()))?;
+    for (name, src) in &ck.copied_files {
+        let mut from = open_regular(src)?;
+        let mut to = std::fs::File::create(dir.join(name))
+            .with_context(|| format!("{}: cannot create", dir.join(name).display()))?;
+        std::io::copy(&mut from, &mut to).with_context(|| format!("{}: cannot copy", src.display()))?;
         copied.push(Path::new(subdir).join(name).display().to_string());
     }
     if let Some(config) = &ck.config {

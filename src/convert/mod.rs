@@ -19,6 +19,7 @@ mod units;
 pub use options::ConvertOptions;
 pub use report::{render_plan, render_summary, ConvertReport, ShardReport, TensorReport};
 
+use crate::checkpoint::Checkpoint;
 use crate::codec::TileDecoder;
 use crate::container::{Container, Safetensors};
 use crate::layout::Layout;
@@ -37,12 +38,17 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
     let container = Safetensors;
     let mut warnings = Vec::new();
 
-    let mut parts = vec![Part::open(&opts.input, "", opts, layout.as_ref(), &container, &mut warnings)?];
-    if let Some(mtp) = parts[0].ck.mtp_dir.clone() {
-        match layout.leaves_out_mtp_dir() {
-            Some(why) => warnings.push(format!("{}: not written: {why}", mtp.display())),
-            None => parts.push(Part::open(&mtp, "mtp", opts, layout.as_ref(), &container, &mut warnings)?),
+    let ck = Checkpoint::open(&opts.input)?;
+    let mtp = match (&ck.mtp_dir, layout.leaves_out_mtp_dir()) {
+        (Some(dir), Some(why)) => {
+            warnings.push(format!("{}: not written: {why}", dir.display()));
+            None
         }
+        _ => ck.open_mtp()?,
+    };
+    let mut parts = vec![Part::new(ck, "", opts, layout.as_ref(), &container, &mut warnings)?];
+    if let Some(mtp) = mtp {
+        parts.push(Part::new(mtp, "mtp", opts, layout.as_ref(), &container, &mut warnings)?);
     }
 
     let mut report = plan_report(opts, layout.as_ref(), &parts, decoder, pool.current_num_threads());

@@ -6,7 +6,6 @@ use crate::container::Container;
 use crate::layout::Layout;
 use crate::plan::Plan;
 use anyhow::{bail, Result};
-use std::path::Path;
 
 /// A checkpoint part with everything needed to write it.
 pub struct Part {
@@ -18,17 +17,20 @@ pub struct Part {
 }
 
 impl Part {
-    /// Opens and classifies `path`, lays it out in `layout` and plans its shards.
-    pub fn open(
-        path: &Path,
+    /// Classifies `ck`, lays it out in `layout` and plans its shards.
+    pub fn new(
+        ck: Checkpoint,
         subdir: &'static str,
         opts: &ConvertOptions,
         layout: &dyn Layout,
         container: &dyn Container,
         warnings: &mut Vec<String>,
     ) -> Result<Part> {
-        let ck = Checkpoint::open(path)?;
+        let path = ck.root.clone();
         let cat = catalog(&ck)?;
+        if subdir.is_empty() {
+            cat.require_coded(&ck)?;
+        }
         if !cat.vision.is_empty() {
             warnings.push(format!("{}: dropped {} vision-tower tensors", path.display(), cat.vision.len()));
         }

@@ -39,6 +39,7 @@ pub fn verify(opts: &VerifyOptions, decoder: &dyn TileDecoder) -> Result<VerifyR
     }
     let ck = Checkpoint::open(&opts.input)?;
     let cat = catalog(&ck)?;
+    cat.require_coded(&ck)?;
     let base = Base::open(&opts.base)?;
     let pool = rayon::ThreadPoolBuilder::new().num_threads(opts.threads.unwrap_or(0)).build()?;
 
