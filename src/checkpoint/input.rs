@@ -54,13 +54,13 @@ impl Checkpoint {
             return Ok(ck);
         }
         let boundary = Boundary::of_dir(root)?;
-        Self::open_dir(root, boundary)
+        Self::open_dir(root, &boundary)
     }
 
     /// The separate `mtp/` checkpoint, opened within this one's boundary.
     pub fn open_mtp(&self) -> Result<Option<Checkpoint>> {
         match (&self.mtp_dir, &self.boundary) {
-            (Some(dir), Some(boundary)) => Self::open_dir(dir, boundary.clone()).map(Some),
+            (Some(dir), Some(boundary)) => Self::open_dir(dir, boundary).map(Some),
             _ => Ok(None),
         }
     }
@@ -77,7 +77,7 @@ impl Checkpoint {
         }
     }
 
-    fn open_dir(root: &Path, boundary: Boundary) -> Result<Self> {
+    fn open_dir(root: &Path, boundary: &Boundary) -> Result<Self> {
         let mut ck = Checkpoint::empty(root, Some(boundary.clone()));
         if let Some(config_path) = boundary.file(&root.join("config.json"))? {
             let text = read_text(&config_path)?;
