@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command: the Rust suite, a release build, and the Python tests against real
-# MLX and mlx-lm.
+# MLX, mlx-lm, PyTorch and transformers.
 #
 # The Python packages live in a virtual environment inside the repository (.venv/, git-ignored), made
 # with `python3 -m venv` on the first run; the Python on PATH is never modified. Packages are
@@ -35,7 +35,7 @@ venv_ok() {
 if ! venv_ok; then
     command -v "$PYTHON" >/dev/null 2>&1 || die "$PYTHON not found; install Python 3.11 or newer, or set PYTHON"
     "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' ||
-        die "$PYTHON is $("$PYTHON" -c 'import platform; print(platform.python_version())'); the pinned test packages (numpy 2.4) need Python 3.11 or newer: set PYTHON to one"
+        die "$PYTHON is $("$PYTHON" -c 'import platform; print(platform.python_version())'); the pinned test packages (torch 2.15, numpy 2.4) need Python 3.11 or newer: set PYTHON to one"
     # A half-made venv (Debian without python3-venv leaves one behind) or one whose interpreter has
     # gone away (a Homebrew upgrade) is replaced.
     rm -rf "$VENV"
