@@ -15,6 +15,13 @@ REQUIREMENTS=tests/python/requirements.txt
 STAMP="$VENV/.requirements-stamp"
 PYTHON="${PYTHON:-python3}"
 
+# Prints how long the phase that just ended took (stderr), e.g. "scripts/test.sh: cargo test: 95 s".
+phase_start=$SECONDS
+phase_done() {
+    printf 'scripts/test.sh: %s: %d s\n' "$1" $((SECONDS - phase_start)) >&2
+    phase_start=$SECONDS
+}
+
 die() {
     printf 'scripts/test.sh: %s\n' "$*" >&2
     exit 1
@@ -47,20 +54,22 @@ if ! venv_ok; then
 fi
 
 # What the installed packages were made from: the requirements file and the interpreter.
-want="$("$VENV/bin/python" - "$REQUIREMENTS" <<'EOF'
+want="$("$VENV/bin/python" -c '
 import hashlib, platform, sys
 h = hashlib.sha256(open(sys.argv[1], "rb").read())
 h.update(f"{sys.version} {platform.machine()} {sys.base_prefix}".encode())
-print(h.hexdigest())
-EOF
-)"
+print(h.hexdigest())' "$REQUIREMENTS")"
 if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$want" ]; then
     echo "scripts/test.sh: installing $REQUIREMENTS into $VENV" >&2
     rm -f "$STAMP"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -r "$REQUIREMENTS"
     echo "$want" >"$STAMP"
 fi
+phase_done "Python venv and packages"
 
 cargo test --locked
+phase_done "cargo test"
 cargo build --release --locked
+phase_done "cargo build --release"
 ESCHA_CONVERT="$PWD/target/release/escha-convert" "$VENV/bin/python" -m pytest tests/python -q
+phase_done "pytest"
