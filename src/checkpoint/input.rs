@@ -86,7 +86,7 @@ impl Checkpoint {
             ck.config = Some(value);
         }
         if let Some(index_path) = boundary.file(&root.join(INDEX_FILE))? {
-            ck.open_indexed(&root.join(INDEX_FILE), &index_path, &boundary)?;
+            ck.open_indexed(&root.join(INDEX_FILE), &index_path, boundary)?;
         } else {
             let mut files = Vec::new();
             for e in std::fs::read_dir(root).with_context(|| format!("{}: cannot list directory", root.display()))? {

@@ -29,6 +29,7 @@ import pytest
 from safetensors import safe_open
 
 import escha_reference as R
+from testenv import require
 
 FIXTURES = ["dense", "moe"]
 TOKENS = [1, 17, 42, 99, 3, 250, 128, 64, 7, 200, 33, 180]
@@ -208,8 +209,8 @@ def test_checkpoint_matches_reference(pair):
 
 
 def test_mlx_logits_match_reference(pair):
-    mx = pytest.importorskip("mlx.core")
-    from mlx_lm.utils import load_model
+    mx = require("mlx.core")
+    load_model = require("mlx_lm.utils").load_model
 
     mx.set_default_device(mx.cpu)
     name, out, ref, _ = pair

@@ -10,7 +10,7 @@
 * a double-shifted norm or a stray `mtp.` key injected into a copy is caught.
 
 The default run covers a few (bits, group size) pairs; ESCHA_MLX_SLOW=1 runs all 18. The binary
-is $ESCHA_BIN when set, otherwise built with `cargo build --release` (honouring
+is $ESCHA_BIN or $ESCHA_CONVERT when set, otherwise built with `cargo build --release` (honouring
 CARGO_TARGET_DIR). Run: `python -m pytest -s tests/python/test_mlx_output.py`.
 """
 
@@ -26,8 +26,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-mx = pytest.importorskip("mlx.core")
-mlx_lm_utils = pytest.importorskip("mlx_lm.utils")
+from testenv import require, unavailable
+
+mx = require("mlx.core")
+mlx_lm_utils = require("mlx_lm.utils")
 from mlx.utils import tree_map  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,6 +37,8 @@ FIXTURES = ["dense", "moe"]
 ALL_COMBOS = list(itertools.product([2, 3, 4, 5, 6, 8], [32, 64, 128]))
 SLOW = os.environ.get("ESCHA_MLX_SLOW") == "1"
 COMBOS = ALL_COMBOS if SLOW else [(4, 64), (8, 64), (3, 32), (6, 128)]
+# (bits, group size, --int8): `exact` at every combination, `requant` at the first one (all when SLOW).
+QUANTIZE_CASES = [(b, g, "exact") for b, g in COMBOS] + [(b, g, "requant") for b, g in (COMBOS if SLOW else COMBOS[:1])]
 CONVERT_COMBOS = ALL_COMBOS if SLOW else [(4, 64), (5, 128)]
 OFFSET_NORMS = (".input_layernorm.weight", ".post_attention_layernorm.weight", "model.norm.weight",
                 ".q_norm.weight", ".k_norm.weight")
@@ -49,14 +53,16 @@ def _cpu():
 def fixture_dir(name):
     d = REPO / "fixtures" / name
     if not (d / "config.json").is_file():
-        pytest.skip(f"fixture {d} not present")
+        unavailable(f"fixture {d} not present")
     return d
 
 
 @pytest.fixture(scope="session")
-def binary():
+def binary(request):
     if os.environ.get("ESCHA_BIN"):
         return Path(os.environ["ESCHA_BIN"])
+    if os.environ.get("ESCHA_CONVERT"):
+        return request.getfixturevalue("escha_convert")
     out = subprocess.run(["cargo", "build", "--release", "--bin", "escha-convert", "--message-format=json"],
                          cwd=REPO, check=True, capture_output=True, text=True).stdout
     for line in out.splitlines():
@@ -163,11 +169,8 @@ def spec_of(cfg, path):
 
 
 @pytest.mark.parametrize("name", FIXTURES)
-@pytest.mark.parametrize("bits,gs", COMBOS)
-@pytest.mark.parametrize("int8", ["exact", "requant"])
+@pytest.mark.parametrize("bits,gs,int8", QUANTIZE_CASES)
 def test_quantized_tensors_match_mx_quantize(run, name, bits, gs, int8):
-    if int8 == "requant" and (bits, gs) != COMBOS[0] and not SLOW:
-        pytest.skip("requant is covered at the first combination in the default run")
     out = mlx_out(run, name, bits, gs, int8)
     ours = load_dir(out)
     hf = load_dir(run(name))

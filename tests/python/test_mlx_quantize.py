@@ -18,7 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-mx = pytest.importorskip("mlx.core")
+from testenv import require
+
+mx = require("mlx.core")
 
 REPO = Path(__file__).resolve().parents[2]
 BITS = [2, 3, 4, 5, 6, 8]

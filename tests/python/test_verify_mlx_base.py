@@ -6,10 +6,13 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import mlx.core as mx
 import pytest
-from mlx.utils import tree_flatten
-from mlx_lm.utils import load_model
+
+from testenv import require
+
+mx = require("mlx.core")
+tree_flatten = require("mlx.utils").tree_flatten
+load_model = require("mlx_lm.utils").load_model
 
 
 def mlx_layout_copy(base: Path, out: Path) -> Path:
