@@ -103,16 +103,24 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
         });
     }
 
-    // Norm convention: zero-centred weights sit near 0, plain ones near 1.
-    let (mut zc, mut plain_norms, mut zc_mean_sum) = (0usize, 0usize, 0f64);
+    // Non-finite plain floats; norm convention: zero-centred weights sit near 0, plain ones near 1.
+    let (mut zc, mut plain_norms, mut zc_mean_sum, mut unknown) = (0usize, 0usize, 0f64, false);
     for p in &cat.plain {
-        let Some(kind) = norm_kind(&p.name) else { continue };
         let e = &ck.tensors[&p.name];
         if !is_float(e.dtype) {
             continue;
         }
         scratch.clear();
         floats_to_f32(ck.bytes(e), e.dtype, &mut scratch)?;
+        let bad = scratch.iter().filter(|v| !v.is_finite()).count();
+        if bad > 0 {
+            problems.push(format!("{}: {bad} non-finite values (conversion refuses them)", p.name));
+        }
+        let Some(kind) = norm_kind(&p.name) else { continue };
+        if bad > 0 {
+            unknown |= kind == NormKind::ZeroCentred;
+            continue;
+        }
         let mean = scratch.iter().map(|&v| v as f64).sum::<f64>() / scratch.len().max(1) as f64;
         if kind == NormKind::ZeroCentred {
             zc += 1;
@@ -122,7 +130,9 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
         }
     }
     let zc_mean = zc_mean_sum / zc.max(1) as f64;
-    let norm_convention = if zc == 0 {
+    let norm_convention = if unknown {
+        "unknown: some offset-kind norms hold non-finite values".to_string()
+    } else if zc == 0 {
         "no norms".to_string()
     } else if zc_mean.abs() < 0.5 {
         format!("zero-centred (HF Qwen3.5: runtime adds 1); mean of offset norms {zc_mean:.4}")

@@ -37,5 +37,6 @@ pub(crate) mod plan;
 pub mod quant;
 pub mod rng;
 pub(crate) mod select;
+pub(crate) mod signals;
 pub mod transform;
 pub mod verify;

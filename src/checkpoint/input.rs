@@ -237,6 +237,11 @@ impl Checkpoint {
         Ok((e, &self.bytes(e)[range.start * el..range.end * el]))
     }
 
+    /// Fails when any shard changed since it was opened.
+    pub fn check_unchanged(&self) -> Result<()> {
+        self.shards.iter().try_for_each(Shard::check_unchanged)
+    }
+
     /// Releases a tensor's pages once nothing will read it again (see [`Shard::release`]).
     pub fn release(&self, entry: &TensorEntry) {
         self.shards[entry.shard].release(entry.range.clone());

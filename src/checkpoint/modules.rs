@@ -441,6 +441,18 @@ fn validate_coded(
     for n in scale_names {
         check_finite(ck, n, err)?;
     }
+    // The folded products the reconstruction multiplies by must be finite too.
+    for (r, s, what) in [(Leaf::Rin, Leaf::SIn, "rin·s_in"), (Leaf::Rout, Leaf::SOut, "rout·s_out")] {
+        if let (Some(r), Some(s)) = (leaves.get(&r), leaves.get(&s)) {
+            let (rv, sv) = (
+                to_f32_vec(ck.bytes(&ck.tensors[r]), ck.tensors[r].dtype)?,
+                to_f32_vec(ck.bytes(&ck.tensors[s]), ck.tensors[s].dtype)?,
+            );
+            if let Some(i) = rv.iter().zip(&sv).position(|(a, b)| !(a * b).is_finite()) {
+                bail!(err(s, format!("{what} overflows f32 at index {i} ({} × {})", rv[i], sv[i])));
+            }
+        }
+    }
     Ok(CodedModule {
         path: path.to_string(),
         source,

@@ -2,24 +2,34 @@
 
 use super::boundary::open_regular;
 use super::tensor::TensorEntry;
+use crate::signals;
 use anyhow::{bail, Context, Result};
 use memmap2::Mmap;
 use safetensors::{SafeTensorError, SafeTensors};
+use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::time::SystemTime;
 
 /// A safetensors file, mapped read-only. The input is never written.
 pub struct Shard {
     pub path: PathBuf,
     mmap: Mmap,
+    file: File,
+    /// Size and modification time when it was opened.
+    opened: (u64, Option<SystemTime>),
 }
 
 impl Shard {
     /// Maps `path` and reads its header; every tensor's offsets are checked against the file.
     pub fn open(path: &Path) -> Result<(Self, Vec<(String, TensorEntry)>)> {
         let file = open_regular(path)?;
-        // SAFETY: the map is read-only; a checkpoint changed by another process while we read it
-        // is outside what any reader can defend against.
+        let stat = file.metadata().with_context(|| format!("{}: cannot read", path.display()))?;
+        let opened = (stat.len(), stat.modified().ok());
+        // SAFETY: the map is read-only. A file that shrinks while mapped raises SIGBUS on the next
+        // read past its end: the handler registered below names it and removes the staging
+        // output; any other change is caught by `check_unchanged` before the output is committed.
         let mmap = unsafe { Mmap::map(&file) }.with_context(|| format!("{}: cannot map", path.display()))?;
+        signals::register_mapping(mmap.as_ptr(), mmap.len(), path);
         let (_, meta) = SafeTensors::read_metadata(&mmap).map_err(|e| describe(path, mmap.len(), e))?;
         let header_len = 8 + u64::from_le_bytes(mmap[..8].try_into().unwrap()) as usize;
         let mut entries: Vec<(String, TensorEntry)> = meta
@@ -37,11 +47,24 @@ impl Shard {
             })
             .collect();
         entries.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok((Self { path: path.to_path_buf(), mmap }, entries))
+        Ok((Self { path: path.to_path_buf(), mmap, file, opened }, entries))
     }
 
     pub fn bytes(&self) -> &[u8] {
         &self.mmap
+    }
+
+    /// Fails when the file's size or modification time differs from when it was opened: what was
+    /// read may not be what is there now.
+    pub fn check_unchanged(&self) -> Result<()> {
+        let meta = self.file.metadata().with_context(|| format!("{}: cannot read", self.path.display()))?;
+        if (meta.len(), meta.modified().ok()) != self.opened {
+            bail!(
+                "{}: changed during conversion (size or modification time); no output was written",
+                self.path.display()
+            );
+        }
+        Ok(())
     }
 
     /// Drops the pages of `range` from this process's memory (they stay in the page cache), so
@@ -84,5 +107,11 @@ pub fn require_safetensors_name(path: &Path) -> Result<()> {
         Ok(())
     } else {
         bail!("{}: not a .safetensors file", path.display())
+    }
+}
+
+impl Drop for Shard {
+    fn drop(&mut self) {
+        signals::unregister_mapping(self.mmap.as_ptr());
     }
 }

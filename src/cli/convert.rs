@@ -6,8 +6,8 @@ use crate::backend::{Backend, BackendKind};
 use crate::convert::{convert, render_plan, render_summary, ConvertOptions};
 use crate::layout::mlx::Int8Mode;
 use crate::layout::{DenseDtype, MlxOptions, OutputFormat};
-use crate::output;
 use crate::quant::mlx_affine::{AffineSpec, BITS, GROUP_SIZES};
+use crate::signals;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::error::ErrorKind;
 use clap::{Args, ValueEnum};
@@ -144,7 +144,7 @@ impl TryFrom<ConvertArgs> for ConvertRun {
 
 pub fn run(args: ConvertArgs) -> ExitCode {
     let run = ConvertRun::try_from(args).unwrap_or_else(|e| e.exit());
-    output::install_signal_cleanup();
+    signals::install();
     let backend = match Backend::new(run.backend) {
         Ok(b) => b,
         Err(e) => return fail(&e.into(), FAILURE),

@@ -87,9 +87,13 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
     match encoding {
         Encoding::Float => {
             reader.f32_rows(source, rows.clone(), &mut s.values)?;
-            reader.adjust(*adjust, source, rows, cols, &mut s.values)?;
+            reader.adjust(*adjust, source, rows.clone(), cols, &mut s.values)?;
             // The one rounding is to the output dtype.
             dense::encode(&s.values, tensor.dtype, &mut s.bytes);
+            if let Some(i) = dense::first_non_finite(&s.bytes, tensor.dtype) {
+                let reason = dense::non_finite_reason(s.values[i], tensor.dtype);
+                bail!("row {}, column {}: {reason}", first as usize + i / cols.max(1), i % cols.max(1));
+            }
             Ok(Placed { offset: first * cols as u64 * size(tensor.dtype), params_offset: 0 })
         }
         Encoding::Bytes => {
@@ -99,10 +103,13 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
         Encoding::Affine { spec, .. } => {
             let scale_dtype = params_dtype.context("affine tensor without scales")?;
             reader.f32_rows(source, rows.clone(), &mut s.values)?;
-            reader.adjust(*adjust, source, rows, cols, &mut s.values)?;
+            reader.adjust(*adjust, source, rows.clone(), cols, &mut s.values)?;
             // The values a model in the scales' dtype holds are what gets quantized.
             let [scales, biases] = &mut s.params;
             mlx_affine::round_and_quantize_rows(&mut s.values, cols, *spec, scale_dtype, &mut s.bytes, scales, biases);
+            if s.params.iter().any(|p| dense::first_non_finite(p, scale_dtype).is_some()) {
+                bail!("rows from {}: a group's scale or bias is not finite in {scale_dtype:?}", first);
+            }
             Ok(Placed {
                 offset: first * spec.packed_cols(cols) as u64 * 4,
                 params_offset: first * spec.groups(cols) as u64 * size(scale_dtype),

@@ -57,7 +57,7 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
         return Ok(report);
     }
 
-    let staging = Staging::prepare(&opts.output, &opts.input, opts.force)?;
+    let staging = Staging::prepare(&opts.output, &opts.input, opts.force, &mut warnings)?;
     let progress = progress::progress_bar(opts.progress, report.bytes_written);
     for part in &parts {
         let dir = staging.path().join(part.subdir);
@@ -72,6 +72,9 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
         report.copied_files.extend(files::write_side_files(&part.ck, &part.plan, layout.as_ref(), &dir, part.subdir)?);
     }
     progress.finish_and_clear();
+    for part in &parts {
+        part.ck.check_unchanged()?;
+    }
     staging.commit()?;
 
     report.seconds = started.elapsed().as_secs_f64();

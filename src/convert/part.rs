@@ -3,7 +3,7 @@
 use super::options::ConvertOptions;
 use crate::checkpoint::{catalog, Catalog, Checkpoint};
 use crate::container::Container;
-use crate::layout::Layout;
+use crate::layout::{check_unique_names, Layout};
 use crate::plan::Plan;
 use anyhow::{bail, Result};
 
@@ -47,6 +47,7 @@ impl Part {
             }
         }
         let mut tensors = layout.tensors(&ck, &cat, opts.keep_bias, warnings)?;
+        check_unique_names(&tensors, &cat)?;
         if !opts.only.is_empty() {
             layout.select(&mut tensors, &opts.only);
         }

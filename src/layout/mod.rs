@@ -15,7 +15,7 @@ pub use hf::{DenseDtype, HfLayout};
 pub use mlx::{MlxLayout, MlxOptions};
 pub use names::{natural_key, norm_kind, NormKind};
 pub use policy::Layout;
-pub use tensor::{Adjust, AffineParams, Encoding, Kind, OutputTensor, Recipe, RowSource};
+pub use tensor::{check_unique_names, Adjust, AffineParams, Encoding, Kind, OutputTensor, Recipe, RowSource};
 
 /// What the conversion writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

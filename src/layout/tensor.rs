@@ -2,8 +2,11 @@
 //! adjustments applied to them, and the encoding that turns them into stored bytes.
 
 use crate::checkpoint::tensor::view;
+use crate::checkpoint::Catalog;
 use crate::quant::mlx_affine::AffineSpec;
+use anyhow::{bail, Result};
 use safetensors::Dtype;
+use std::collections::HashMap;
 use std::ops::Range;
 
 /// Where the rows of an output tensor come from. A source is a stack of `leads` matrices of
@@ -23,6 +26,18 @@ pub enum RowSource {
 }
 
 impl RowSource {
+    /// What the rows come from, for messages.
+    pub fn describe(&self, cat: &Catalog) -> String {
+        match self {
+            RowSource::Coded { module, .. } => format!("coded module {}", cat.coded[*module].path),
+            RowSource::Int8(i) => format!("int8 pair {}", cat.int8[*i].weight),
+            RowSource::Tensor { name, .. } => format!("tensor {name}"),
+            RowSource::Stack(members) => {
+                format!("{} stacked members (first {})", members.len(), members[0].describe(cat))
+            }
+        }
+    }
+
     /// Every row and column of an input tensor of shape `shape`.
     pub fn whole(name: &str, shape: &[usize]) -> RowSource {
         let (_, rows, cols) = view(shape);
@@ -155,4 +170,26 @@ impl OutputTensor {
             Some(Encoding::Float | Encoding::Bytes) => n,
         }
     }
+}
+
+/// Refuses two output tensors with one name (two inputs that map to the same output), naming
+/// both sources: writing one would silently drop the other.
+pub fn check_unique_names(tensors: &[OutputTensor], cat: &Catalog) -> Result<()> {
+    let mut seen: HashMap<&str, &OutputTensor> = HashMap::with_capacity(tensors.len());
+    for t in tensors {
+        if let Some(first) = seen.insert(&t.name, t) {
+            let from = |t: &OutputTensor| {
+                t.recipe
+                    .as_ref()
+                    .map_or_else(|| "the scales or biases of a quantized tensor".into(), |r| r.source.describe(cat))
+            };
+            bail!(
+                "output tensor {} would be written from both {} and {}; refusing to drop either",
+                t.name,
+                from(first),
+                from(t)
+            );
+        }
+    }
+    Ok(())
 }

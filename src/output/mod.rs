@@ -1,10 +1,13 @@
-//! Writing the output safely: a staging directory renamed into place only when complete, and
-//! shard files preallocated then filled by positioned writes.
+//! Writing the output safely: a staging directory renamed into place only when complete (OUT
+//! locked meanwhile, and replaced only when it holds nothing but an earlier output), and shard
+//! files preallocated then filled by positioned writes.
 
 mod files;
+mod lock;
+mod ours;
 mod queue;
 mod staging;
 
 pub use files::ShardFiles;
 pub use queue::WriteQueue;
-pub use staging::{install_signal_cleanup, Staging};
+pub use staging::Staging;

@@ -34,6 +34,27 @@ pub fn encode(values: &[f32], dtype: Dtype, out: &mut Vec<u8>) {
     }
 }
 
+/// The first element of encoded `bytes` of `dtype` that is an infinity or a NaN: a value the
+/// dtype cannot hold (or a non-finite input) would make a model that loads and computes garbage.
+pub fn first_non_finite(bytes: &[u8], dtype: Dtype) -> Option<usize> {
+    let half = |mask: u16| bytes.chunks_exact(2).position(|b| u16::from_le_bytes([b[0], b[1]]) & mask == mask);
+    match dtype {
+        Dtype::BF16 => half(0x7F80),
+        Dtype::F16 => half(0x7C00),
+        Dtype::F32 => bytes.chunks_exact(4).position(|b| !f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_finite()),
+        _ => None,
+    }
+}
+
+/// Why `value` (before rounding) came out non-finite in `dtype`.
+pub fn non_finite_reason(value: f32, dtype: Dtype) -> String {
+    match dtype {
+        _ if !value.is_finite() => format!("the value is {value}"),
+        Dtype::F16 => format!("{value} does not fit float16 (at most 65504); --format bf16 keeps the f32 range"),
+        other => format!("{value} does not fit {other:?}"),
+    }
+}
+
 /// The bytes of a u16 slice in memory order.
 fn as_bytes(v: &[u16]) -> &[u8] {
     // SAFETY: u16 has no padding and every byte pattern is a valid u8; the view covers exactly

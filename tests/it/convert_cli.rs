@@ -209,10 +209,17 @@ fn existing_output_is_refused_without_force_and_replaced_with_it() {
     assert!(stderr(&o).contains("--force"), "{}", stderr(&o));
     assert_eq!(std::fs::read_to_string(out.join("keep.txt")).unwrap(), "precious");
 
+    // --force replaces only an earlier output: a foreign file is named and kept.
+    let o = run(&[&input, &out, &"--force", &"--quiet"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("keep.txt"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(out.join("keep.txt")).unwrap(), "precious");
+    std::fs::remove_file(out.join("keep.txt")).unwrap();
+    assert!(run(&[&input, &out, &"--quiet"]).status.success());
+    let first = std::fs::read(out.join("model.safetensors.index.json")).unwrap();
     let o = run(&[&input, &out, &"--force", &"--quiet"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert!(!out.join("keep.txt").exists());
-    assert!(out.join("model.safetensors.index.json").is_file());
+    assert_eq!(std::fs::read(out.join("model.safetensors.index.json")).unwrap(), first);
 
     // An empty directory is fine without --force.
     let empty = tmp.path().join("empty");

@@ -439,7 +439,8 @@ def test_injected_mistakes_are_caught(run, reference_logits, tmp_path, name, mis
 
 
 # ---------------------------------------------------------------------------------------------
-# Qwen3-Next (Hugging Face layout: per-expert weights), from a plain bf16 checkpoint
+# Qwen3-Next (Hugging Face layout: per-expert weights), from a bf16 checkpoint whose shared-expert
+# gate of layer 0 is trellis-coded (the tool converts Escha checkpoints only)
 
 
 QWEN3_NEXT = {
@@ -477,6 +478,13 @@ def qwen3_next_hf(tmp_path_factory):
                 hf[f"{prefix}.experts.{e}.{leaf}"] = v[e]
             continue
         hf[k] = v
+    # One coded linear, K=2, random codes and small channel scales.
+    coded = "model.layers.0.mlp.shared_expert.gate_proj"
+    out_features, in_features = hf.pop(f"{coded}.weight").shape
+    hf[f"{coded}.escha_code"] = mx.array(rng.integers(-32768, 32768, (in_features // 16, out_features // 16, 32)).astype(np.int16))
+    hf[f"{coded}.escha_rin"] = mx.array(rng.uniform(0.1, 0.2, in_features).astype(np.float16))
+    hf[f"{coded}.escha_rout"] = mx.array(rng.uniform(0.1, 0.2, out_features).astype(np.float16))
+    hf[f"{coded}.escha_config"] = mx.array(np.array([16, 2, 2, 1, in_features, out_features], np.int32))
     d = tmp_path_factory.mktemp("qwen3_next_hf")
     mx.save_safetensors(str(d / "model.safetensors"), hf, metadata={"format": "pt"})
     (d / "config.json").write_text(json.dumps(QWEN3_NEXT))
@@ -494,12 +502,14 @@ def test_qwen3_next_equals_mlx_lm_convert(binary, qwen3_next_hf, tmp_path, bits,
 
     from mlx_lm import convert
 
-    ours_dir = tmp_path / "ours"
+    ours_dir, bf16_dir = tmp_path / "ours", tmp_path / "bf16"
     subprocess.run([str(binary), str(qwen3_next_hf), str(ours_dir), "-q", "--format", "mlx",
                     "--bits", str(bits), "--group-size", str(gs)], check=True)
+    # mlx-lm quantizes our bf16 export (the coded linear decoded); everything else is as built.
+    subprocess.run([str(binary), str(qwen3_next_hf), str(bf16_dir), "-q"], check=True)
     ref_dir = tmp_path / "ref"
     with contextlib.redirect_stdout(io.StringIO()):
-        convert(str(qwen3_next_hf), str(ref_dir), quantize=True, q_bits=bits, q_group_size=gs)
+        convert(str(bf16_dir), str(ref_dir), quantize=True, q_bits=bits, q_group_size=gs)
     ours, ref = load_dir(ours_dir), load_dir(ref_dir)
     assert set(ours) == set(ref)
     assert [k for k in ours if not same_bytes(ours[k], ref[k])] == []

@@ -1,0 +1,209 @@
+//! What happens when a run is cut short by a signal. SIGINT, SIGTERM and SIGHUP remove the staging
+//! directory and the output lock, then exit with 130. SIGBUS, which a memory-mapped input raises
+//! when its file shrinks under the reader, removes them too, names the input file that changed
+//! and exits with 1, so neither ends in a half-written output left behind.
+//!
+//! Paths to remove and mapped input ranges are registered here before they exist; the SIGBUS
+//! handler only makes system calls (no allocation), so it cannot deadlock on a lock a worker
+//! thread held when it faulted.
+
+use std::ffi::CString;
+use std::path::Path;
+use std::sync::Mutex;
+
+/// Staging directories and lock files of this process, removed on a fatal signal.
+static LIVE: Mutex<Vec<CString>> = Mutex::new(Vec::new());
+/// Memory-mapped input files: (start address, length, path).
+static MAPPED: Mutex<Vec<(usize, usize, CString)>> = Mutex::new(Vec::new());
+
+fn c_path(path: &Path) -> Option<CString> {
+    use std::os::unix::ffi::OsStrExt;
+    CString::new(path.as_os_str().as_bytes()).ok()
+}
+
+/// Registers `path` (a staging directory or a lock file) for removal on a fatal signal.
+pub fn remove_on_signal(path: &Path) {
+    if let Some(p) = c_path(path) {
+        LIVE.lock().unwrap_or_else(|e| e.into_inner()).push(p);
+    }
+}
+
+/// Forgets `path` (committed, or removed by its owner).
+pub fn forget(path: &Path) {
+    if let Some(p) = c_path(path) {
+        LIVE.lock().unwrap_or_else(|e| e.into_inner()).retain(|q| *q != p);
+    }
+}
+
+/// Registers a mapped input file, so that a SIGBUS inside it names it.
+pub fn register_mapping(start: *const u8, len: usize, path: &Path) {
+    if let Some(p) = c_path(path) {
+        MAPPED.lock().unwrap_or_else(|e| e.into_inner()).push((start as usize, len, p));
+    }
+}
+
+/// Forgets a mapping that is about to be unmapped.
+pub fn unregister_mapping(start: *const u8) {
+    MAPPED.lock().unwrap_or_else(|e| e.into_inner()).retain(|m| m.0 != start as usize);
+}
+
+/// Installs the handlers (once per process; later calls do nothing).
+pub fn install() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = ctrlc::set_handler(|| {
+            // Runs on its own thread, not in a signal handler: it may wait for the lock.
+            let live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+            for p in live.iter() {
+                // SAFETY: `p` is a valid C string.
+                unsafe { remove_tree(p.as_ptr(), 0) };
+            }
+            eprintln!("escha-convert: interrupted; partial output removed");
+            std::process::exit(130);
+        });
+        install_sigbus();
+    });
+}
+
+fn install_sigbus() {
+    // SAFETY: a plain sigaction call with a handler of the SA_SIGINFO signature.
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_sigbus as *const () as usize;
+        action.sa_flags = libc::SA_SIGINFO;
+        libc::sigemptyset(&mut action.sa_mask);
+        libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut());
+    }
+}
+
+/// Writes raw bytes to stderr (async-signal-safe).
+fn say(bytes: &[u8]) {
+    // SAFETY: write(2) on fd 2 with a valid buffer.
+    let _ = unsafe { libc::write(2, bytes.as_ptr().cast(), bytes.len()) };
+}
+
+extern "C" fn on_sigbus(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo_t for SA_SIGINFO handlers.
+    let addr = unsafe { fault_address(info) };
+    say(b"escha-convert: error: ");
+    let named = MAPPED.try_lock().ok().and_then(|mapped| {
+        let (_, _, path) = mapped.iter().find(|(start, len, _)| addr >= *start && addr < start + len)?;
+        say(path.as_bytes());
+        Some(())
+    });
+    if named.is_some() {
+        say(b": changed during conversion (truncated while being read); no output was written\n");
+    } else {
+        say(b"bus error reading an input file (did it change during the run?); no output was written\n");
+    }
+    remove_registered();
+    // SAFETY: _exit is async-signal-safe.
+    unsafe { libc::_exit(1) };
+}
+
+#[cfg(target_os = "linux")]
+unsafe fn fault_address(info: *mut libc::siginfo_t) -> usize {
+    // SAFETY: the caller passes the kernel's siginfo_t.
+    unsafe { (*info).si_addr() as usize }
+}
+
+#[cfg(not(target_os = "linux"))]
+unsafe fn fault_address(info: *mut libc::siginfo_t) -> usize {
+    // SAFETY: the caller passes the kernel's siginfo_t.
+    unsafe { (*info).si_addr as usize }
+}
+
+/// Removes every registered path. Called from signal handlers: system calls only.
+fn remove_registered() {
+    // A poisoned or contended lock still holds valid paths; never block in a handler.
+    let live = match LIVE.try_lock() {
+        Ok(g) => g,
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+        Err(std::sync::TryLockError::WouldBlock) => return,
+    };
+    for p in live.iter() {
+        // SAFETY: `p` is a valid C string; remove_tree makes system calls only.
+        unsafe { remove_tree(p.as_ptr(), 0) };
+    }
+}
+
+/// Removes a file, or a directory and everything in it, with system calls only.
+#[cfg(target_os = "linux")]
+unsafe fn remove_tree(path: *const libc::c_char, depth: u32) {
+    // SAFETY: plain system calls on a valid path.
+    unsafe {
+        if libc::unlink(path) == 0 {
+            return;
+        }
+        let fd = libc::open(path, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC);
+        if fd < 0 {
+            return;
+        }
+        remove_contents(fd, depth);
+        libc::close(fd);
+        libc::rmdir(path);
+    }
+}
+
+/// Empties the directory open as `dir` (a few levels deep at most: outputs are shallow).
+#[cfg(target_os = "linux")]
+unsafe fn remove_contents(dir: libc::c_int, depth: u32) {
+    let mut buf = [0u8; 4096];
+    // Entries shift as they are removed: read from the start until only "." and ".." remain.
+    for _ in 0..64 {
+        // SAFETY: getdents64 fills `buf` with dirent64 records of the open directory.
+        let n = unsafe {
+            libc::lseek(dir, 0, libc::SEEK_SET);
+            libc::syscall(libc::SYS_getdents64, dir, buf.as_mut_ptr(), buf.len())
+        };
+        if n <= 0 {
+            return;
+        }
+        let mut removed = false;
+        let mut off = 0usize;
+        while off < n as usize {
+            // SAFETY: the kernel wrote whole records; d_reclen steps from one to the next.
+            let (reclen, kind, name) = unsafe {
+                let d = buf.as_ptr().add(off).cast::<libc::dirent64>();
+                (usize::from((*d).d_reclen), (*d).d_type, (*d).d_name.as_ptr())
+            };
+            off += reclen;
+            // SAFETY: d_name is NUL-terminated within the record.
+            let bytes = unsafe { std::ffi::CStr::from_ptr(name) }.to_bytes();
+            if bytes == b"." || bytes == b".." {
+                continue;
+            }
+            // SAFETY: plain system calls relative to the open directory.
+            unsafe {
+                if kind == libc::DT_DIR && depth < 4 {
+                    let sub = libc::openat(
+                        dir,
+                        name,
+                        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                    );
+                    if sub >= 0 {
+                        remove_contents(sub, depth + 1);
+                        libc::close(sub);
+                    }
+                    libc::unlinkat(dir, name, libc::AT_REMOVEDIR);
+                } else {
+                    libc::unlinkat(dir, name, 0);
+                }
+            }
+            removed = true;
+        }
+        if !removed {
+            return;
+        }
+    }
+}
+
+/// Other systems have no getdents64: the standard library's removal, best effort.
+#[cfg(not(target_os = "linux"))]
+unsafe fn remove_tree(path: *const libc::c_char, _depth: u32) {
+    use std::os::unix::ffi::OsStrExt;
+    // SAFETY: the caller passes a valid C string.
+    let bytes = unsafe { std::ffi::CStr::from_ptr(path) }.to_bytes();
+    let path = Path::new(std::ffi::OsStr::from_bytes(bytes));
+    let _ = std::fs::remove_file(path).or_else(|_| std::fs::remove_dir_all(path));
+}
