@@ -24,27 +24,27 @@ fn c_path(path: &Path) -> Option<CString> {
 /// Registers `path` (a staging directory or a lock file) for removal on a fatal signal.
 pub fn remove_on_signal(path: &Path) {
     if let Some(p) = c_path(path) {
-        LIVE.lock().unwrap_or_else(|e| e.into_inner()).push(p);
+        LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(p);
     }
 }
 
 /// Forgets `path` (committed, or removed by its owner).
 pub fn forget(path: &Path) {
     if let Some(p) = c_path(path) {
-        LIVE.lock().unwrap_or_else(|e| e.into_inner()).retain(|q| *q != p);
+        LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|q| *q != p);
     }
 }
 
 /// Registers a mapped input file, so that a SIGBUS inside it names it.
 pub fn register_mapping(start: *const u8, len: usize, path: &Path) {
     if let Some(p) = c_path(path) {
-        MAPPED.lock().unwrap_or_else(|e| e.into_inner()).push((start as usize, len, p));
+        MAPPED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((start as usize, len, p));
     }
 }
 
 /// Forgets a mapping that is about to be unmapped.
 pub fn unregister_mapping(start: *const u8) {
-    MAPPED.lock().unwrap_or_else(|e| e.into_inner()).retain(|m| m.0 != start as usize);
+    MAPPED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|m| m.0 != start as usize);
 }
 
 /// Installs the handlers (once per process; later calls do nothing).
@@ -53,7 +53,7 @@ pub fn install() {
     ONCE.call_once(|| {
         let _ = ctrlc::set_handler(|| {
             // Runs on its own thread, not in a signal handler: it may wait for the lock.
-            let live = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+            let live = LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             for p in live.iter() {
                 // SAFETY: `p` is a valid C string.
                 unsafe { remove_tree(p.as_ptr(), 0) };
@@ -148,13 +148,14 @@ unsafe fn remove_tree(path: *const libc::c_char, depth: u32) {
 /// Empties the directory open as `dir` (a few levels deep at most: outputs are shallow).
 #[cfg(target_os = "linux")]
 unsafe fn remove_contents(dir: libc::c_int, depth: u32) {
-    let mut buf = [0u8; 4096];
+    // dirent64 records are 8-byte aligned from the start of the buffer.
+    let mut buf = [0u64; 512];
     // Entries shift as they are removed: read from the start until only "." and ".." remain.
     for _ in 0..64 {
         // SAFETY: getdents64 fills `buf` with dirent64 records of the open directory.
         let n = unsafe {
             libc::lseek(dir, 0, libc::SEEK_SET);
-            libc::syscall(libc::SYS_getdents64, dir, buf.as_mut_ptr(), buf.len())
+            libc::syscall(libc::SYS_getdents64, dir, buf.as_mut_ptr(), std::mem::size_of_val(&buf))
         };
         if n <= 0 {
             return;
@@ -162,9 +163,11 @@ unsafe fn remove_contents(dir: libc::c_int, depth: u32) {
         let mut removed = false;
         let mut off = 0usize;
         while off < n as usize {
-            // SAFETY: the kernel wrote whole records; d_reclen steps from one to the next.
+            // SAFETY: the kernel wrote whole records; d_reclen steps from one to the next and keeps
+            // them 8-byte aligned in the aligned buffer.
             let (reclen, kind, name) = unsafe {
-                let d = buf.as_ptr().add(off).cast::<libc::dirent64>();
+                #[allow(clippy::cast_ptr_alignment)]
+                let d = buf.as_ptr().cast::<u8>().add(off).cast::<libc::dirent64>();
                 (usize::from((*d).d_reclen), (*d).d_type, (*d).d_name.as_ptr())
             };
             off += reclen;

@@ -108,7 +108,7 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
             let [scales, biases] = &mut s.params;
             mlx_affine::round_and_quantize_rows(&mut s.values, cols, *spec, scale_dtype, &mut s.bytes, scales, biases);
             if s.params.iter().any(|p| dense::first_non_finite(p, scale_dtype).is_some()) {
-                bail!("rows from {}: a group's scale or bias is not finite in {scale_dtype:?}", first);
+                bail!("rows from {first}: a group's scale or bias is not finite in {scale_dtype:?}");
             }
             Ok(Placed {
                 offset: first * spec.packed_cols(cols) as u64 * 4,

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 /// A hidden sibling of OUT named after it: `.NAME.TAG`, kept within the file-name limit for any
 /// valid NAME (a long name is cut and a hash of the whole name keeps it unique).
 pub fn sibling_name(name: &OsStr, tag: &str) -> String {
-    let name = name.to_string_lossy();
     const KEEP: usize = 150;
+    let name = name.to_string_lossy();
     if name.len() + tag.len() + 2 <= 255 {
         return format!(".{name}.{tag}");
     }

@@ -124,16 +124,14 @@ fn resolve_to_be(path: &Path) -> Result<PathBuf> {
     let mut existing = abs.as_path();
     let mut rest = Vec::new();
     loop {
-        match existing.canonicalize() {
-            Ok(base) => return Ok(rest.iter().rev().fold(base, |p, c: &&OsStr| p.join(c))),
-            Err(_) => {
-                let (Some(parent), Some(last)) = (existing.parent(), existing.file_name()) else {
-                    return Ok(abs);
-                };
-                rest.push(last);
-                existing = parent;
-            }
+        if let Ok(base) = existing.canonicalize() {
+            return Ok(rest.iter().rev().fold(base, |p, c: &&OsStr| p.join(c)));
         }
+        let (Some(parent), Some(last)) = (existing.parent(), existing.file_name()) else {
+            return Ok(abs);
+        };
+        rest.push(last);
+        existing = parent;
     }
 }
 
