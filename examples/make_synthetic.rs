@@ -19,9 +19,21 @@ struct Tensor {
 }
 
 fn main() -> std::io::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    let out = std::path::PathBuf::from(args.get(1).expect("usage: make_synthetic OUT_DIR [GB_OF_CODES]"));
-    let gb: f64 = args.get(2).map_or(2.0, |s| s.parse().expect("GB_OF_CODES is a number"));
+    const USAGE: &str = "usage: make_synthetic OUT_DIR [GB_OF_CODES]";
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.is_empty() || args.len() > 2 || args.iter().any(|a| a.starts_with('-')) {
+        eprintln!("{USAGE}");
+        std::process::exit(2);
+    }
+    let out = std::path::PathBuf::from(&args[0]);
+    let gb: f64 = match args.get(1).map(|s| s.parse()) {
+        None => 2.0,
+        Some(Ok(gb)) => gb,
+        Some(Err(_)) => {
+            eprintln!("GB_OF_CODES must be a number\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
     std::fs::create_dir_all(&out)?;
 
     let mut tensors = Vec::new();

@@ -5,6 +5,7 @@ use crate::checkpoint::{catalog, Checkpoint, CodedSource, Leaf};
 use crate::layout::mlx::{self, Int8Mode, MlxOptions};
 use crate::layout::{norm_kind, NormKind};
 use crate::quant::mlx_affine::AffineSpec;
+use crate::text::{escape_controls, shape};
 use anyhow::Result;
 use serde::Serialize;
 use serde_json::Value;
@@ -233,14 +234,12 @@ pub fn render(r: &InspectReport) -> String {
         r.bits_per_weight
     );
     for c in &r.coded {
-        let experts = c.experts.map_or(String::new(), |e| format!("{e}× "));
+        let dims: Vec<usize> = c.experts.into_iter().chain([c.out_features, c.in_features]).collect();
         let _ = writeln!(
             s,
-            "  {:<60} {}{}×{:<6} K={} {:<5} {}{}{}",
-            c.module,
-            experts,
-            c.in_features,
-            c.out_features,
+            "  {:<60} {:<16} K={} {:<5} {}{}{}",
+            escape_controls(&c.module),
+            shape(&dims),
             c.k,
             c.codebook,
             if c.has_s_in_s_out { "s_in/s_out " } else { "" },
@@ -258,7 +257,7 @@ pub fn render(r: &InspectReport) -> String {
     }
     let _ = writeln!(s, "int8 pairs: {}", r.int8.len());
     for m in &r.int8 {
-        let _ = writeln!(s, "  {m}");
+        let _ = writeln!(s, "  {}", escape_controls(m));
     }
     let _ = writeln!(s, "plain tensors: {}", r.plain);
     let _ = writeln!(s, "norms: {} offset-kind, {} plain; {}", r.norms_zero_centred, r.norms_plain, r.norm_convention);
@@ -276,7 +275,7 @@ pub fn render(r: &InspectReport) -> String {
     } else {
         let _ = writeln!(s, "problems:");
         for p in &r.problems {
-            let _ = writeln!(s, "  {p}");
+            let _ = writeln!(s, "  {}", escape_controls(p));
         }
     }
     s

@@ -342,14 +342,18 @@ fn validate_coded(
             format!("code must have rank 3 ([IC/16, OC/16, 16K]) or 4 ([E, …]), found shape {:?}", code.shape)
         ));
     }
+    if code.shape.contains(&0) {
+        bail!(err(code_name, format!("code has an empty dimension: shape {:?}", code.shape)));
+    }
     let last = code.shape[rank - 1];
-    if last % 16 != 0 || !K_RANGE.contains(&((last / 16) as u32)) {
+    let k = u32::try_from(last / 16).unwrap_or(0);
+    if last % 16 != 0 || !K_RANGE.contains(&k) {
         bail!(err(code_name, format!("last dimension {last} must be 16·K with K in 1..8 (words per tile)")));
     }
-    let k = (last / 16) as u32;
     let experts = (rank == 4).then(|| code.shape[0]);
-    let in_padded = 16 * code.shape[rank - 3];
-    let out_padded = 16 * code.shape[rank - 2];
+    let padded =
+        |tiles: usize| tiles.checked_mul(16).ok_or_else(|| err(code_name, format!("shape {:?} overflows", code.shape)));
+    let (in_padded, out_padded) = (padded(code.shape[rank - 3])?, padded(code.shape[rank - 2])?);
     let lead: Vec<usize> = experts.into_iter().collect();
 
     let expect_vec = |name: &str, e: &TensorEntry, len: usize| -> Result<()> {

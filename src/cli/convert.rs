@@ -1,6 +1,6 @@
 //! `escha-convert convert IN OUT`: its arguments, their options, and the run.
 
-use super::exit::{fail, print_json, FAILURE};
+use super::exit::{fail, print_json, print_out, warn, FAILURE};
 use super::size::parse_size;
 use crate::backend::{Backend, BackendKind};
 use crate::convert::{convert, render_plan, render_summary, ConvertOptions};
@@ -11,6 +11,7 @@ use crate::signals;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::error::ErrorKind;
 use clap::{Args, ValueEnum};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -154,17 +155,16 @@ pub fn run(args: ConvertArgs) -> ExitCode {
         Err(e) => return fail(&e, FAILURE),
     };
     if !run.quiet {
-        for w in &report.warnings {
-            eprintln!("escha-convert: warning: {w}");
-        }
+        report.warnings.iter().for_each(|w| warn(w));
     }
     if run.json {
         return print_json(&report);
     }
     if run.options.dry_run {
-        print!("{}", render_plan(&report));
-    } else if !run.quiet {
-        eprint!("{}", render_summary(&report));
+        return print_out(&render_plan(&report));
+    }
+    if !run.quiet {
+        let _ = write!(std::io::stderr(), "{}", render_summary(&report));
     }
     ExitCode::SUCCESS
 }

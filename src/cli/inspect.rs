@@ -1,6 +1,6 @@
 //! `escha-convert inspect IN`.
 
-use super::exit::{fail, print_json, FAILURE};
+use super::exit::{fail, print_json, print_out, FAILURE};
 use crate::inspect::{inspect, render};
 use clap::Args;
 use std::path::PathBuf;
@@ -19,10 +19,7 @@ pub struct InspectArgs {
 pub fn run(a: &InspectArgs) -> ExitCode {
     match inspect(&a.input) {
         Ok(r) if a.json => print_json(&r),
-        Ok(r) => {
-            print!("{}", render(&r));
-            ExitCode::SUCCESS
-        }
+        Ok(r) => print_out(&render(&r)),
         Err(e) => fail(&e, FAILURE),
     }
 }

@@ -54,11 +54,17 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     }
 }
 
-/// Rewrites `escha-convert IN OUT …` to `escha-convert convert IN OUT …`.
+/// Rewrites `escha-convert IN OUT …` to `escha-convert convert IN OUT …` when IN is an existing
+/// path or looks like one (a `/` or a `.` in it: a missing checkpoint, or a Hub repository id,
+/// which convert then explains); a bare word is left to clap, which suggests the subcommand a typo
+/// meant.
 pub fn with_default_command(mut args: Vec<OsString>) -> Vec<OsString> {
     const KNOWN: &[&str] = &["convert", "inspect", "verify", "help"];
-    if let Some(first) = args.get(1).and_then(|a| a.to_str()) {
-        if !first.starts_with('-') && !KNOWN.contains(&first) {
+    if let Some(first) = args.get(1) {
+        let text = first.to_string_lossy();
+        let path = std::path::Path::new(first);
+        let path_like = path.exists() || text.contains(['/', '.']);
+        if !text.starts_with('-') && !KNOWN.contains(&text.as_ref()) && path_like {
             args.insert(1, "convert".into());
         }
     }

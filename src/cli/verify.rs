@@ -1,6 +1,6 @@
 //! `escha-convert verify IN --base BASE`.
 
-use super::exit::{fail, print_json, FAILURE, USAGE};
+use super::exit::{fail, print_json, print_out, warn, FAILURE, USAGE};
 use crate::backend::{Backend, BackendKind};
 use crate::verify::{check_max_ratio, check_min_corr, render, verify, write_html, VerifyOptions, DEFAULT_MAX_RATIO};
 use clap::Args;
@@ -89,12 +89,8 @@ pub fn run(a: &VerifyArgs) -> ExitCode {
         Ok(r) => r,
         Err(e) => return fail(&e, USAGE),
     };
-    let printed = if a.json {
-        print_json(&report)
-    } else {
-        print!("{}", render(&report));
-        ExitCode::SUCCESS
-    };
+    report.warnings.iter().for_each(|w| warn(w));
+    let printed = if a.json { print_json(&report) } else { print_out(&render(&report)) };
     if let Some(path) = &a.html {
         if let Err(e) = write_html(&report, path) {
             return fail(&e, USAGE);

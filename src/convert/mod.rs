@@ -33,10 +33,10 @@ use std::time::Instant;
 
 pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<ConvertReport> {
     let started = Instant::now();
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(opts.threads.unwrap_or(0)).build()?;
+    let mut warnings = Vec::new();
+    let pool = crate::pool::pool(opts.threads, &mut warnings)?;
     let layout = opts.format.layout();
     let container = Safetensors;
-    let mut warnings = Vec::new();
 
     let ck = Checkpoint::open(&opts.input)?;
     let mtp = match (&ck.mtp_dir, layout.leaves_out_mtp_dir()) {
@@ -46,13 +46,14 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
         }
         _ => ck.open_mtp()?,
     };
-    let mut parts = vec![Part::new(ck, "", opts, layout.as_ref(), &container, &mut warnings)?];
-    if let Some(mtp) = mtp {
-        parts.push(Part::new(mtp, "mtp", opts, layout.as_ref(), &container, &mut warnings)?);
+    let mut parts = Vec::new();
+    for (ck, subdir) in std::iter::once((ck, "")).chain(mtp.map(|m| (m, "mtp"))) {
+        parts.extend(Part::new(ck, subdir, opts, layout.as_ref(), &container, &mut warnings)?);
     }
 
     let mut report = plan_report(opts, layout.as_ref(), &parts, decoder, pool.current_num_threads());
     if opts.dry_run {
+        report.would_refuse = Staging::check(&opts.output, &opts.input, opts.force).err().map(|e| format!("{e:#}"));
         report.warnings = warnings;
         return Ok(report);
     }
@@ -108,6 +109,7 @@ fn plan_report(
         weights_per_s: 0.0,
         peak_memory_estimate: 0,
         copied_files: Vec::new(),
+        would_refuse: None,
         warnings: Vec::new(),
         tensors: Vec::new(),
     };

@@ -8,8 +8,10 @@ pub fn progress_bar(enabled: bool, total: u64) -> indicatif::ProgressBar {
     }
     let bar = indicatif::ProgressBar::new(total);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}")
-            .expect("a valid template"),
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {decimal_bytes}/{decimal_total_bytes} {decimal_bytes_per_sec} ETA {eta}",
+        )
+        .expect("a valid template"),
     );
     bar
 }

@@ -1,5 +1,6 @@
 //! What a conversion (or a dry run) did: the report, printed as text or as one JSON document.
 
+use crate::text::{count, escape_controls, human_bytes, shape};
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -39,18 +40,12 @@ pub struct ConvertReport {
     pub gb_per_s: f64,
     pub weights_per_s: f64,
     pub peak_memory_estimate: u64,
+    /// Files copied or written beside the shards (config, tokenizer, chat template, …).
     pub copied_files: Vec<String>,
+    /// `--dry-run`: why the real run would refuse OUT, if it would.
+    pub would_refuse: Option<String>,
     pub warnings: Vec<String>,
     pub tensors: Vec<TensorReport>,
-}
-
-fn human_bytes(b: u64) -> String {
-    match b {
-        b if b >= 1_000_000_000 => format!("{:.2} GB", b as f64 / 1e9),
-        b if b >= 1_000_000 => format!("{:.2} MB", b as f64 / 1e6),
-        b if b >= 1_000 => format!("{:.1} kB", b as f64 / 1e3),
-        b => format!("{b} B"),
-    }
 }
 
 /// `--dry-run`: every output tensor, the shards, and the memory estimate.
@@ -58,45 +53,51 @@ pub fn render_plan(r: &ConvertReport) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "plan: {} → {} ({})", r.input, r.output, r.format);
     for t in &r.tensors {
-        let shape = t.shape.iter().map(std::string::ToString::to_string).collect::<Vec<_>>().join("×");
         let _ = writeln!(
             s,
             "  {:<72} {:<5} {:<18} {:>10}  {}  [{}]",
-            t.name,
+            escape_controls(&t.name),
             t.dtype,
-            shape,
+            shape(&t.shape),
             human_bytes(t.bytes),
             t.file,
             t.kind
         );
     }
     for sh in &r.shards {
-        let _ = writeln!(s, "shard {}: {} tensors, {}", sh.file, sh.tensors, human_bytes(sh.bytes));
+        let _ = writeln!(s, "shard {}: {}, {}", sh.file, count(sh.tensors, "tensor"), human_bytes(sh.bytes));
     }
     let _ = writeln!(
         s,
-        "total {} in {} shards; peak memory estimate {} ({} threads)",
+        "total {} in {}; peak memory estimate {} ({})",
         human_bytes(r.bytes_written),
-        r.shards.len(),
+        count(r.shards.len(), "shard"),
         human_bytes(r.peak_memory_estimate),
-        r.threads
+        count(r.threads, "thread")
     );
+    if let Some(why) = &r.would_refuse {
+        let _ = writeln!(s, "the real run would refuse: {}", escape_controls(why));
+    }
     s
 }
 
 /// The closing summary of a finished conversion.
 pub fn render_summary(r: &ConvertReport) -> String {
     let counts = r.counts.iter().map(|(k, v)| format!("{v} {k}")).collect::<Vec<_>>().join(", ");
-    format!(
-        "wrote {} ({} tensors: {counts}) in {} shards to {} in {:.2} s ({:.2} GB/s, {:.3e} weights/s, decoder {}, {} threads)\n",
+    let mut s = format!(
+        "wrote {} ({}: {counts}) in {} to {} in {:.2} s ({:.2} GB/s, {:.3e} weights/s, decoder {}, {})\n",
         human_bytes(r.bytes_written),
-        r.tensors.len(),
-        r.shards.len(),
+        count(r.tensors.len(), "tensor"),
+        count(r.shards.len(), "shard"),
         r.output,
         r.seconds,
         r.gb_per_s,
         r.weights_per_s,
         r.decoder,
-        r.threads
-    )
+        count(r.threads, "thread")
+    );
+    if !r.copied_files.is_empty() {
+        let _ = writeln!(s, "beside the shards: {}", r.copied_files.join(", "));
+    }
+    s
 }

@@ -58,7 +58,9 @@ impl Layout for HfLayout {
     }
 
     fn config(&self, input: &Value, _: &[OutputTensor]) -> String {
-        crate::json::to_text(&dense_config(input), 2)
+        let mut config = dense_config(input);
+        set_dtype(&mut config, self.dtype);
+        crate::json::to_text(&config, 2)
     }
 
     fn tag(&self) -> &'static str {
@@ -117,6 +119,26 @@ pub fn tensors(ck: &Checkpoint, cat: &Catalog, dtype: DenseDtype, keep_bias: boo
     }
     tensors.sort_by_cached_key(|t| natural_key(&t.name));
     tensors
+}
+
+/// Writes the output dtype into the config's dtype fields (`torch_dtype`, `dtype`, at the top
+/// and in `text_config`) where they exist, so loaders pick the dtype the weights are stored in.
+fn set_dtype(config: &mut Value, dtype: DenseDtype) {
+    let name = match dtype {
+        DenseDtype::Bf16 => "bfloat16",
+        DenseDtype::F16 => "float16",
+    };
+    let set = |obj: &mut Value| {
+        for key in ["torch_dtype", "dtype"] {
+            if let Some(v) = obj.get_mut(key).filter(|v| v.is_string()) {
+                *v = Value::from(name);
+            }
+        }
+    };
+    set(config);
+    if let Some(text) = config.get_mut("text_config") {
+        set(text);
+    }
 }
 
 /// The input config with its `quantization_config` removed, and nothing else changed.

@@ -38,6 +38,15 @@ impl RowSource {
         }
     }
 
+    /// The coded modules the rows are reconstructed from.
+    pub fn coded_modules(&self) -> Vec<usize> {
+        match self {
+            RowSource::Coded { module, .. } => vec![*module],
+            RowSource::Stack(members) => members.iter().flat_map(RowSource::coded_modules).collect(),
+            RowSource::Int8(_) | RowSource::Tensor { .. } => Vec::new(),
+        }
+    }
+
     /// Every row and column of an input tensor of shape `shape`.
     pub fn whole(name: &str, shape: &[usize]) -> RowSource {
         let (_, rows, cols) = view(shape);

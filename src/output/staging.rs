@@ -50,6 +50,13 @@ impl Staging {
         Ok(Staging { tmp, dest: dest.to_path_buf(), force, _lock: lock, committed: false })
     }
 
+    /// The checks of [`Staging::prepare`] that need no lock and create nothing: what a dry run
+    /// reports.
+    pub fn check(dest: &Path, input: &Path, force: bool) -> Result<()> {
+        check_outside(dest, input)?;
+        check_destination(dest, force)
+    }
+
     /// Where files are written until [`Staging::commit`].
     pub fn path(&self) -> &Path {
         &self.tmp

@@ -74,6 +74,8 @@ pub struct VerifyReport {
     pub checked: usize,
     pub failed: usize,
     pub passed: bool,
+    /// Notes on how the run went (a capped `-j`).
+    pub warnings: Vec<String>,
 }
 
 /// A checked tensor.

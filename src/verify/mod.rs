@@ -41,7 +41,8 @@ pub fn verify(opts: &VerifyOptions, decoder: &dyn TileDecoder) -> Result<VerifyR
     let cat = catalog(&ck)?;
     cat.require_coded(&ck)?;
     let base = Base::open(&opts.base)?;
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(opts.threads.unwrap_or(0)).build()?;
+    let mut warnings = Vec::new();
+    let pool = crate::pool::pool(opts.threads, &mut warnings)?;
 
     let outputs: Vec<_> =
         hf::tensors(&ck, &cat, DenseDtype::Bf16, false).into_iter().filter(|t| selected(&t.name, &opts.only)).collect();
@@ -101,6 +102,7 @@ pub fn verify(opts: &VerifyOptions, decoder: &dyn TileDecoder) -> Result<VerifyR
         problems,
         checked,
         failed,
+        warnings,
     })
 }
 

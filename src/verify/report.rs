@@ -3,10 +3,20 @@
 
 use super::base::BaseLayout;
 use super::findings::VerifyReport;
+use crate::text::escape_controls;
 use std::fmt::Write;
 
 fn num(v: Option<f64>, digits: usize) -> String {
     v.map_or("-".into(), |x| format!("{x:.digits$}"))
+}
+
+/// "ok", or the failures of a row.
+fn verdict(failures: &[String]) -> String {
+    if failures.is_empty() {
+        "ok".into()
+    } else {
+        format!("FAIL: {}", escape_controls(&failures.join("; ")))
+    }
 }
 
 pub fn render(r: &VerifyReport) -> String {
@@ -44,7 +54,7 @@ pub fn render(r: &VerifyReport) -> String {
             let _ = writeln!(
                 s,
                 "{:<62} {:>2} {:>+8.4} {:>8} {:>8} {:>6} {:>9} {:>7} {:>7} {:>7}  {}",
-                c.tensor,
+                escape_controls(&c.tensor),
                 c.k,
                 f.corr.unwrap_or(f64::NAN),
                 num(f.cosine, 4),
@@ -54,7 +64,7 @@ pub fn render(r: &VerifyReport) -> String {
                 pruned,
                 num(rout_corr, 4),
                 num(f.inner_std, 4),
-                if c.failures.is_empty() { "ok".into() } else { format!("FAIL: {}", c.failures.join("; ")) }
+                verdict(&c.failures)
             );
         }
     }
@@ -62,8 +72,14 @@ pub fn render(r: &VerifyReport) -> String {
         let _ = writeln!(s, "\nint8 pairs");
         let _ = writeln!(s, "{:<62} {:>8} {:>8}  verdict", "tensor", "corr", "rel err");
         for c in &r.int8 {
-            let verdict = if c.failures.is_empty() { "ok".into() } else { format!("FAIL: {}", c.failures.join("; ")) };
-            let _ = writeln!(s, "{:<62} {:>8} {:>8}  {verdict}", c.tensor, num(c.corr, 4), num(c.rel_err, 4));
+            let _ = writeln!(
+                s,
+                "{:<62} {:>8} {:>8}  {}",
+                escape_controls(&c.tensor),
+                num(c.corr, 4),
+                num(c.rel_err, 4),
+                verdict(&c.failures)
+            );
         }
     }
     if !r.norms.is_empty() {
@@ -74,19 +90,29 @@ pub fn render(r: &VerifyReport) -> String {
             "tensor", "escha", "base", "|e−b|", "|e+1−b|", "matches"
         );
         for n in &r.norms {
-            let verdict = if n.failures.is_empty() { "ok".into() } else { format!("FAIL: {}", n.failures.join("; ")) };
             let _ = writeln!(
                 s,
-                "{:<62} {:>7.3} {:>7.3} {:>8.3} {:>10.3}  {:<10} {verdict}",
-                n.tensor, n.escha_mean, n.base_mean, n.diff, n.diff_plus_one, n.verdict
+                "{:<62} {:>7.3} {:>7.3} {:>8.3} {:>10.3}  {:<10} {}",
+                escape_controls(&n.tensor),
+                n.escha_mean,
+                n.base_mean,
+                n.diff,
+                n.diff_plus_one,
+                n.verdict,
+                verdict(&n.failures)
             );
         }
     }
     if !r.missing_in_base.is_empty() {
-        let _ = writeln!(s, "\nnot in the base model ({}): {}", r.missing_in_base.len(), r.missing_in_base.join(", "));
+        let _ = writeln!(
+            s,
+            "\nnot in the base model ({}): {}",
+            r.missing_in_base.len(),
+            escape_controls(&r.missing_in_base.join(", "))
+        );
     }
     for p in &r.problems {
-        let _ = writeln!(s, "\nFAIL: {p}");
+        let _ = writeln!(s, "\nFAIL: {}", escape_controls(p));
     }
     let _ = writeln!(
         s,

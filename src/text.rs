@@ -1,0 +1,67 @@
+//! How things are written in messages and text reports: one unit system for sizes, one way to
+//! print shapes, names with their control characters escaped.
+
+use std::borrow::Cow;
+use std::fmt::Write;
+
+/// `s` with control characters (newlines, escapes, …) written as Rust escapes, so a name from a
+/// hostile file cannot rewrite the terminal or forge lines of output.
+pub fn escape_controls(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(char::is_control) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Bytes in decimal units (kB, MB, GB, as disks and the Hub count them).
+pub fn human_bytes(b: u64) -> String {
+    match b {
+        b if b >= 1_000_000_000 => format!("{:.2} GB", b as f64 / 1e9),
+        b if b >= 1_000_000 => format!("{:.2} MB", b as f64 / 1e6),
+        b if b >= 1_000 => format!("{:.1} kB", b as f64 / 1e3),
+        b => format!("{b} B"),
+    }
+}
+
+/// A shape as `3×256×128` (a scalar as `scalar`).
+pub fn shape(dims: &[usize]) -> String {
+    if dims.is_empty() {
+        return "scalar".into();
+    }
+    let mut s = String::new();
+    for (i, d) in dims.iter().enumerate() {
+        let _ = write!(s, "{}{d}", if i == 0 { "" } else { "×" });
+    }
+    s
+}
+
+/// `1 shard`, `3 shards`.
+pub fn count(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn controls_are_escaped() {
+        assert_eq!(escape_controls("a.b"), "a.b");
+        assert_eq!(escape_controls("a\nFAKE\u{1b}[2J"), "a\\nFAKE\\u{1b}[2J");
+    }
+
+    #[test]
+    fn units_shapes_counts() {
+        assert_eq!(human_bytes(1_500_000), "1.50 MB");
+        assert_eq!(shape(&[3, 256, 128]), "3×256×128");
+        assert_eq!((count(1, "shard"), count(2, "shard")), ("1 shard".to_string(), "2 shards".to_string()));
+    }
+}
