@@ -1,6 +1,7 @@
 //! Running work units: each reads its rows, adjusts them, encodes them and hands the bytes to the
 //! writer at their planned offsets.
 
+use super::progress::Progress;
 use super::rows::Reader;
 use super::units::{dims, units, Unit, Units};
 use crate::layout::{Adjust, Encoding, Recipe};
@@ -30,7 +31,7 @@ struct Placed {
 }
 
 /// Writes every tensor of `plan` into shard files in `dir`, reading from `reader`.
-pub fn write_shards(plan: &Plan, reader: &Reader, dir: &Path, progress: &indicatif::ProgressBar) -> Result<()> {
+pub fn write_shards(plan: &Plan, reader: &Reader, dir: &Path, progress: &Progress) -> Result<()> {
     let queue = WriteQueue::start(ShardFiles::create(dir, plan)?);
     let Units { units, inputs } = units(plan, reader.ck, reader.cat)?;
     // Units left per input tensor: when the last one is done, its pages are released.

@@ -59,7 +59,7 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
     }
 
     let staging = Staging::prepare(&opts.output, &opts.input, opts.force, &mut warnings)?;
-    let progress = progress::progress_bar(opts.progress, report.bytes_written);
+    let progress = progress::Progress::new(opts.progress, report.bytes_written);
     for part in &parts {
         let dir = staging.path().join(part.subdir);
         std::fs::create_dir_all(&dir)?;
@@ -72,7 +72,7 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
         }
         report.copied_files.extend(files::write_side_files(&part.ck, &part.plan, layout.as_ref(), &dir, part.subdir)?);
     }
-    progress.finish_and_clear();
+    progress.finish();
     for part in &parts {
         part.ck.check_unchanged()?;
     }
