@@ -65,7 +65,7 @@ pub struct InspectReport {
 pub fn inspect(path: &Path) -> Result<InspectReport> {
     let ck = Checkpoint::open(path)?;
     let cat = catalog(&ck)?;
-    cat.require_coded(&ck)?;
+    cat.check_convertible(&ck, true)?;
     let config = ck.config.as_ref();
     let text = ck.text_config();
     let str_of = |v: Option<&Value>| v.and_then(Value::as_str).map(String::from);

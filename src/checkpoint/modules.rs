@@ -230,26 +230,32 @@ pub fn catalog(ck: &Checkpoint) -> Result<Catalog> {
             cat.vision.push(name.clone());
             continue;
         }
-        if let Some(why) = quantized_plain(ck, name, entry) {
-            bail!(err(
-                name,
-                format!("{why}; it cannot pass through as a plain tensor, and this tool does not decode it")
-            ));
-        }
         cat.plain.push(PlainTensor { name: name.clone() });
     }
     Ok(cat)
 }
 
 impl Catalog {
-    /// Refuses a model without a single coded tensor, saying what it looks like instead.
-    pub fn require_coded(&self, ck: &Checkpoint) -> Result<()> {
-        if self.coded.is_empty() {
+    /// Refuses what cannot be converted: a model (`model`: not a separate MTP head) without a
+    /// single coded tensor, saying what it looks like instead; plain tensors that hold quantized
+    /// values, which would pass through as garbage.
+    pub fn check_convertible(&self, ck: &Checkpoint, model: bool) -> Result<()> {
+        if model && self.coded.is_empty() {
             bail!(
                 "{}: not an Escha-W2 checkpoint: no coded tensor (escha_code or trellis); it looks like {}",
                 ck.root.display(),
                 looks_like(ck)
             );
+        }
+        for p in &self.plain {
+            let entry = &ck.tensors[&p.name];
+            if let Some(why) = quantized_plain(ck, &p.name, entry) {
+                bail!(
+                    "{}: tensor {}: {why}; it cannot pass through as a plain tensor, and this tool does not decode it",
+                    ck.file_of(entry).display(),
+                    p.name
+                );
+            }
         }
         Ok(())
     }

@@ -30,9 +30,7 @@ impl Part {
     ) -> Result<Option<Part>> {
         let path = ck.root.clone();
         let cat = catalog(&ck)?;
-        if subdir.is_empty() {
-            cat.require_coded(&ck)?;
-        }
+        cat.check_convertible(&ck, subdir.is_empty())?;
         if !cat.vision.is_empty() {
             warnings.push(format!("{}: dropped {} vision-tower tensors", path.display(), cat.vision.len()));
         }

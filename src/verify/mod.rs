@@ -39,7 +39,7 @@ pub fn verify(opts: &VerifyOptions, decoder: &dyn TileDecoder) -> Result<VerifyR
     }
     let ck = Checkpoint::open(&opts.input)?;
     let cat = catalog(&ck)?;
-    cat.require_coded(&ck)?;
+    cat.check_convertible(&ck, true)?;
     let base = Base::open(&opts.base)?;
     let mut warnings = Vec::new();
     let pool = crate::pool::pool(opts.threads, &mut warnings)?;

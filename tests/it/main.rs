@@ -7,6 +7,7 @@ mod synth;
 mod bad_input;
 mod convert_cli;
 mod decoder_props;
+mod edges;
 mod encoder;
 mod golden;
 mod inspect;
