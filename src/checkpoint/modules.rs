@@ -222,7 +222,7 @@ pub fn catalog(ck: &Checkpoint) -> Result<Catalog> {
         }
     }
 
-    for (name, entry) in &ck.tensors {
+    for name in ck.tensors.keys() {
         if claimed.contains(name.as_str()) {
             continue;
         }
