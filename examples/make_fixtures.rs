@@ -711,6 +711,54 @@ fn top_level_tensors(escha: &mut Vec<Tensor>, base: &mut Base) {
     base.tensors.push(Tensor::bf16("lm_head.weight", &[VOCAB, HIDDEN], &head));
 }
 
+/// A one-layer MTP head (`mtp.*`, plain F16, zero-centred norms), also added to the base in bf16.
+/// The `MoE` head has its router and shared expert but no routed experts, like the 35B's.
+fn mtp_head(moe: bool, base: &mut Base) -> Vec<Tensor> {
+    let l = "mtp.layers.0";
+    let mut specs: Vec<(String, Vec<usize>, f64)> = vec![
+        ("mtp.fc.weight".into(), vec![HIDDEN, 2 * HIDDEN], 0.03),
+        (format!("{l}.self_attn.q_proj.weight"), vec![2 * HEADS * HEAD_DIM, HIDDEN], 0.04),
+        (format!("{l}.self_attn.k_proj.weight"), vec![KV_HEADS * HEAD_DIM, HIDDEN], 0.04),
+        (format!("{l}.self_attn.v_proj.weight"), vec![KV_HEADS * HEAD_DIM, HIDDEN], 0.03),
+        (format!("{l}.self_attn.o_proj.weight"), vec![HIDDEN, HEADS * HEAD_DIM], 0.03),
+    ];
+    let mlp: &[(&str, usize, usize)] = if moe {
+        &[
+            ("mlp.gate", EXPERTS, HIDDEN),
+            ("mlp.shared_expert.gate_proj", SHARED_INTERMEDIATE, HIDDEN),
+            ("mlp.shared_expert.up_proj", SHARED_INTERMEDIATE, HIDDEN),
+            ("mlp.shared_expert.down_proj", HIDDEN, SHARED_INTERMEDIATE),
+            ("mlp.shared_expert_gate", 1, HIDDEN),
+        ]
+    } else {
+        &[
+            ("mlp.gate_proj", INTERMEDIATE, HIDDEN),
+            ("mlp.up_proj", INTERMEDIATE, HIDDEN),
+            ("mlp.down_proj", HIDDEN, INTERMEDIATE),
+        ]
+    };
+    specs.extend(mlp.iter().map(|&(n, out, inp)| (format!("{l}.{n}.weight"), vec![out, inp], 0.03)));
+    for (n, len) in [
+        ("mtp.pre_fc_norm_embedding.weight".to_string(), HIDDEN),
+        ("mtp.pre_fc_norm_hidden.weight".into(), HIDDEN),
+        ("mtp.norm.weight".into(), HIDDEN),
+        (format!("{l}.input_layernorm.weight"), HIDDEN),
+        (format!("{l}.post_attention_layernorm.weight"), HIDDEN),
+        (format!("{l}.self_attn.q_norm.weight"), HEAD_DIM),
+        (format!("{l}.self_attn.k_norm.weight"), HEAD_DIM),
+    ] {
+        specs.push((n, vec![len], 0.05));
+    }
+    specs
+        .into_iter()
+        .map(|(n, shape, std)| {
+            let vals = dual_normal(&n, shape.iter().product(), 0.0, std);
+            base.tensors.push(Tensor::bf16(&n, &shape, &vals));
+            Tensor::f16(&n, &shape, &vals)
+        })
+        .collect()
+}
+
 /// Everything about one model needed by the writers: the bf16 base in HF layout, and which of
 /// its tensors are linears eligible for fp8.
 struct Base {
@@ -825,19 +873,9 @@ fn make_dense(root: &Path) -> Result<()> {
     write_json(&dir.join("config.json"), &config)?;
     write_side_files(&dir, "escha")?;
 
-    // The MTP head: its own directory, plain F16, zero-centred norms.
+    // The MTP head, as the 27B ships it: its own directory, one complete decoder layer, plain F16.
     write_json(&dir.join("mtp/config.json"), &config)?;
-    let mut mtp = Vec::new();
-    let fc = base_linear("mtp.fc.weight", HIDDEN, 2 * HIDDEN, 0.03);
-    mtp.push(Tensor::f16("mtp.fc.weight", &[HIDDEN, 2 * HIDDEN], &fc));
-    for n in [
-        "mtp.pre_fc_norm_embedding.weight",
-        "mtp.pre_fc_norm_hidden.weight",
-        "mtp.norm.weight",
-        "mtp.layers.0.input_layernorm.weight",
-    ] {
-        mtp.push(Tensor::f16(n, &[HIDDEN], &dual_normal(n, HIDDEN, 0.0, 0.05)));
-    }
+    let mtp = mtp_head(false, &mut base);
     write_safetensors(&dir.join("mtp/model.safetensors"), &natural_sorted(mtp))?;
 
     for (k, e) in &errs {
@@ -932,6 +970,8 @@ fn make_moe(root: &Path) -> Result<()> {
         }
     }
     top_level_tensors(&mut escha, &mut base);
+    // The MTP head inline, as the 35B ships it: router and shared expert, no routed experts.
+    escha.extend(mtp_head(true, &mut base));
 
     write_sharded(&dir, &[leaf_grouped(escha)])?;
     let quant = json!({

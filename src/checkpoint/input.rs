@@ -37,10 +37,9 @@ pub struct Checkpoint {
     pub config: Option<Value>,
     /// Side files from [`COPIED_FILES`] present next to the shards: name, resolved path.
     pub copied_files: Vec<(String, PathBuf)>,
-    /// The `mtp/` subdirectory (a checkpoint of its own), when present, resolved.
+    /// The `mtp/` subdirectory (the 27B's separate MTP head), when present, resolved; its
+    /// `mtp.*` tensors are part of [`Checkpoint::tensors`].
     pub mtp_dir: Option<PathBuf>,
-    /// Where its files may live (a directory input).
-    boundary: Option<Boundary>,
 }
 
 impl Checkpoint {
@@ -49,23 +48,39 @@ impl Checkpoint {
         if meta.is_file() {
             shard::require_safetensors_name(root)?;
             refuse_lone_shard(root)?;
-            let mut ck = Checkpoint::empty(root, None);
+            let mut ck = Checkpoint::empty(root);
             ck.add_shard(root, None)?;
             return Ok(ck);
         }
         let boundary = Boundary::of_dir(root)?;
-        Self::open_dir(root, &boundary)
-    }
-
-    /// The separate `mtp/` checkpoint, opened within this one's boundary.
-    pub fn open_mtp(&self) -> Result<Option<Checkpoint>> {
-        match (&self.mtp_dir, &self.boundary) {
-            (Some(dir), Some(boundary)) => Self::open_dir(dir, boundary).map(Some),
-            _ => Ok(None),
+        let mut ck = Self::open_dir(root, &boundary)?;
+        if let Some(dir) = &ck.mtp_dir {
+            let mtp = Self::open_dir(dir, &boundary)?;
+            ck.absorb_mtp(mtp)?;
         }
+        Ok(ck)
     }
 
-    fn empty(root: &Path, boundary: Option<Boundary>) -> Checkpoint {
+    /// Takes in the tensors of a separate MTP checkpoint: one model, with the head under the
+    /// `mtp.*` names it has in Hugging Face repositories.
+    fn absorb_mtp(&mut self, mtp: Checkpoint) -> Result<()> {
+        let offset = self.shards.len();
+        for (name, mut entry) in mtp.tensors {
+            let file = mtp.shards[entry.shard].path.display();
+            if !name.starts_with("mtp.") {
+                bail!("{file}: tensor {name}: every tensor of the mtp/ head must be named mtp.*");
+            }
+            if self.tensors.contains_key(&name) {
+                bail!("{file}: tensor {name} is also in the main checkpoint");
+            }
+            entry.shard += offset;
+            self.tensors.insert(name, entry);
+        }
+        self.shards.extend(mtp.shards);
+        Ok(())
+    }
+
+    fn empty(root: &Path) -> Checkpoint {
         Checkpoint {
             root: root.to_path_buf(),
             shards: Vec::new(),
@@ -73,12 +88,11 @@ impl Checkpoint {
             config: None,
             copied_files: Vec::new(),
             mtp_dir: None,
-            boundary,
         }
     }
 
     fn open_dir(root: &Path, boundary: &Boundary) -> Result<Self> {
-        let mut ck = Checkpoint::empty(root, Some(boundary.clone()));
+        let mut ck = Checkpoint::empty(root);
         if let Some(config_path) = boundary.file(&root.join("config.json"))? {
             let text = read_text(&config_path)?;
             let value = serde_json::from_str(&text)

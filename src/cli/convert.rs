@@ -5,7 +5,7 @@ use super::size::parse_size;
 use crate::backend::{Backend, BackendKind};
 use crate::convert::{convert, render_plan, render_summary, ConvertOptions};
 use crate::layout::mlx::Int8Mode;
-use crate::layout::{DenseDtype, MlxOptions, OutputFormat};
+use crate::layout::{DenseDtype, MlxOptions, MtpMode, OutputFormat};
 use crate::quant::mlx_affine::{AffineSpec, BITS, GROUP_SIZES};
 use crate::signals;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -38,7 +38,8 @@ pub enum BiasArg {
 #[command(after_help = "Norms are written exactly as stored: Hugging Face Qwen3.5 norms are zero-centred and \
 HF runtimes (transformers, mlx-lm loading HF layout) add the 1 themselves. --format mlx folds the 1 in \
 (mlx-lm's own layout), quantizes each coded weight from its bf16 rounding (byte-identical to \
-`mlx_lm.convert -q` run on the bf16 export) and writes no MTP head.")]
+`mlx_lm.convert -q` run on the bf16 export) and writes no MTP head. The Hugging Face layout writes a \
+complete MTP head as mtp.* tensors in the main shards (also the 27B's separate mtp/ directory).")]
 pub struct ConvertArgs {
     /// Input: an Escha-W2 checkpoint directory or a single .safetensors file (never modified).
     #[arg(value_name = "IN")]
@@ -61,6 +62,9 @@ pub struct ConvertArgs {
     /// How int8 weights become MLX (`--format mlx`; default exact).
     #[arg(long, value_enum)]
     pub int8: Option<Int8Mode>,
+    /// The MTP head (Hugging Face layout: `mtp.*` tensors in the main shards).
+    #[arg(long, value_enum, default_value_t = MtpMode::Auto)]
+    pub mtp: MtpMode,
     /// Largest shard, in tensor bytes: e.g. 5GB, 500MB, 2GiB, or a number of bytes (default 5GB;
     /// 5GiB, mlx-lm's limit, for --format mlx).
     #[arg(long, value_parser = parse_size)]
@@ -116,8 +120,11 @@ impl TryFrom<ConvertArgs> for ConvertRun {
             FormatArg::Bf16 | FormatArg::F16 if a.bits.is_some() || a.group_size.is_some() || a.int8.is_some() => {
                 return Err(usage("--bits, --group-size and --int8 apply to --format mlx only".into()));
             }
-            FormatArg::Bf16 => OutputFormat::Dense(DenseDtype::Bf16),
-            FormatArg::F16 => OutputFormat::Dense(DenseDtype::F16),
+            FormatArg::Bf16 => OutputFormat::Dense { dtype: DenseDtype::Bf16, mtp: a.mtp },
+            FormatArg::F16 => OutputFormat::Dense { dtype: DenseDtype::F16, mtp: a.mtp },
+            FormatArg::Mlx if a.mtp == MtpMode::Keep => {
+                return Err(usage("--mtp keep: the MLX layout carries no MTP head (mlx-lm has none)".into()));
+            }
             FormatArg::Mlx => {
                 let spec = AffineSpec::new(a.bits.unwrap_or(4), a.group_size.unwrap_or(64)).map_err(usage)?;
                 OutputFormat::Mlx(MlxOptions { spec, int8: a.int8.unwrap_or(Int8Mode::Exact) })

@@ -1,35 +1,30 @@
 //! The files around the shards: the index, config.json and the copied side files.
 
-use crate::checkpoint::{open_regular, Checkpoint};
-use crate::layout::{Layout, OutputTensor};
-use crate::plan::Plan;
+use super::job::Job;
+use crate::checkpoint::open_regular;
 use anyhow::{Context, Result};
 use std::path::Path;
 
-/// Writes the index and config.json and copies the side files into `dir`; returns the paths
-/// written, relative to the output (`subdir/name`).
-pub fn write_side_files(
-    ck: &Checkpoint,
-    plan: &Plan,
-    layout: &dyn Layout,
-    dir: &Path,
-    subdir: &str,
-) -> Result<Vec<String>> {
-    if let Some((name, text)) = &plan.index {
-        std::fs::write(dir.join(name), text).with_context(|| format!("{}: cannot write", dir.join(name).display()))?;
+/// Writes the index and config.json and copies the side files into `dir`; returns the names
+/// written.
+pub fn write_side_files(job: &Job, dir: &Path) -> Result<Vec<String>> {
+    let write = |name: &str, text: &str| {
+        std::fs::write(dir.join(name), text).with_context(|| format!("{}: cannot write", dir.join(name).display()))
+    };
+    if let Some((name, text)) = &job.plan.index {
+        write(name, text)?;
     }
-    let mut copied = Vec::new();
-    for (name, src) in &ck.copied_files {
+    let mut written = Vec::new();
+    for (name, src) in &job.ck.copied_files {
         let mut from = open_regular(src)?;
-        let mut to = std::fs::File::create(dir.join(name))
-            .with_context(|| format!("{}: cannot create", dir.join(name).display()))?;
+        let target = dir.join(name);
+        let mut to = std::fs::File::create(&target).with_context(|| format!("{}: cannot create", target.display()))?;
         std::io::copy(&mut from, &mut to).with_context(|| format!("{}: cannot copy", src.display()))?;
-        copied.push(Path::new(subdir).join(name).display().to_string());
+        written.push(name.clone());
     }
-    if let Some(config) = &ck.config {
-        let tensors: Vec<OutputTensor> = plan.tensors.iter().map(|p| p.tensor.clone()).collect();
-        std::fs::write(dir.join("config.json"), layout.config(config, &tensors))?;
-        copied.push(Path::new(subdir).join("config.json").display().to_string());
+    if let Some(config) = &job.config {
+        write("config.json", config)?;
+        written.push("config.json".into());
     }
-    Ok(copied)
+    Ok(written)
 }

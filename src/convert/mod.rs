@@ -9,8 +9,8 @@
 
 mod execute;
 mod files;
+mod job;
 mod options;
-mod part;
 mod progress;
 mod report;
 mod rows;
@@ -26,9 +26,8 @@ use crate::layout::Layout;
 use crate::output::Staging;
 use crate::transform::hadamard::HADAMARD_SIZE;
 use anyhow::{Context, Result};
-use part::Part;
+use job::Job;
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Instant;
 
 pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<ConvertReport> {
@@ -37,21 +36,9 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
     let pool = crate::pool::pool(opts.threads, &mut warnings)?;
     let layout = opts.format.layout();
     let container = Safetensors;
+    let job = Job::new(Checkpoint::open(&opts.input)?, opts, layout.as_ref(), &container, &mut warnings)?;
 
-    let ck = Checkpoint::open(&opts.input)?;
-    let mtp = match (&ck.mtp_dir, layout.leaves_out_mtp_dir()) {
-        (Some(dir), Some(why)) => {
-            warnings.push(format!("{}: not written: {why}", dir.display()));
-            None
-        }
-        _ => ck.open_mtp()?,
-    };
-    let mut parts = Vec::new();
-    for (ck, subdir) in std::iter::once((ck, "")).chain(mtp.map(|m| (m, "mtp"))) {
-        parts.extend(Part::new(ck, subdir, opts, layout.as_ref(), &container, &mut warnings)?);
-    }
-
-    let mut report = plan_report(opts, layout.as_ref(), &parts, decoder, pool.current_num_threads());
+    let mut report = plan_report(opts, layout.as_ref(), &job, decoder, pool.current_num_threads());
     if opts.dry_run {
         report.would_refuse = Staging::check(&opts.output, &opts.input, opts.force).err().map(|e| format!("{e:#}"));
         report.warnings = warnings;
@@ -60,22 +47,17 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
 
     let staging = Staging::prepare(&opts.output, &opts.input, opts.force, &mut warnings)?;
     let progress = progress::Progress::new(opts.progress, report.bytes_written);
-    for part in &parts {
-        let dir = staging.path().join(part.subdir);
-        std::fs::create_dir_all(&dir)?;
-        let reader = rows::Reader { ck: &part.ck, cat: &part.cat, decoder };
-        pool.install(|| execute::write_shards(&part.plan, &reader, &dir, &progress))
-            .with_context(|| format!("{}: cannot write the output", opts.output.display()))?;
-        for (i, shard) in part.plan.shards.iter().enumerate() {
-            let tensors: Vec<_> = part.plan.shard_tensors(i).map(|p| &p.tensor).collect();
-            container.check_written(&dir.join(&shard.file_name), &tensors)?;
-        }
-        report.copied_files.extend(files::write_side_files(&part.ck, &part.plan, layout.as_ref(), &dir, part.subdir)?);
+    let dir = staging.path();
+    let reader = rows::Reader { ck: &job.ck, cat: &job.cat, decoder };
+    pool.install(|| execute::write_shards(&job.plan, &reader, dir, &progress))
+        .with_context(|| format!("{}: cannot write the output", opts.output.display()))?;
+    for (i, shard) in job.plan.shards.iter().enumerate() {
+        let tensors: Vec<_> = job.plan.shard_tensors(i).map(|p| &p.tensor).collect();
+        container.check_written(&dir.join(&shard.file_name), &tensors)?;
     }
+    report.copied_files = files::write_side_files(&job, dir)?;
     progress.finish();
-    for part in &parts {
-        part.ck.check_unchanged()?;
-    }
+    job.ck.check_unchanged()?;
     staging.commit()?;
 
     report.seconds = started.elapsed().as_secs_f64();
@@ -89,10 +71,11 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
 fn plan_report(
     opts: &ConvertOptions,
     layout: &dyn Layout,
-    parts: &[Part],
+    job: &Job,
     decoder: &dyn TileDecoder,
     threads: usize,
 ) -> ConvertReport {
+    let plan = &job.plan;
     let mut report = ConvertReport {
         input: opts.input.display().to_string(),
         output: opts.output.display().to_string(),
@@ -102,7 +85,7 @@ fn plan_report(
         threads,
         counts: BTreeMap::new(),
         shards: Vec::new(),
-        bytes_written: 0,
+        bytes_written: plan.shards.iter().map(|s| s.len).sum(),
         weights: 0,
         seconds: 0.0,
         gb_per_s: 0.0,
@@ -113,27 +96,22 @@ fn plan_report(
         warnings: Vec::new(),
         tensors: Vec::new(),
     };
-    for part in parts {
-        for p in &part.plan.tensors {
-            *report.counts.entry(p.tensor.kind.name()).or_default() += 1;
-            report.weights += p.tensor.weights();
-            let file = Path::new(part.subdir).join(&part.plan.shards[p.shard].file_name);
-            report.tensors.push(TensorReport {
-                name: p.tensor.name.clone(),
-                kind: p.tensor.kind.name(),
-                dtype: format!("{:?}", p.tensor.dtype),
-                shape: p.tensor.shape.clone(),
-                bytes: p.tensor.byte_len() as u64,
-                file: file.display().to_string(),
-            });
-        }
-        for s in &part.plan.shards {
-            let file = Path::new(part.subdir).join(&s.file_name).display().to_string();
-            report.shards.push(ShardReport { file, tensors: s.tensors.len(), bytes: s.len });
-        }
-        report.bytes_written += part.plan.shards.iter().map(|s| s.len).sum::<u64>();
+    for p in &plan.tensors {
+        *report.counts.entry(p.tensor.kind.name()).or_default() += 1;
+        report.weights += p.tensor.weights();
+        report.tensors.push(TensorReport {
+            name: p.tensor.name.clone(),
+            kind: p.tensor.kind.name(),
+            dtype: format!("{:?}", p.tensor.dtype),
+            shape: p.tensor.shape.clone(),
+            bytes: p.tensor.byte_len() as u64,
+            file: plan.shards[p.shard].file_name.clone(),
+        });
     }
-    let widest = parts.iter().flat_map(|p| p.cat.coded.iter()).map(|m| m.in_padded).max().unwrap_or(0);
+    for s in &plan.shards {
+        report.shards.push(ShardReport { file: s.file_name.clone(), tensors: s.tensors.len(), bytes: s.len });
+    }
+    let widest = job.cat.coded.iter().map(|m| m.in_padded).max().unwrap_or(0);
     report.peak_memory_estimate = threads as u64 * unit_memory(widest) as u64;
     report
 }

@@ -6,8 +6,10 @@
 //! * int8 pair `P` → `P.weight`;
 //! * norms are kept exactly as stored: HF Qwen3.5 norms are zero-centred and the runtime adds 1;
 //! * every other tensor passes through, 16-bit floats cast to the output dtype, F32 kept F32;
-//! * `bias` of coded linears only with `keep_bias`.
+//! * `bias` of coded linears only with `keep_bias`;
+//! * the MTP head as `mtp.*` tensors in the main shards, when complete (see [`super::mtp`]).
 
+use super::mtp::{self, MtpMode};
 use super::names::{natural_key, norm_kind};
 use super::policy::Layout;
 use super::tensor::{Encoding, Kind, OutputTensor, RowSource};
@@ -37,6 +39,7 @@ impl DenseDtype {
 #[derive(Clone, Copy, Debug)]
 pub struct HfLayout {
     pub dtype: DenseDtype,
+    pub mtp: MtpMode,
 }
 
 impl Layout for HfLayout {
@@ -52,14 +55,20 @@ impl Layout for HfLayout {
         ck: &Checkpoint,
         cat: &Catalog,
         keep_bias: bool,
-        _: &mut Vec<String>,
+        warnings: &mut Vec<String>,
     ) -> Result<Vec<OutputTensor>> {
-        Ok(tensors(ck, cat, self.dtype, keep_bias))
+        let mut tensors = tensors(ck, cat, self.dtype, keep_bias);
+        mtp::apply(self.mtp, &mut tensors, ck.config.as_ref(), warnings);
+        Ok(tensors)
     }
 
-    fn config(&self, input: &Value, _: &[OutputTensor]) -> String {
+    fn config(&self, input: &Value, tensors: &[OutputTensor]) -> String {
         let mut config = dense_config(input);
         set_dtype(&mut config, self.dtype);
+        if !tensors.iter().any(|t| mtp::is_mtp(&t.name)) {
+            // No client may expect a head that is not there.
+            mtp::clear_declared_layers(&mut config);
+        }
         crate::json::to_text(&config, 2)
     }
 
@@ -69,10 +78,6 @@ impl Layout for HfLayout {
 
     fn default_max_shard_size(&self) -> u64 {
         5_000_000_000
-    }
-
-    fn leaves_out_mtp_dir(&self) -> Option<&'static str> {
-        None
     }
 }
 

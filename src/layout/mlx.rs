@@ -135,11 +135,6 @@ impl Layout for MlxLayout {
     fn default_max_shard_size(&self) -> u64 {
         5 << 30
     }
-
-    /// mlx-lm has no MTP head, and an `mtp.*` key makes older loaders shift every norm again.
-    fn leaves_out_mtp_dir(&self) -> Option<&'static str> {
-        Some("the MLX layout carries no MTP head")
-    }
 }
 
 /// What the layout dropped, for warnings.

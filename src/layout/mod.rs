@@ -7,12 +7,14 @@
 
 pub mod hf;
 pub mod mlx;
+pub mod mtp;
 mod names;
 mod policy;
 mod tensor;
 
 pub use hf::{DenseDtype, HfLayout};
 pub use mlx::{MlxLayout, MlxOptions};
+pub use mtp::MtpMode;
 pub use names::{natural_key, norm_kind, NormKind};
 pub use policy::Layout;
 pub use tensor::{check_unique_names, Adjust, AffineParams, Encoding, Kind, OutputTensor, Recipe, RowSource};
@@ -20,8 +22,8 @@ pub use tensor::{check_unique_names, Adjust, AffineParams, Encoding, Kind, Outpu
 /// What the conversion writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutputFormat {
-    /// Dense weights in the Hugging Face layout.
-    Dense(DenseDtype),
+    /// Dense weights in the Hugging Face layout, with or without the MTP head.
+    Dense { dtype: DenseDtype, mtp: MtpMode },
     /// MLX layout, affine-quantized.
     Mlx(MlxOptions),
 }
@@ -30,7 +32,7 @@ impl OutputFormat {
     /// The policy that writes this format.
     pub fn layout(&self) -> Box<dyn Layout> {
         match *self {
-            OutputFormat::Dense(dtype) => Box::new(HfLayout { dtype }),
+            OutputFormat::Dense { dtype, mtp } => Box::new(HfLayout { dtype, mtp }),
             OutputFormat::Mlx(opts) => Box::new(MlxLayout { opts }),
         }
     }

@@ -26,7 +26,8 @@ pub trait Layout: Sync {
         tensors.retain(|t| selected(&t.name, only));
     }
 
-    /// The output's `config.json` text, from the input's config.
+    /// The output's `config.json` text, from the input's config and every tensor the whole
+    /// conversion writes (before `--only`, so that every part of a split job writes the same).
     fn config(&self, input: &Value, tensors: &[OutputTensor]) -> String;
 
     /// The tag the container records (safetensors `__metadata__.format`).
@@ -39,8 +40,4 @@ pub trait Layout: Sync {
 
     /// The largest shard when the user sets none, in tensor bytes.
     fn default_max_shard_size(&self) -> u64;
-
-    /// Why the format leaves a separate `mtp/` checkpoint out, if it does (else it is converted
-    /// into `OUT/mtp/`).
-    fn leaves_out_mtp_dir(&self) -> Option<&'static str>;
 }

@@ -36,7 +36,7 @@ fn dense_fixture_facts() {
     assert!(coded.iter().all(|c| c["codebook"] == "MCG" && c["has_s_in_s_out"] == true && c["bias_nonzero"] == true));
     assert_eq!(r["int8"].as_array().unwrap().len(), 2);
     assert_eq!((r["biases_present"].as_u64(), r["biases_nonzero"].as_u64()), (Some(25), Some(25)));
-    assert_eq!((r["norms_zero_centred"].as_u64(), r["norms_plain"].as_u64()), (Some(11), Some(3)));
+    assert_eq!((r["norms_zero_centred"].as_u64(), r["norms_plain"].as_u64()), (Some(18), Some(3)));
     assert!(r["norm_convention"].as_str().unwrap().starts_with("zero-centred"));
     assert_eq!(r["mtp"], true);
     assert!(r["problems"].as_array().unwrap().is_empty());

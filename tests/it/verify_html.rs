@@ -112,7 +112,7 @@ fn the_text_report_still_goes_to_stdout_and_an_old_page_is_replaced() {
         html.as_os_str(),
     ]);
     assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(String::from_utf8_lossy(&o.stdout).contains("PASS: 41 checked, 0 failed"));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("PASS: 48 checked, 0 failed"));
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("(Hugging Face layout, fp8)"));
 }

@@ -377,25 +377,27 @@ SKIPPED_SIDE_FILES = {"config.json", "quantize_config.json", "model.safetensors.
 def convert(src, dst):
     """Write the reference conversion of checkpoint directory `src` into `dst` (HF layout, bf16).
 
-    Returns {relative dir ("" or "mtp"): {name: Out(dtype, unrounded value, kind)}}. Subdirectories holding
-    safetensors (the dense model's `mtp/`) are converted the same way into the same relative path."""
+    Returns {"": {name: Out(dtype, unrounded value, kind)}}. A separate `mtp/` head (the dense
+    model's) joins the main tensors under its `mtp.*` names. An MoE head without routed experts
+    cannot be used and is left out, with the config's MTP layer count set to 0."""
     src, dst = Path(src), Path(dst)
-    result = {}
-    for d in [src] + sorted(p for p in src.iterdir() if p.is_dir() and any(p.glob("*.safetensors"))):
-        rel = d.relative_to(src)
-        od = dst / rel
-        od.mkdir(parents=True, exist_ok=True)
-        decoded = decode_tensors(read_checkpoint_dir(d))
-        write_safetensors(od / "model.safetensors", encode_output(decoded), {"format": "pt"})
-        cfg = json.loads((d / "config.json").read_text())
-        cfg.pop("quantization_config", None)
-        (od / "config.json").write_text(json.dumps(cfg, indent=2))
-        if d == src:
-            for f in d.glob("*.json"):
-                if f.name not in SKIPPED_SIDE_FILES:
-                    shutil.copyfile(f, od / f.name)
-        result["" if str(rel) == "." else str(rel)] = decoded
-    return result
+    dst.mkdir(parents=True, exist_ok=True)
+    tensors = read_checkpoint_dir(src)
+    if (src / "mtp").is_dir():
+        tensors.update(read_checkpoint_dir(src / "mtp"))
+    cfg = json.loads((src / "config.json").read_text())
+    cfg.pop("quantization_config", None)
+    text = cfg.get("text_config", cfg)
+    if text.get("num_experts", 0) > 0 and not any(".mlp.experts." in n for n in tensors if n.startswith("mtp.")):
+        tensors = {n: t for n, t in tensors.items() if not n.startswith("mtp.")}
+        text["mtp_num_hidden_layers"] = 0
+    decoded = decode_tensors(tensors)
+    write_safetensors(dst / "model.safetensors", encode_output(decoded), {"format": "pt"})
+    (dst / "config.json").write_text(json.dumps(cfg, indent=2))
+    for f in src.glob("*.json"):
+        if f.name not in SKIPPED_SIDE_FILES:
+            shutil.copyfile(f, dst / f.name)
+    return {"": decoded}
 
 
 if __name__ == "__main__":

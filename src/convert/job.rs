@@ -1,4 +1,5 @@
-//! One checkpoint part (the model, or its separate `mtp/` head) opened and planned.
+//! A conversion job: the checkpoint opened and classified, its output tensors laid out and
+//! placed in shards, and the config text, all known before any weight is decoded.
 
 use super::options::ConvertOptions;
 use crate::checkpoint::{catalog, Catalog, Checkpoint};
@@ -8,49 +9,43 @@ use crate::plan::Plan;
 use anyhow::{bail, Result};
 use std::collections::BTreeSet;
 
-/// A checkpoint part with everything needed to write it.
-pub struct Part {
+pub struct Job {
     pub ck: Checkpoint,
     pub cat: Catalog,
     pub plan: Plan,
-    /// Sub-directory of the output ("" or "mtp").
-    pub subdir: &'static str,
+    /// The output's config.json text (when the input has a config).
+    pub config: Option<String>,
 }
 
-impl Part {
-    /// Classifies `ck`, lays it out in `layout` and plans its shards; `None` for a part (the MTP
-    /// head) that `--only` leaves empty.
+impl Job {
+    /// Classifies `ck`, lays it out in `layout`, applies `--only` and plans the shards.
     pub fn new(
         ck: Checkpoint,
-        subdir: &'static str,
         opts: &ConvertOptions,
         layout: &dyn Layout,
         container: &dyn Container,
         warnings: &mut Vec<String>,
-    ) -> Result<Option<Part>> {
-        let path = ck.root.clone();
+    ) -> Result<Job> {
         let cat = catalog(&ck)?;
-        cat.check_convertible(&ck, subdir.is_empty())?;
+        cat.check_convertible(&ck, true)?;
         if !cat.vision.is_empty() {
-            warnings.push(format!("{}: dropped {} vision-tower tensors", path.display(), cat.vision.len()));
+            warnings.push(format!("{}: dropped {} vision-tower tensors", ck.root.display(), cat.vision.len()));
         }
-        let mut tensors = layout.tensors(&ck, &cat, opts.keep_bias, warnings)?;
-        check_unique_names(&tensors, &cat)?;
+        let all = layout.tensors(&ck, &cat, opts.keep_bias, warnings)?;
+        check_unique_names(&all, &cat)?;
+        let config = ck.config.as_ref().map(|c| layout.config(c, &all));
+        let mut tensors = all;
         if !opts.only.is_empty() {
             layout.select(&mut tensors, &opts.only);
-        }
-        if tensors.is_empty() && !subdir.is_empty() {
-            return Ok(None);
-        }
-        if tensors.is_empty() {
-            let why = if opts.only.is_empty() { "" } else { " (no tensor matches --only)" };
-            bail!("{}: nothing to convert{why}", path.display());
+            if tensors.is_empty() {
+                bail!("{}: nothing to convert (no tensor matches --only)", ck.root.display());
+            }
         }
         bias_notes(&ck, &cat, &tensors, opts.keep_bias, warnings)?;
         let max_shard_size = opts.max_shard_size.unwrap_or_else(|| layout.default_max_shard_size());
         let metadata = layout.index_metadata(&tensors);
         let plan = Plan::new(tensors, max_shard_size, container, layout.tag(), metadata)?;
-        Ok(Some(Part { ck, cat, plan, subdir }))
+        Ok(Job { ck, cat, plan, config })
     }
 }
 
