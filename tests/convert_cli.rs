@@ -1,5 +1,6 @@
 //! End-to-end conversion through the binary: values, layout, determinism, data safety.
 
+mod common;
 mod synth;
 
 use escha_convert::codec::Codebook;
@@ -8,7 +9,7 @@ use std::process::{Command, Output};
 use synth::*;
 
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_escha-convert"))
+    common::escha_convert()
 }
 
 fn run(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {

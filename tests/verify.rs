@@ -8,11 +8,10 @@ use escha_convert::codec::{Codebook, ScalarDecoder, TileDecoder};
 use escha_convert::verify::VerifyOptions;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use synth::{read_safetensors, write_safetensors, T};
 
 fn verify(input: &Path, base: &Path) -> (Option<i32>, Value) {
-    let o = Command::new(env!("CARGO_BIN_EXE_escha-convert"))
+    let o = common::escha_convert()
         .args(["verify".as_ref(), input.as_os_str(), "--base".as_ref(), base.as_os_str(), "--json".as_ref()])
         .output()
         .unwrap();
@@ -207,12 +206,7 @@ fn a_norm_shifted_by_one_fails_the_norm_offset_check() {
 fn comparing_the_decode_with_itself_fails_below_the_shannon_bound() {
     let tmp = tempfile::tempdir().unwrap();
     let decoded = tmp.path().join("decoded");
-    let o = Command::new(env!("CARGO_BIN_EXE_escha-convert"))
-        .arg(fixture("dense"))
-        .arg(&decoded)
-        .arg("--quiet")
-        .output()
-        .unwrap();
+    let o = common::escha_convert().arg(fixture("dense")).arg(&decoded).arg("--quiet").output().unwrap();
     assert!(o.status.success());
     let (code, r) = verify(&fixture("dense"), &decoded);
     assert_eq!(code, Some(1));
@@ -223,7 +217,7 @@ fn comparing_the_decode_with_itself_fails_below_the_shannon_bound() {
 
 #[test]
 fn a_quantized_checkpoint_is_refused_as_base_with_exit_2() {
-    let o = Command::new(env!("CARGO_BIN_EXE_escha-convert"))
+    let o = common::escha_convert()
         .arg("verify")
         .arg(fixture("dense"))
         .arg("--base")
@@ -236,7 +230,7 @@ fn a_quantized_checkpoint_is_refused_as_base_with_exit_2() {
 
 #[test]
 fn sampling_checks_n_squares_per_tensor() {
-    let o = Command::new(env!("CARGO_BIN_EXE_escha-convert"))
+    let o = common::escha_convert()
         .args([
             "verify".as_ref(),
             fixture("moe").as_os_str(),
