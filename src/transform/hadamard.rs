@@ -108,7 +108,9 @@ impl Square {
 
     /// [`Self::transform_scaled`] for x86_64 CPUs without AVX2 and FMA and for targets other
     /// than x86_64 and aarch64; on aarch64 only the tests use it, as the reference for NEON.
+    // Not inlined, so that scripts/mca-aarch64.sh finds it (one call per square).
     #[cfg_attr(all(target_arch = "aarch64", not(test)), allow(dead_code))]
+    #[inline(never)]
     fn transform_scaled_portable(
         &mut self,
         row_scale: &[f32; HADAMARD_SIZE],
