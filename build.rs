@@ -14,6 +14,12 @@ fn main() {
     println!("cargo:rustc-check-cfg=cfg(escha_kernel_shim)");
     // Set by scripts/check-metal-on-linux.sh so the macOS-only Metal tests are type-checked too.
     println!("cargo:rustc-check-cfg=cfg(escha_metal_typecheck)");
+    // A cross build (e.g. aarch64 on x86_64, tests run under qemu-user): the CLI tests start the
+    // binary through the emulator (tests/it/common.rs, .cargo/config.toml).
+    println!("cargo:rustc-check-cfg=cfg(escha_cross)");
+    if std::env::var("TARGET").ok() != std::env::var("HOST").ok() {
+        println!("cargo:rustc-cfg=escha_cross");
+    }
 
     let apple = std::env::var("CARGO_CFG_TARGET_VENDOR").as_deref() == Ok("apple");
     if std::env::var_os("CARGO_FEATURE_METAL").is_some() && !apple {

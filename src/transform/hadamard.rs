@@ -100,10 +100,17 @@ impl Square {
             unsafe { avx2::transform_scaled(self, row_scale, col_scale, out, stride) };
             return;
         }
+        #[cfg(target_arch = "aarch64")]
+        neon::transform_scaled(self, row_scale, col_scale, out, stride);
+        #[cfg(not(target_arch = "aarch64"))]
         self.transform_scaled_portable(row_scale, col_scale, out, stride);
     }
 
-    /// [`Self::transform_scaled`] for CPUs without AVX2 and FMA.
+    /// [`Self::transform_scaled`] for `x86_64` CPUs without AVX2 and FMA and for targets other
+    /// than `x86_64` and aarch64; on aarch64 only the tests use it, as the reference for NEON.
+    // Not inlined, so that scripts/mca-aarch64.sh finds it (one call per square).
+    #[cfg_attr(all(target_arch = "aarch64", not(test)), allow(dead_code))]
+    #[inline(never)]
     fn transform_scaled_portable(
         &mut self,
         row_scale: &[f32; HADAMARD_SIZE],
@@ -242,6 +249,131 @@ mod avx2 {
     }
 }
 
+/// The square transform with 4-wide NEON vectors (aarch64, where NEON is always present).
+///
+/// Every output is the same `a + b` or `a − b` of the same operands as in the portable code, and
+/// the scaling the same `(y · row_scale) · col_scale` (two multiplies, no fused multiply-add), so
+/// the result is bit-identical. Three passes over the square, each small enough to stay in
+/// registers (32 vectors):
+/// 1. each row, one 64-float half at a time: the row stages of strides 1 … 32. The two stages
+///    inside a vector (strides 1 and 2) work on pairs of vectors: `ld2` splits 8 floats into even
+///    and odd lanes, so stride 1 is one add and one subtract; `uzp1`/`uzp2` pair up the stride-2
+///    operands the same way, and a last `uzp1`/`uzp2` restores the natural order;
+/// 2. per group of 8 rows and column vector, that column and the one 64 floats on: the row stage
+///    of stride 64, then the column stages of strides 1, 2 and 4 (the rows are still in L1);
+/// 3. per column vector, 16 rows 8 apart: the column stages of strides 8 … 64, then the scaling.
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::{Square, HADAMARD_SIZE, SQUARE_STRIDE};
+    use std::arch::aarch64::*;
+
+    /// Half a row, in 4-float vectors.
+    const HALF_VECS: usize = HADAMARD_SIZE / 8;
+
+    pub fn transform_scaled(
+        square: &mut Square,
+        row_scale: &[f32; HADAMARD_SIZE],
+        col_scale: &[f32; HADAMARD_SIZE],
+        out: &mut [f32],
+        stride: usize,
+    ) {
+        assert!(stride >= HADAMARD_SIZE && out.len() >= (HADAMARD_SIZE - 1) * stride + HADAMARD_SIZE);
+        // SAFETY: NEON is part of the aarch64 base ISA; every access is inside the square, the
+        // scales or `out` (whose size was checked above).
+        unsafe { transform(&mut square.0, row_scale, col_scale, out.as_mut_ptr(), stride) };
+    }
+
+    #[inline]
+    unsafe fn transform(
+        x: &mut [f32; HADAMARD_SIZE * SQUARE_STRIDE],
+        row_scale: &[f32; HADAMARD_SIZE],
+        col_scale: &[f32; HADAMARD_SIZE],
+        out: *mut f32,
+        stride: usize,
+    ) {
+        let x = x.as_mut_ptr();
+        let at = |r: usize, c: usize| x.add(r * SQUARE_STRIDE + c);
+        const HALF: usize = HADAMARD_SIZE / 2;
+        for rows in (0..HADAMARD_SIZE).step_by(8) {
+            // Pass 1.
+            for r in rows..rows + 8 {
+                row_half(at(r, 0));
+                row_half(at(r, HALF));
+            }
+            // Pass 2.
+            for c in (0..HALF).step_by(4) {
+                let mut a: [float32x4_t; 8] = std::array::from_fn(|m| vld1q_f32(at(rows + m, c)));
+                let mut b: [float32x4_t; 8] = std::array::from_fn(|m| vld1q_f32(at(rows + m, c + HALF)));
+                for (p, q) in a.iter_mut().zip(b.iter_mut()) {
+                    (*p, *q) = (vaddq_f32(*p, *q), vsubq_f32(*p, *q));
+                }
+                butterflies(&mut a);
+                butterflies(&mut b);
+                for m in 0..8 {
+                    vst1q_f32(at(rows + m, c), a[m]);
+                    vst1q_f32(at(rows + m, c + HALF), b[m]);
+                }
+            }
+        }
+        // Pass 3: rows r0, r0 + 8, …, r0 + 120.
+        for r0 in 0..8 {
+            for c in (0..HADAMARD_SIZE).step_by(4) {
+                let mut v: [float32x4_t; 16] = std::array::from_fn(|m| vld1q_f32(at(r0 + 8 * m, c)));
+                butterflies(&mut v);
+                let cs = vld1q_f32(col_scale.as_ptr().add(c));
+                for (m, w) in v.iter().enumerate() {
+                    let r = r0 + 8 * m;
+                    vst1q_f32(at(r, c), *w);
+                    vst1q_f32(out.add(r * stride + c), vmulq_f32(vmulq_n_f32(*w, row_scale[r]), cs));
+                }
+            }
+        }
+    }
+
+    /// Pass 1 on 64 consecutive floats: the row stages of strides 1 … 32.
+    #[inline(always)]
+    unsafe fn row_half(p: *mut f32) {
+        let mut v = [vdupq_n_f32(0.0); HALF_VECS];
+        for i in 0..HALF_VECS / 2 {
+            (v[2 * i], v[2 * i + 1]) = within_pair(vld2q_f32(p.add(8 * i)));
+        }
+        butterflies(&mut v);
+        for (i, w) in v.iter().enumerate() {
+            vst1q_f32(p.add(4 * i), *w);
+        }
+    }
+
+    /// The butterfly stages between the vectors of `v`, strides 1, 2, 4, … (in vectors).
+    #[inline(always)]
+    unsafe fn butterflies<const N: usize>(v: &mut [float32x4_t; N]) {
+        let mut h = 1;
+        while h < N {
+            for base in (0..N).step_by(2 * h) {
+                for i in base..base + h {
+                    let (a, b) = (v[i], v[i + h]);
+                    v[i] = vaddq_f32(a, b);
+                    v[i + h] = vsubq_f32(a, b);
+                }
+            }
+            h *= 2;
+        }
+    }
+
+    /// Stages of strides 1 and 2 of 8 consecutive floats `x0..x3, y0..y3`, given as `ld2` loads
+    /// them (`[x0 x2 y0 y2]`, `[x1 x3 y1 y3]`); returns the two vectors in natural order.
+    #[inline(always)]
+    unsafe fn within_pair(v: float32x4x2_t) -> (float32x4_t, float32x4_t) {
+        // Stride 1: s = [x'0 x'2 y'0 y'2], d = [x'1 x'3 y'1 y'3].
+        let s = vaddq_f32(v.0, v.1);
+        let d = vsubq_f32(v.0, v.1);
+        // Stride 2: p = [x''0 y''0 x''1 y''1], q = [x''2 y''2 x''3 y''3].
+        let (e, o) = (vuzp1q_f32(s, d), vuzp2q_f32(s, d));
+        let p = vaddq_f32(e, o);
+        let q = vsubq_f32(e, o);
+        (vuzp1q_f32(p, q), vuzp2q_f32(p, q))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -300,7 +432,20 @@ mod tests {
         let mut dispatched = vec![0f32; HADAMARD_SIZE * stride];
         square.clone().transform_scaled(&row_scale, &col_scale, &mut dispatched, stride);
         let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        // The dispatched path is AVX2 on x86_64 where present and NEON on aarch64.
         assert_eq!(bits(&dispatched), bits(&portable), "fast path differs from the portable one");
+        #[cfg(target_arch = "aarch64")]
+        {
+            let mut neon = vec![0f32; HADAMARD_SIZE * stride];
+            let mut y = square.clone();
+            neon::transform_scaled(&mut y, &row_scale, &col_scale, &mut neon, stride);
+            assert_eq!(bits(&neon), bits(&portable), "NEON path differs from the portable one");
+            let mut y_portable = square.clone();
+            y_portable.transform_scaled_portable(&row_scale, &col_scale, &mut portable, stride);
+            for r in 0..HADAMARD_SIZE {
+                assert_eq!(bits(y.row(r)), bits(y_portable.row(r)), "NEON leaves another row {r}");
+            }
+        }
 
         // Against H·X·H by definition, in f64.
         let x: Vec<f64> = (0..HADAMARD_SIZE * HADAMARD_SIZE).map(|i| value(i) as f64).collect();

@@ -3,7 +3,6 @@
 
 use crate::synth::*;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 const CODED: &str = "model.language_model.layers.0.mlp.up_proj";
 
@@ -12,7 +11,7 @@ fn fails(input: &Path, expect: &[&str]) -> String {
     let parent = tempfile::tempdir().unwrap();
     let out = parent.path().join("out");
     let before = snapshot(input);
-    let o = Command::new(env!("CARGO_BIN_EXE_escha-convert")).arg(input).arg(&out).output().unwrap();
+    let o = crate::common::escha_convert().arg(input).arg(&out).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
     assert_eq!(o.status.code(), Some(1), "exit code; stderr: {err}");
     assert_eq!(err.trim_end().lines().count(), 1, "one error line: {err}");
@@ -218,7 +217,7 @@ fn sharded(edit_index: impl FnOnce(&mut serde_json::Value)) -> (tempfile::TempDi
 fn sharded_checkpoint_with_modules_straddling_shards_converts() {
     let (tmp, dir) = sharded(|_| {});
     let out = tmp.path().join("out");
-    let o = Command::new(env!("CARGO_BIN_EXE_escha-convert")).arg(&dir).arg(&out).arg("--quiet").output().unwrap();
+    let o = crate::common::escha_convert().arg(&dir).arg(&out).arg("--quiet").output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }
 

@@ -3,6 +3,26 @@
 
 use escha_convert::rng::SplitMix64;
 use std::path::PathBuf;
+use std::process::Command;
+
+/// The `escha-convert` binary as a command.
+///
+/// A cross-compiled test (cfg `escha_cross`, set by build.rs when the target is not the host)
+/// cannot start a target binary itself: the words of `ESCHA_TEST_RUNNER` (the emulator, e.g.
+/// `qemu-aarch64 -L /usr/aarch64-linux-gnu`, set in .cargo/config.toml) then come first.
+pub fn escha_convert() -> Command {
+    let exe = env!("CARGO_BIN_EXE_escha-convert");
+    let runner = if cfg!(escha_cross) { std::env::var("ESCHA_TEST_RUNNER").unwrap_or_default() } else { String::new() };
+    let mut words = runner.split_whitespace();
+    match words.next() {
+        Some(program) => {
+            let mut c = Command::new(program);
+            c.args(words).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    }
+}
 
 /// Path of a file under `fixtures/`.
 pub fn fixture(rel: &str) -> PathBuf {

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_escha-convert"))
+    crate::common::escha_convert()
 }
 
 fn run(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {

@@ -8,15 +8,20 @@ use escha_convert::codec::{
 use half::f16;
 use proptest::prelude::*;
 
-/// Every decoder that can run here, other than the reference. The portable decoder is the one
-/// shipped on non-AVX2 targets, so it is tested on `x86_64` too.
+/// Every decoder that can run here, other than the reference, each once. The portable decoder is
+/// the one shipped on `x86_64` without AVX2 and on other targets, so it is tested everywhere.
 fn fast_decoders() -> Vec<&'static dyn TileDecoder> {
     let mut v: Vec<&'static dyn TileDecoder> = vec![&PortableDecoder];
     #[cfg(target_arch = "x86_64")]
     if let Some(d) = codec::simd::Avx2Decoder::get() {
         v.push(d);
     }
-    v.push(codec::best_decoder());
+    #[cfg(target_arch = "aarch64")]
+    v.push(&codec::simd::NeonDecoder);
+    let best = codec::best_decoder();
+    if !v.iter().any(|d| d.name() == best.name()) {
+        v.push(best);
+    }
     v
 }
 

@@ -9,7 +9,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_escha-convert"))
+    crate::common::escha_convert()
 }
 
 fn run(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {

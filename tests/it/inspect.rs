@@ -2,15 +2,9 @@
 
 use crate::common::fixture;
 use serde_json::Value;
-use std::process::Command;
 
 fn inspect(model: &str) -> Value {
-    let o = Command::new(env!("CARGO_BIN_EXE_escha-convert"))
-        .arg("inspect")
-        .arg(fixture(model))
-        .arg("--json")
-        .output()
-        .unwrap();
+    let o = crate::common::escha_convert().arg("inspect").arg(fixture(model)).arg("--json").output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     serde_json::from_slice(&o.stdout).unwrap()
 }
@@ -44,13 +38,7 @@ fn dense_fixture_facts() {
     // The predicted bf16 size is what a conversion writes (tensor bytes, main part).
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out");
-    assert!(Command::new(env!("CARGO_BIN_EXE_escha-convert"))
-        .arg(fixture("dense"))
-        .arg(&out)
-        .arg("--quiet")
-        .status()
-        .unwrap()
-        .success());
+    assert!(crate::common::escha_convert().arg(fixture("dense")).arg(&out).arg("--quiet").status().unwrap().success());
     let index: Value =
         serde_json::from_slice(&std::fs::read(out.join("model.safetensors.index.json")).unwrap()).unwrap();
     assert_eq!(r["sizes"]["bf16_bytes"], index["metadata"]["total_size"]);
@@ -121,7 +109,7 @@ fn the_27b_shapes_give_the_published_bits_per_weight() {
     std::io::Write::write_all(&mut f, text.as_bytes()).unwrap();
     f.set_len(8 + text.len() as u64 + offset).unwrap();
 
-    let o = Command::new(env!("CARGO_BIN_EXE_escha-convert")).arg("inspect").arg(&path).arg("--json").output().unwrap();
+    let o = crate::common::escha_convert().arg("inspect").arg(&path).arg("--json").output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(r["coded"].as_array().unwrap().len(), 400);

@@ -6,10 +6,9 @@ use escha_convert::codec::{Codebook, ScalarDecoder, TileDecoder};
 use escha_convert::verify::VerifyOptions;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 fn verify(input: &Path, base: &Path) -> (Option<i32>, Value) {
-    let o = Command::new(env!("CARGO_BIN_EXE_escha-convert"))
+    let o = crate::common::escha_convert()
         .args(["verify".as_ref(), input.as_os_str(), "--base".as_ref(), base.as_os_str(), "--json".as_ref()])
         .output()
         .unwrap();
@@ -205,12 +204,7 @@ fn a_norm_shifted_by_one_fails_the_norm_offset_check() {
 fn comparing_the_decode_with_itself_fails_below_the_shannon_bound() {
     let tmp = tempfile::tempdir().unwrap();
     let decoded = tmp.path().join("decoded");
-    let o = Command::new(env!("CARGO_BIN_EXE_escha-convert"))
-        .arg(fixture("dense"))
-        .arg(&decoded)
-        .arg("--quiet")
-        .output()
-        .unwrap();
+    let o = crate::common::escha_convert().arg(fixture("dense")).arg(&decoded).arg("--quiet").output().unwrap();
     assert!(o.status.success());
     let (code, r) = verify(&fixture("dense"), &decoded);
     assert_eq!(code, Some(1));
@@ -221,7 +215,7 @@ fn comparing_the_decode_with_itself_fails_below_the_shannon_bound() {
 
 #[test]
 fn a_quantized_checkpoint_is_refused_as_base_with_exit_2() {
-    let o = Command::new(env!("CARGO_BIN_EXE_escha-convert"))
+    let o = crate::common::escha_convert()
         .arg("verify")
         .arg(fixture("dense"))
         .arg("--base")
@@ -234,7 +228,7 @@ fn a_quantized_checkpoint_is_refused_as_base_with_exit_2() {
 
 #[test]
 fn sampling_checks_n_squares_per_tensor() {
-    let o = Command::new(env!("CARGO_BIN_EXE_escha-convert"))
+    let o = crate::common::escha_convert()
         .args([
             "verify".as_ref(),
             fixture("moe").as_os_str(),

@@ -4,10 +4,10 @@
 use crate::common::fixture;
 use escha_convert::verify::{render_html, verify, VerifyOptions};
 use serde_json::Value;
-use std::process::{Command, Output};
+use std::process::Output;
 
 fn run(args: &[&std::ffi::OsStr]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_escha-convert")).args(args).output().unwrap()
+    crate::common::escha_convert().args(args).output().unwrap()
 }
 
 fn esc(s: &str) -> String {

@@ -132,7 +132,9 @@ def test_reference_against_base(repo_root, name, tmp_path):
     """The reference decode is close to the bf16 weights the fixture was encoded from."""
     values = R.convert(repo_root / "fixtures" / name, tmp_path)[""]
     base = R.read_checkpoint_dir(repo_root / "fixtures" / f"{name}-base")
-    assert set(values) == set(base)
+    # The MoE fixture's MTP head has no routed experts: it is not converted (the base keeps it).
+    expected = {n for n in base if not (name == "moe" and n.startswith("mtp."))}
+    assert set(values) == expected
     for k, o in values.items():
         dt, b = base[k]
         if dt == "BF16":

@@ -1,4 +1,5 @@
-//! The decoder for every target without a dedicated SIMD path (aarch64 included).
+//! The decoder for every target without a dedicated SIMD path (`x86_64` without AVX2, targets other
+//! than `x86_64` and aarch64).
 //!
 //! Plain integer code with no table lookups, so that the compiler can vectorise the codebook loop
 //! (NEON on aarch64, SSE2 on `x86_64`). It is built and tested on every target.

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The aarch64 (64-bit ARM Linux) checks, on an x86_64 Debian/Ubuntu machine, under qemu-user:
+#
+#   1. set-up, idempotent: the Rust target, the cross gcc/g++ (linker; build.rs compiles the Metal
+#      kernel shim for the tests) and qemu-user, each installed only when missing;
+#   2. the Rust tests, cross-built and run under qemu-user (.cargo/config.toml names the linker and
+#      the runner): every test except the encoder's (tests/it/encoder.rs), see below;
+#   3. the aarch64 release binary, under qemu-user, converts both bundled fixtures (fixtures/dense,
+#      fixtures/moe) to the same bytes as the native x86_64 release binary, in bf16 and in
+#      `--format mlx`, every output file compared;
+#   4. `verify fixtures/dense --base fixtures/dense-base` passes under qemu-user, with the NEON
+#      decoder.
+#
+# Left out of step 2: tests/it/encoder.rs, the Viterbi encoder's round trips. It is target-independent
+# scalar code (the decoders it calls are covered by decoder_props, golden and reconstruct) and
+# takes about 23 minutes emulated, against about a minute for all the other tests together.
+# `cargo test --locked --target aarch64-unknown-linux-gnu` runs everything.
+#
+# Prints each step; exits non-zero on the first failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TARGET=aarch64-unknown-linux-gnu
+SYSROOT=/usr/aarch64-linux-gnu # Debian's libc6-arm64-cross, a dependency of the cross gcc
+target_dir=${CARGO_TARGET_DIR:-target}
+
+step() { printf '\n== test-aarch64: %s\n' "$*"; }
+die() {
+    echo "test-aarch64: FAILED: $*" >&2
+    exit 1
+}
+trap 'echo "test-aarch64: FAILED (line $LINENO: $BASH_COMMAND)" >&2' ERR
+start=$SECONDS
+
+step "set-up"
+command -v cargo >/dev/null && command -v rustup >/dev/null || die "needs cargo and rustup"
+if rustup target list --installed | grep -qx "$TARGET"; then
+    echo "rust target $TARGET: present"
+else
+    echo "rust target $TARGET: adding"
+    rustup target add "$TARGET"
+fi
+missing=()
+command -v aarch64-linux-gnu-gcc >/dev/null || missing+=(gcc-aarch64-linux-gnu)
+command -v aarch64-linux-gnu-g++ >/dev/null || missing+=(g++-aarch64-linux-gnu)
+command -v qemu-aarch64 >/dev/null || missing+=(qemu-user)
+if ((${#missing[@]})); then
+    echo "installing ${missing[*]}"
+    command -v apt-get >/dev/null || die "missing ${missing[*]}, and no apt-get to install them"
+    sudo=()
+    if [[ $(id -u) != 0 ]]; then
+        command -v sudo >/dev/null || die "missing ${missing[*]}; installing them needs root or sudo"
+        sudo=(sudo)
+    fi
+    "${sudo[@]}" apt-get update -q || die "apt-get update"
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}" \
+        || die "apt-get install ${missing[*]}"
+fi
+for tool in aarch64-linux-gnu-gcc aarch64-linux-gnu-g++ qemu-aarch64; do
+    command -v "$tool" >/dev/null || die "$tool still missing after the set-up"
+done
+[[ -e $SYSROOT/lib/ld-linux-aarch64.so.1 ]] || die "no aarch64 C library in $SYSROOT (package libc6-arm64-cross)"
+echo "$(aarch64-linux-gnu-gcc --version | head -n 1); $(qemu-aarch64 --version | head -n 1)"
+
+step "Rust tests for $TARGET under qemu-user (all but the encoder tests)"
+echo "cargo test --locked --target $TARGET -- --skip encoder::"
+t0=$SECONDS
+cargo test --locked --target "$TARGET" -- --skip encoder::
+echo "tests: $((SECONDS - t0)) s (build included)"
+
+step "release binaries: native and $TARGET"
+cargo build --release --locked
+cargo build --release --locked --target "$TARGET"
+native=$target_dir/release/escha-convert
+arm=$target_dir/$TARGET/release/escha-convert
+if command -v file >/dev/null; then
+    file -L "$arm" | grep -q 'ARM aarch64' || die "$arm is not an aarch64 binary"
+fi
+arm_run() { qemu-aarch64 -L "$SYSROOT" "$arm" "$@"; }
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+
+# Same file list, and every file byte-identical.
+same_tree() {
+    local a=$1 b=$2
+    (cd "$a" && find . -type f | LC_ALL=C sort) >"$work/list-a"
+    (cd "$b" && find . -type f | LC_ALL=C sort) >"$work/list-b"
+    diff -u "$work/list-a" "$work/list-b" || die "$a and $b hold different files"
+    [[ -s $work/list-a ]] || die "$a is empty"
+    local n=0 f
+    while IFS= read -r f; do
+        cmp -- "$a/$f" "$b/$f" || die "$b/$f differs from $a/$f"
+        n=$((n + 1))
+    done <"$work/list-a"
+    echo "  $n files, all byte-identical"
+}
+
+for model in dense moe; do
+    for format in bf16 mlx; do
+        step "convert fixtures/$model --format $format: native x86_64 vs $TARGET under qemu-user"
+        "$native" convert "fixtures/$model" "$work/$model-$format-x86_64" --format "$format" --quiet
+        arm_run convert "fixtures/$model" "$work/$model-$format-aarch64" --format "$format" --quiet
+        same_tree "$work/$model-$format-x86_64" "$work/$model-$format-aarch64"
+    done
+done
+
+step "verify fixtures/dense --base fixtures/dense-base under qemu-user"
+arm_run verify fixtures/dense --base fixtures/dense-base | tee "$work/verify.txt"
+grep -q 'decoder neon' "$work/verify.txt" || die "verify did not use the NEON decoder"
+
+step "all aarch64 checks passed in $((SECONDS - start)) s"
