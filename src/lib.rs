@@ -23,6 +23,7 @@
 //! conversion never encodes. [`rng`] is the one seeded generator they all share.
 
 pub mod backend;
+pub mod card;
 pub mod checkpoint;
 pub mod cli;
 pub mod codec;

@@ -7,6 +7,28 @@ use anyhow::{bail, Result};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
+/// Part `index` (1-based) of a job split into `count` (`--part I/N`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartSpec {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl std::str::FromStr for PartSpec {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let bad = || format!("{s:?}: expected I/N with 1 ≤ I ≤ N, e.g. 2/3");
+        let (i, n) = s.split_once('/').ok_or_else(bad)?;
+        let (index, count): (usize, usize) =
+            (i.trim().parse().map_err(|_| bad())?, n.trim().parse().map_err(|_| bad())?);
+        if index == 0 || index > count {
+            return Err(bad());
+        }
+        Ok(PartSpec { index, count })
+    }
+}
+
 /// A tensor with its place in the output.
 #[derive(Clone, Debug)]
 pub struct PlannedTensor {
@@ -81,6 +103,23 @@ impl Plan {
             planned.iter().map(|p| (p.tensor.name.as_str(), shards[p.shard].file_name.as_str())).collect();
         let index = container.index(&weight_map, total_size, index_metadata);
         Ok(Plan { tensors: planned, shards, index })
+    }
+
+    /// Which shards part `part` of a split job writes (all of them without one): shards go, largest
+    /// first, to the part with the fewest bytes so far (the lowest-numbered on a tie), so every
+    /// machine computes the same assignment and the parts come out about equal in bytes.
+    pub fn owned_shards(&self, part: Option<PartSpec>) -> Vec<bool> {
+        let Some(part) = part else { return vec![true; self.shards.len()] };
+        let mut order: Vec<usize> = (0..self.shards.len()).collect();
+        order.sort_by_key(|&i| (std::cmp::Reverse(self.shards[i].len), i));
+        let mut load = vec![0u64; part.count];
+        let mut owner = vec![0; self.shards.len()];
+        for i in order {
+            let p = (0..part.count).min_by_key(|&p| (load[p], p)).expect("at least one part");
+            load[p] += self.shards[i].len;
+            owner[i] = p;
+        }
+        owner.into_iter().map(|p| p + 1 == part.index).collect()
     }
 
     /// The tensors of shard `i`, in data order.

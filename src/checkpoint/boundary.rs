@@ -91,11 +91,19 @@ pub fn open_regular(path: &Path) -> Result<File> {
     Ok(file)
 }
 
+/// The largest JSON or text file read from IN (an index of a very large model is a few MB).
+const MAX_TEXT: u64 = 256 << 20;
+
 /// Reads a whole resolved input file as text.
 pub fn read_text(path: &Path) -> Result<String> {
     use std::io::Read;
+    let file = open_regular(path)?;
+    let len = file.metadata().map_or(0, |m| m.len());
+    if len > MAX_TEXT {
+        bail!("{}: {len} bytes is too large for a metadata file", path.display());
+    }
     let mut text = String::new();
-    open_regular(path)?.read_to_string(&mut text).with_context(|| format!("{}: cannot read", path.display()))?;
+    file.take(MAX_TEXT).read_to_string(&mut text).with_context(|| format!("{}: cannot read", path.display()))?;
     Ok(text)
 }
 

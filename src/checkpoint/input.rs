@@ -37,6 +37,10 @@ pub struct Checkpoint {
     pub config: Option<Value>,
     /// Side files from [`COPIED_FILES`] present next to the shards: name, resolved path.
     pub copied_files: Vec<(String, PathBuf)>,
+    /// What the input says about itself beyond config.json, for the output's model card:
+    /// `quantize_config.json` and the YAML front matter of its `README.md`.
+    pub quantize_config: Option<Value>,
+    pub card_front_matter: Option<String>,
     /// The `mtp/` subdirectory (the 27B's separate MTP head), when present, resolved; its
     /// `mtp.*` tensors are part of [`Checkpoint::tensors`].
     pub mtp_dir: Option<PathBuf>,
@@ -87,6 +91,8 @@ impl Checkpoint {
             tensors: BTreeMap::new(),
             config: None,
             copied_files: Vec::new(),
+            quantize_config: None,
+            card_front_matter: None,
             mtp_dir: None,
         }
     }
@@ -122,6 +128,12 @@ impl Checkpoint {
             if let Some(resolved) = boundary.file(&root.join(name))? {
                 ck.copied_files.push(((*name).to_string(), resolved));
             }
+        }
+        if let Some(path) = boundary.file(&root.join("quantize_config.json"))? {
+            ck.quantize_config = serde_json::from_str(&read_text(&path)?).ok();
+        }
+        if let Some(path) = boundary.file(&root.join("README.md"))? {
+            ck.card_front_matter = front_matter(&read_text(&path)?);
         }
         ck.mtp_dir = boundary.dir(&root.join("mtp"))?;
         Ok(ck)
@@ -306,4 +318,11 @@ fn refuse_lone_shard(file: &Path) -> Result<()> {
         bail!("{}: one shard of {shards}; pass the directory {} instead", file.display(), dir.display());
     }
     Ok(())
+}
+
+/// The YAML front matter of a model card (between a first line `---` and the next `---`).
+fn front_matter(card: &str) -> Option<String> {
+    let rest = card.strip_prefix("---\n").or_else(|| card.strip_prefix("---\r\n"))?;
+    let end = rest.find("\n---")?;
+    Some(rest[..end].to_string())
 }

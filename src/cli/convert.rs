@@ -3,7 +3,7 @@
 use super::exit::{fail, print_json, print_out, warn, FAILURE};
 use super::size::parse_size;
 use crate::backend::{Backend, BackendKind};
-use crate::convert::{convert, render_plan, render_summary, ConvertOptions};
+use crate::convert::{convert, render_plan, render_summary, ConvertOptions, PartSpec, VerifyRequest};
 use crate::layout::mlx::Int8Mode;
 use crate::layout::{DenseDtype, MlxOptions, MtpMode, OutputFormat};
 use crate::quant::mlx_affine::{AffineSpec, BITS, GROUP_SIZES};
@@ -93,7 +93,33 @@ pub struct ConvertArgs {
     /// Decode tiles on the GPU through Metal: short for `--backend metal`.
     #[arg(long, conflicts_with = "backend")]
     pub metal: bool,
+    /// Write part I of N of the full output (its share of the shards, by bytes, plus every other
+    /// file), e.g. `--part 2/3` in a CI job matrix; the parts copied into one directory are the
+    /// whole output, byte for byte.
+    #[arg(long, value_name = "I/N")]
+    pub part: Option<PartSpec>,
+    /// Write SHA256SUMS for every file of OUT (with --part: SHA256SUMS.part-I-of-N for that part's
+    /// files), in the format `sha256sum -c` reads.
+    #[arg(long)]
+    pub checksums: bool,
+    /// Write no model card (README.md).
+    #[arg(long)]
+    pub no_card: bool,
+    /// Prove the decode against the unquantized base model before OUT is moved into place: a
+    /// failed check writes nothing and exits 1; a passing one is recorded in the model card.
+    #[arg(long, value_name = "BASE")]
+    pub verify_base: Option<PathBuf>,
+    /// With --verify-base: check N evenly spread 128×128 blocks per tensor (default 4).
+    #[arg(long, value_name = "N", requires = "verify_base", conflicts_with = "verify_full",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub verify_sample: Option<u64>,
+    /// With --verify-base: check every block of every tensor.
+    #[arg(long, requires = "verify_base")]
+    pub verify_full: bool,
 }
+
+/// Blocks per tensor `--verify-base` checks unless told otherwise.
+const VERIFY_SAMPLE: usize = 4;
 
 /// A value parser that accepts exactly `values` and lists them in `--help` and in errors.
 fn choice<T: Copy + ToString + std::str::FromStr + Send + Sync + Clone + 'static>(
@@ -132,22 +158,71 @@ impl TryFrom<ConvertArgs> for ConvertRun {
         };
         Ok(ConvertRun {
             options: ConvertOptions {
-                input: a.input,
-                output: a.output,
+                input: a.input.clone(),
+                output: a.output.clone(),
                 format,
                 keep_bias: a.bias == BiasArg::Keep,
                 max_shard_size: a.max_shard_size,
-                only: a.only,
+                only: a.only.clone(),
                 threads: a.threads,
                 force: a.force,
                 dry_run: a.dry_run,
                 progress: !a.quiet && !a.json,
+                part: a.part,
+                checksums: a.checksums,
+                card_command: (!a.no_card).then(|| command_line(&a, &format)),
+                verify: a.verify_base.clone().map(|base| VerifyRequest {
+                    base,
+                    sample: (!a.verify_full).then(|| a.verify_sample.map_or(VERIFY_SAMPLE, |n| n as usize)),
+                }),
             },
             backend: if a.metal { BackendKind::Metal } else { a.backend },
             json: a.json,
             quiet: a.quiet,
         })
     }
+}
+
+/// The command line the model card records: the options that shape the output, IN and BASE by
+/// their last component (a card names no path of the machine that ran the job), OUT as `OUT`. How the run went
+/// (-j, --quiet, --json, --force, --backend, --part) changes no byte and is left out.
+fn command_line(a: &ConvertArgs, format: &OutputFormat) -> String {
+    let name = |p: &std::path::Path| {
+        p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned())
+    };
+    let mut flags: Vec<(&str, Option<String>)> = Vec::new();
+    match format {
+        OutputFormat::Dense { dtype, mtp } => {
+            flags.push(("--format", Some(if *dtype == DenseDtype::Bf16 { "bf16" } else { "f16" }.into())));
+            flags.push(("--mtp", Some(format!("{mtp:?}").to_lowercase())));
+        }
+        OutputFormat::Mlx(o) => {
+            flags.push(("--format", Some("mlx".into())));
+            flags.push(("--bits", Some(o.spec.bits.to_string())));
+            flags.push(("--group-size", Some(o.spec.group_size.to_string())));
+            flags.push(("--int8", Some(format!("{:?}", o.int8).to_lowercase())));
+        }
+    }
+    flags.push(("--bias", Some(if a.bias == BiasArg::Keep { "keep" } else { "drop" }.into())));
+    flags.extend(a.max_shard_size.map(|s| ("--max-shard-size", Some(s.to_string()))));
+    flags.extend(a.only.iter().map(|g| ("--only", Some(format!("'{g}'")))));
+    if a.checksums {
+        flags.push(("--checksums", None));
+    }
+    if let Some(base) = &a.verify_base {
+        flags.push(("--verify-base", Some(name(base))));
+        flags.push(match a.verify_sample {
+            _ if a.verify_full => ("--verify-full", None),
+            n => ("--verify-sample", Some(n.map_or(VERIFY_SAMPLE as u64, |n| n).to_string())),
+        });
+    }
+    // OUT is named by role: the parts of a split job write to differently named directories.
+    let mut words = vec!["escha-convert".to_string(), name(&a.input), "OUT".to_string()];
+    for (flag, value) in flags {
+        words.push(flag.into());
+        words.extend(value);
+    }
+    words.join(" ")
 }
 
 pub fn run(args: ConvertArgs) -> ExitCode {

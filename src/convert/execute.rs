@@ -30,10 +30,16 @@ struct Placed {
     params_offset: u64,
 }
 
-/// Writes every tensor of `plan` into shard files in `dir`, reading from `reader`.
-pub fn write_shards(plan: &Plan, reader: &Reader, dir: &Path, progress: &Progress) -> Result<()> {
-    let queue = WriteQueue::start(ShardFiles::create(dir, plan)?);
-    let Units { units, inputs } = units(plan, reader.ck, reader.cat)?;
+/// Writes the shards of `plan` that `owned` marks into `dir`, reading from `reader`.
+pub fn write_shards(plan: &Plan, reader: &Reader, dir: &Path, owned: &[bool], progress: &Progress) -> Result<()> {
+    let queue = WriteQueue::start(ShardFiles::create(dir, plan, owned)?);
+    let Units { mut units, inputs } = units(plan, reader.ck, reader.cat)?;
+    // A unit is run when anything it writes (its tensor, or an affine tensor's scales and
+    // biases) lies in a shard of this run.
+    let writes_here = |t: usize| owned[plan.tensors[t].shard];
+    units.retain(|u| {
+        writes_here(u.tensor) || plan.tensors[u.tensor].params.is_some_and(|p| p.iter().any(|&t| writes_here(t)))
+    });
     // Units left per input tensor: when the last one is done, its pages are released.
     let left: Vec<AtomicUsize> = {
         let mut n = vec![0; inputs.len()];
@@ -46,6 +52,9 @@ pub fn write_shards(plan: &Plan, reader: &Reader, dir: &Path, progress: &Progres
             run_unit(plan, reader, unit, scratch).with_context(|| format!("while writing {}", planned.tensor.name))?;
         let hand_over = |t: usize, offset: u64, buffer: &mut Vec<u8>| -> Result<()> {
             let p = &plan.tensors[t];
+            if !owned[p.shard] {
+                return Ok(());
+            }
             progress.inc(buffer.len() as u64);
             let bytes = std::mem::replace(buffer, queue.buffer());
             queue.write(p.shard, p.offset + offset, bytes)

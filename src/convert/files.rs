@@ -1,7 +1,12 @@
 //! The files around the shards: the index, config.json and the copied side files.
 
 use super::job::Job;
-use crate::checkpoint::open_regular;
+use super::options::ConvertOptions;
+use super::report::VerifySummary;
+use crate::card::{self, Card};
+use crate::checkpoint::{open_regular, Leaf};
+use crate::layout::mtp::is_mtp;
+use crate::layout::Layout;
 use anyhow::{Context, Result};
 use std::path::Path;
 
@@ -27,4 +32,51 @@ pub fn write_side_files(job: &Job, dir: &Path) -> Result<Vec<String>> {
         written.push("config.json".into());
     }
     Ok(written)
+}
+
+/// The model card's file name in OUT.
+pub const CARD_FILE: &str = "README.md";
+
+/// The model card of `job`.
+pub fn card(
+    job: &Job,
+    layout: &dyn Layout,
+    opts: &ConvertOptions,
+    command: &str,
+    verify: Option<&VerifySummary>,
+) -> Card {
+    let (source, revision) = card::source_name(&opts.input);
+    let mut notes = Vec::new();
+    if job.cat.coded.iter().any(|m| m.tensor(Leaf::Bias).is_some()) {
+        let bias = if opts.keep_bias {
+            "kept as `<module>.bias` (stock Qwen3.5 models have no slot for them)"
+        } else {
+            "dropped: the reference runtime never applies them"
+        };
+        notes.push(("coded-linear biases", bias.to_string()));
+    }
+    if !job.cat.int8.is_empty() {
+        notes.push((
+            "int8 layers",
+            format!("{} pairs, dequantized exactly (w8·scale) before any rounding", job.cat.int8.len()),
+        ));
+    }
+    let mtp = match (job.ck.tensors.keys().any(|n| is_mtp(n)), job.mtp_written) {
+        (false, _) => "none in the source",
+        (true, true) => "kept: `mtp.*` tensors in the main shards",
+        (true, false) => {
+            "not written (incomplete, dropped on request, or the format has none); mtp_num_hidden_layers is 0"
+        }
+    };
+    notes.push(("MTP head", mtp.to_string()));
+    Card {
+        source,
+        revision,
+        base_model: card::base_model(&job.ck),
+        license: card::license(&job.ck),
+        command: command.to_string(),
+        format: layout.card(job.mtp_written),
+        notes,
+        verified: verify.map(VerifySummary::line),
+    }
 }

@@ -4,6 +4,7 @@
 use super::options::ConvertOptions;
 use crate::checkpoint::{catalog, Catalog, Checkpoint};
 use crate::container::Container;
+use crate::layout::mtp::is_mtp;
 use crate::layout::{check_unique_names, Kind, Layout, OutputTensor};
 use crate::plan::Plan;
 use anyhow::{bail, Result};
@@ -15,6 +16,8 @@ pub struct Job {
     pub plan: Plan,
     /// The output's config.json text (when the input has a config).
     pub config: Option<String>,
+    /// Whether the output holds an MTP head (counting tensors `--only` leaves to other runs).
+    pub mtp_written: bool,
 }
 
 impl Job {
@@ -34,6 +37,7 @@ impl Job {
         let all = layout.tensors(&ck, &cat, opts.keep_bias, warnings)?;
         check_unique_names(&all, &cat)?;
         let config = ck.config.as_ref().map(|c| layout.config(c, &all));
+        let mtp_written = all.iter().any(|t| is_mtp(&t.name));
         let mut tensors = all;
         if !opts.only.is_empty() {
             layout.select(&mut tensors, &opts.only);
@@ -45,7 +49,7 @@ impl Job {
         let max_shard_size = opts.max_shard_size.unwrap_or_else(|| layout.default_max_shard_size());
         let metadata = layout.index_metadata(&tensors);
         let plan = Plan::new(tensors, max_shard_size, container, layout.tag(), metadata)?;
-        Ok(Job { ck, cat, plan, config })
+        Ok(Job { ck, cat, plan, config, mtp_written })
     }
 }
 

@@ -16,18 +16,21 @@ mod report;
 mod rows;
 mod units;
 
-pub use options::ConvertOptions;
-pub use report::{render_plan, render_summary, ConvertReport, ShardReport, TensorReport};
+pub use crate::plan::PartSpec;
+pub use options::{ConvertOptions, VerifyRequest};
+pub use report::{render_plan, render_summary, ConvertReport, ShardReport, TensorReport, VerifySummary, WrittenFile};
 
 use crate::checkpoint::Checkpoint;
 use crate::codec::TileDecoder;
 use crate::container::{Container, Safetensors};
 use crate::layout::Layout;
-use crate::output::Staging;
+use crate::output::{checksums, Staging};
 use crate::transform::hadamard::HADAMARD_SIZE;
-use anyhow::{Context, Result};
+use crate::verify::{verify, VerifyOptions, DEFAULT_MAX_RATIO};
+use anyhow::{bail, Context, Result};
 use job::Job;
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Instant;
 
 pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<ConvertReport> {
@@ -37,8 +40,9 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
     let layout = opts.format.layout();
     let container = Safetensors;
     let job = Job::new(Checkpoint::open(&opts.input)?, opts, layout.as_ref(), &container, &mut warnings)?;
+    let owned = job.plan.owned_shards(opts.part);
 
-    let mut report = plan_report(opts, layout.as_ref(), &job, decoder, pool.current_num_threads());
+    let mut report = plan_report(opts, layout.as_ref(), &job, &owned, decoder, pool.current_num_threads());
     if opts.dry_run {
         report.would_refuse = Staging::check(&opts.output, &opts.input, opts.force).err().map(|e| format!("{e:#}"));
         report.warnings = warnings;
@@ -49,14 +53,32 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
     let progress = progress::Progress::new(opts.progress, report.bytes_written);
     let dir = staging.path();
     let reader = rows::Reader { ck: &job.ck, cat: &job.cat, decoder };
-    pool.install(|| execute::write_shards(&job.plan, &reader, dir, &progress))
+    pool.install(|| execute::write_shards(&job.plan, &reader, dir, &owned, &progress))
         .with_context(|| format!("{}: cannot write the output", opts.output.display()))?;
-    for (i, shard) in job.plan.shards.iter().enumerate() {
+    progress.finish();
+    let mut written = Vec::new();
+    for (i, shard) in job.plan.shards.iter().enumerate().filter(|(i, _)| owned[*i]) {
         let tensors: Vec<_> = job.plan.shard_tensors(i).map(|p| &p.tensor).collect();
         container.check_written(&dir.join(&shard.file_name), &tensors)?;
+        written.push(shard.file_name.clone());
     }
     report.copied_files = files::write_side_files(&job, dir)?;
-    progress.finish();
+    written.extend(job.plan.index.iter().map(|(name, _)| name.clone()));
+    written.extend(report.copied_files.iter().cloned());
+    if let Some(request) = &opts.verify {
+        let summary = prove(opts, request, decoder)?;
+        report.verify = Some(summary);
+    }
+    if let Some(command) = &opts.card_command {
+        let card = files::card(&job, layout.as_ref(), opts, command, report.verify.as_ref());
+        std::fs::write(dir.join(files::CARD_FILE), card.render())?;
+        written.push(files::CARD_FILE.into());
+    }
+    report.files = match opts.part.filter(|_| opts.checksums) {
+        Some(p) => with_sums(dir, &written, &checksums::part_sums_file(p.index, p.count))?,
+        None if opts.checksums => with_sums(dir, &written, checksums::SUMS_FILE)?,
+        None => written.into_iter().map(|file| WrittenFile { file, sha256: None }).collect(),
+    };
     job.ck.check_unchanged()?;
     staging.commit()?;
 
@@ -67,11 +89,55 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
     Ok(report)
 }
 
+/// Runs verify for `--verify-base`; a failed check is an error, so nothing is moved into place.
+fn prove(opts: &ConvertOptions, request: &VerifyRequest, decoder: &dyn TileDecoder) -> Result<VerifySummary> {
+    let verify_opts = VerifyOptions {
+        input: opts.input.clone(),
+        base: request.base.clone(),
+        only: opts.only.clone(),
+        sample: request.sample,
+        max_ratio: DEFAULT_MAX_RATIO,
+        min_corr: None,
+        threads: opts.threads,
+        allow_missing: false,
+    };
+    let r = verify(&verify_opts, decoder).context("--verify-base: cannot check the decode")?;
+    let summary = VerifySummary {
+        base: crate::card::source_name(&request.base).0,
+        passed: r.passed,
+        checked: r.checked,
+        failed: r.failed,
+        coded: r.coded.len(),
+        int8: r.int8.len(),
+        norms: r.norms.len(),
+        sampled_blocks: request.sample,
+    };
+    if !r.passed {
+        let first = r.problems.first().cloned().or_else(|| {
+            let row = r.coded.iter().find(|c| !c.failures.is_empty())?;
+            Some(format!("{}: {}", row.tensor, row.failures.join("; ")))
+        });
+        bail!("--verify-base: {}; {}; nothing was written", summary.line(), first.unwrap_or_default());
+    }
+    Ok(summary)
+}
+
+/// Writes the sums of `files` as `sums_file`, which is written too.
+fn with_sums(dir: &Path, files: &[String], sums_file: &str) -> Result<Vec<WrittenFile>> {
+    let mut out: Vec<WrittenFile> = checksums::write_sums(dir, files, sums_file)?
+        .into_iter()
+        .map(|(file, hash)| WrittenFile { file, sha256: Some(hash) })
+        .collect();
+    out.push(WrittenFile { file: sums_file.into(), sha256: None });
+    Ok(out)
+}
+
 /// The report of a planned conversion: every tensor and shard, sizes and the memory estimate.
 fn plan_report(
     opts: &ConvertOptions,
     layout: &dyn Layout,
     job: &Job,
+    owned: &[bool],
     decoder: &dyn TileDecoder,
     threads: usize,
 ) -> ConvertReport {
@@ -85,7 +151,7 @@ fn plan_report(
         threads,
         counts: BTreeMap::new(),
         shards: Vec::new(),
-        bytes_written: plan.shards.iter().map(|s| s.len).sum(),
+        bytes_written: plan.shards.iter().zip(owned).filter(|(_, &own)| own).map(|(s, _)| s.len).sum(),
         weights: 0,
         seconds: 0.0,
         gb_per_s: 0.0,
@@ -93,6 +159,9 @@ fn plan_report(
         peak_memory_estimate: 0,
         copied_files: Vec::new(),
         would_refuse: None,
+        part: opts.part.map(|p| format!("{}/{}", p.index, p.count)),
+        files: Vec::new(),
+        verify: None,
         warnings: Vec::new(),
         tensors: Vec::new(),
     };

@@ -1,6 +1,7 @@
 //! What the user asks a conversion for.
 
 use crate::layout::OutputFormat;
+use crate::plan::PartSpec;
 use std::path::PathBuf;
 
 #[derive(Clone, Debug)]
@@ -14,8 +15,24 @@ pub struct ConvertOptions {
     pub max_shard_size: Option<u64>,
     /// `--only` globs over output names (empty: everything).
     pub only: Vec<String>,
+    /// Write only this part's shards of the full plan (and every file around them).
+    pub part: Option<PartSpec>,
+    /// Write `SHA256SUMS` (a part's own `SHA256SUMS.part-I-of-N`).
+    pub checksums: bool,
+    /// The command line the model card records; `None`: write no card.
+    pub card_command: Option<String>,
+    /// Prove the decode against a base model before the output is moved into place.
+    pub verify: Option<VerifyRequest>,
     pub threads: Option<usize>,
     pub force: bool,
     pub dry_run: bool,
     pub progress: bool,
+}
+
+/// `--verify-base BASE`: the base model, and how many 128×128 blocks per tensor to check
+/// (`None`: every block).
+#[derive(Clone, Debug)]
+pub struct VerifyRequest {
+    pub base: PathBuf,
+    pub sample: Option<usize>,
 }

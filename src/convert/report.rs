@@ -23,6 +23,47 @@ pub struct ShardReport {
     pub bytes: u64,
 }
 
+/// One file written into OUT.
+#[derive(Clone, Debug, Serialize)]
+pub struct WrittenFile {
+    pub file: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
+}
+
+/// What `--verify-base` proved.
+#[derive(Clone, Debug, Serialize)]
+pub struct VerifySummary {
+    /// The base model's directory (or file) name.
+    pub base: String,
+    pub passed: bool,
+    pub checked: usize,
+    pub failed: usize,
+    pub coded: usize,
+    pub int8: usize,
+    pub norms: usize,
+    /// Blocks checked per tensor; `None`: every block.
+    pub sampled_blocks: Option<usize>,
+}
+
+impl VerifySummary {
+    /// One line for the model card and the summary.
+    pub fn line(&self) -> String {
+        let blocks =
+            self.sampled_blocks.map_or("every block".into(), |n| format!("{n} sampled 128×128 blocks per tensor"));
+        format!(
+            "{} against `{}`: {} checked ({} coded, {} int8, {} norms), {} failed; {blocks}",
+            if self.passed { "PASS" } else { "FAIL" },
+            self.base,
+            self.checked,
+            self.coded,
+            self.int8,
+            self.norms,
+            self.failed
+        )
+    }
+}
+
 /// What a conversion (or a dry run) did; printed as text, or as one JSON document with `--json`.
 #[derive(Clone, Debug, Serialize)]
 pub struct ConvertReport {
@@ -44,6 +85,12 @@ pub struct ConvertReport {
     pub copied_files: Vec<String>,
     /// `--dry-run`: why the real run would refuse OUT, if it would.
     pub would_refuse: Option<String>,
+    /// `--part I/N`: which part this run wrote.
+    pub part: Option<String>,
+    /// Every file this run wrote into OUT, with its SHA-256 under `--checksums`.
+    pub files: Vec<WrittenFile>,
+    /// The summary of `--verify-base`, when it ran.
+    pub verify: Option<VerifySummary>,
     pub warnings: Vec<String>,
     pub tensors: Vec<TensorReport>,
 }

@@ -11,7 +11,7 @@
 
 use super::mtp::{self, MtpMode};
 use super::names::{natural_key, norm_kind};
-use super::policy::Layout;
+use super::policy::{FormatCard, Layout};
 use super::tensor::{Encoding, Kind, OutputTensor, RowSource};
 use crate::checkpoint::tensor::is_float;
 use crate::checkpoint::{Catalog, Checkpoint, Leaf};
@@ -78,6 +78,25 @@ impl Layout for HfLayout {
 
     fn default_max_shard_size(&self) -> u64 {
         5_000_000_000
+    }
+
+    fn card(&self, mtp: bool) -> FormatCard {
+        let dtype = self.name();
+        let no_mtp = if mtp { "" } else { " --no-mtp" };
+        FormatCard {
+            library: "transformers",
+            tags: vec![dtype.into()],
+            description: format!("dense {dtype} safetensors, Hugging Face layout (norms zero-centred, as the base model stores them)"),
+            how_to_load: format!(
+                "transformers:\n\n```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n\
+                 model = AutoModelForCausalLM.from_pretrained(\"path/to/model\", dtype=\"auto\")\n\
+                 tokenizer = AutoTokenizer.from_pretrained(\"path/to/model\")\n```\n\n\
+                 mlx-lm (it adds the norm offset itself):\n\n```python\nfrom mlx_lm import load\n\
+                 model, tokenizer = load(\"path/to/model\")\n```\n\n\
+                 llama.cpp (GGUF), from a llama.cpp checkout:\n\n```sh\n\
+                 python convert_hf_to_gguf.py path/to/model --outtype {dtype} --outfile model-{dtype}.gguf{no_mtp}\n```\n"
+            ),
+        }
     }
 }
 

@@ -23,8 +23,9 @@
 //! * no `mtp.*` key and no vision tensor is written (either would make some loader shift the
 //!   norms a second time or fail a strict load).
 
+use super::mtp;
 use super::names::{natural_key, norm_kind};
-use super::policy::Layout;
+use super::policy::{FormatCard, Layout};
 use super::tensor::{Adjust, AffineParams, Encoding, Kind, OutputTensor, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint, Leaf};
 use crate::quant::mlx_affine::{int8_group_size, AffineSpec};
@@ -118,7 +119,10 @@ impl Layout for MlxLayout {
     }
 
     fn config(&self, input: &Value, tensors: &[OutputTensor]) -> String {
-        crate::json::to_text(&config_json(input, quantization(tensors, self.opts, is_moe(tensors))), 4)
+        let mut config = config_json(input, quantization(tensors, self.opts, is_moe(tensors)));
+        // The layout has no MTP head: no client may expect one.
+        mtp::clear_declared_layers(&mut config);
+        crate::json::to_text(&config, 4)
     }
 
     fn tag(&self) -> &'static str {
@@ -134,6 +138,25 @@ impl Layout for MlxLayout {
     /// mlx-lm's own shard limit.
     fn default_max_shard_size(&self) -> u64 {
         5 << 30
+    }
+
+    fn card(&self, _mtp: bool) -> FormatCard {
+        let AffineSpec { bits, group_size } = self.opts.spec;
+        let int8 = match self.opts.int8 {
+            Int8Mode::Exact => "int8 layers repacked exactly as 8-bit affine",
+            Int8Mode::Requant => "int8 layers requantized",
+        };
+        FormatCard {
+            library: "mlx",
+            tags: vec!["mlx".into(), format!("{bits}-bit")],
+            description: format!(
+                "MLX layout, affine-quantized at {bits} bits, group size {group_size} (routers at 8 bits); {int8}"
+            ),
+            how_to_load: "mlx-lm:\n\n```python\nfrom mlx_lm import load, generate\n\
+                          model, tokenizer = load(\"path/to/model\")\n\
+                          print(generate(model, tokenizer, prompt=\"Hello\"))\n```\n"
+                .into(),
+        }
     }
 }
 

@@ -16,7 +16,7 @@ pub use hf::{DenseDtype, HfLayout};
 pub use mlx::{MlxLayout, MlxOptions};
 pub use mtp::MtpMode;
 pub use names::{natural_key, norm_kind, NormKind};
-pub use policy::Layout;
+pub use policy::{FormatCard, Layout};
 pub use tensor::{check_unique_names, Adjust, AffineParams, Encoding, Kind, OutputTensor, Recipe, RowSource};
 
 /// What the conversion writes.

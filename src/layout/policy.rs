@@ -7,6 +7,19 @@ use crate::select::selected;
 use anyhow::Result;
 use serde_json::{Map, Value};
 
+/// What the model card says about a format.
+#[derive(Clone, Debug)]
+pub struct FormatCard {
+    /// The card's `library_name`.
+    pub library: &'static str,
+    /// Tags beside the common ones.
+    pub tags: Vec<String>,
+    /// One line: the format and its settings.
+    pub description: String,
+    /// Markdown: how to load the output (the model is at `path/to/model`).
+    pub how_to_load: String,
+}
+
 pub trait Layout: Sync {
     /// The format's name in reports: "bf16", "f16", "mlx".
     fn name(&self) -> &'static str;
@@ -40,4 +53,7 @@ pub trait Layout: Sync {
 
     /// The largest shard when the user sets none, in tensor bytes.
     fn default_max_shard_size(&self) -> u64;
+
+    /// How the model card describes the output; `mtp`: whether it holds an MTP head.
+    fn card(&self, mtp: bool) -> FormatCard;
 }

@@ -8,31 +8,37 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 pub struct ShardFiles {
-    files: Vec<(PathBuf, File)>,
+    /// The files of the shards this run writes (`None`: another part's).
+    files: Vec<Option<(PathBuf, File)>>,
 }
 
 impl ShardFiles {
-    pub fn create(dir: &Path, plan: &Plan) -> Result<Self> {
+    /// Creates the shards `owned` marks.
+    pub fn create(dir: &Path, plan: &Plan, owned: &[bool]) -> Result<Self> {
         let mut files = Vec::new();
-        for shard in &plan.shards {
+        for (shard, &own) in plan.shards.iter().zip(owned) {
+            if !own {
+                files.push(None);
+                continue;
+            }
             let path = dir.join(&shard.file_name);
             let file = File::create(&path).with_context(|| format!("{}: cannot create", path.display()))?;
             preallocate(&file, shard.len)
                 .with_context(|| format!("{}: cannot reserve {} bytes", path.display(), shard.len))?;
             file.write_all_at(&shard.header, 0).with_context(|| format!("{}: cannot write header", path.display()))?;
-            files.push((path, file));
+            files.push(Some((path, file)));
         }
         Ok(Self { files })
     }
 
     pub fn write_at(&self, shard: usize, offset: u64, bytes: &[u8]) -> Result<()> {
-        let (path, file) = &self.files[shard];
+        let Some((path, file)) = &self.files[shard] else { bail!("shard {shard} is not written by this run") };
         file.write_all_at(bytes, offset).with_context(|| format!("{}: write failed", path.display()))
     }
 
     /// Flushes every file to disk.
     pub fn finish(self) -> Result<()> {
-        for (path, file) in self.files {
+        for (path, file) in self.files.into_iter().flatten() {
             file.sync_all().with_context(|| format!("{}: cannot flush", path.display()))?;
         }
         Ok(())

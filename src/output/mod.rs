@@ -2,6 +2,7 @@
 //! locked meanwhile, and replaced only when it holds nothing but an earlier output), and shard
 //! files preallocated then filled by positioned writes.
 
+pub mod checksums;
 mod files;
 mod lock;
 mod ours;

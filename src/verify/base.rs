@@ -67,6 +67,12 @@ impl Base {
         Ok(Base { ck, layout, fp8 })
     }
 
+    /// Whether a base of this layout holds tensor `hf` at all: an MLX-layout base never has the
+    /// MTP head (mlx-lm has none), so its absence proves nothing wrong.
+    pub fn may_hold(&self, hf: &str) -> bool {
+        !(self.layout == BaseLayout::Mlx && crate::layout::mtp::is_mtp(hf))
+    }
+
     /// The base name of an HF-layout tensor name.
     fn rename(&self, hf: &str) -> String {
         match self.layout {

@@ -44,8 +44,10 @@ pub fn verify(opts: &VerifyOptions, decoder: &dyn TileDecoder) -> Result<VerifyR
     let mut warnings = Vec::new();
     let pool = crate::pool::pool(opts.threads, &mut warnings)?;
 
-    let outputs: Vec<_> =
-        hf::tensors(&ck, &cat, DenseDtype::Bf16, false).into_iter().filter(|t| selected(&t.name, &opts.only)).collect();
+    let outputs: Vec<_> = hf::tensors(&ck, &cat, DenseDtype::Bf16, false)
+        .into_iter()
+        .filter(|t| selected(&t.name, &opts.only) && base.may_hold(&t.name))
+        .collect();
     if outputs.is_empty() && !opts.only.is_empty() {
         bail!("--only {} matches no tensor of {}", opts.only.join(" "), opts.input.display());
     }

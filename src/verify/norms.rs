@@ -28,7 +28,7 @@ pub fn check_norms(
     for p in &cat.plain {
         let name = &p.name;
         let Some(kind) = norm_kind(name) else { continue };
-        if !selected(name, only) {
+        if !selected(name, only) || !base.may_hold(name) {
             continue;
         }
         let gated = kind == NormKind::Plain;

@@ -5,6 +5,7 @@ mod kernel_cases;
 mod synth;
 
 mod bad_input;
+mod batch;
 mod convert_cli;
 mod decoder_props;
 mod edges;

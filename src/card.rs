@@ -1,0 +1,157 @@
+//! The model card: `README.md` in OUT, in Hugging Face model-card form. YAML front matter for the
+//! Hub (library, tags, base model and license when the input names them), then where the weights
+//! come from and how they were made, and how to load them. It names the source by its directory
+//! (or Hub repository) name, never by a path on the machine that ran the job.
+
+use crate::checkpoint::Checkpoint;
+use crate::layout::FormatCard;
+use serde_json::Value;
+use std::fmt::Write;
+use std::path::Path;
+
+/// Everything the card says.
+pub struct Card {
+    /// The source's name: its Hub repository (from a cache snapshot) or directory name.
+    pub source: String,
+    /// The Hub revision, when the input is a cache snapshot.
+    pub revision: Option<String>,
+    pub base_model: Option<String>,
+    pub license: Option<String>,
+    /// The command that made the output, paths reduced to their last component.
+    pub command: String,
+    pub format: FormatCard,
+    /// One line each: what happened to biases, int8 layers and the MTP head.
+    pub notes: Vec<(&'static str, String)>,
+    /// The verify summary, when the conversion was proved against a base model.
+    pub verified: Option<String>,
+}
+
+/// The source's name and revision: `org/name` and the snapshot for a Hugging Face cache
+/// (`…/models--org--name/snapshots/<rev>`), else the directory's own name.
+pub fn source_name(input: &Path) -> (String, Option<String>) {
+    let path = input.canonicalize().unwrap_or_else(|_| input.to_path_buf());
+    let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+    let snapshots = path.parent().filter(|p| p.file_name().is_some_and(|n| n == "snapshots"));
+    if let Some(repo) =
+        snapshots.and_then(Path::parent).and_then(name).and_then(|n| n.strip_prefix("models--").map(String::from))
+    {
+        return (repo.replacen("--", "/", 1), name(&path));
+    }
+    (name(&path).unwrap_or_else(|| "checkpoint".into()), None)
+}
+
+/// The base model the input names, if it names one as a Hub id (`org/name`): in its card's front
+/// matter, `config.json` or `quantize_config.json`.
+pub fn base_model(ck: &Checkpoint) -> Option<String> {
+    let from_card = ck.card_front_matter.as_deref().and_then(|fm| front_matter_value(fm, "base_model"));
+    let keys = ["base_model", "base_model_name_or_path", "model_name_or_path", "_name_or_path"];
+    let configs = [
+        ck.config.as_ref(),
+        ck.config.as_ref().and_then(|c| c.get("quantization_config")),
+        ck.quantize_config.as_ref(),
+    ];
+    let from_config = configs
+        .into_iter()
+        .flatten()
+        .flat_map(|c| keys.iter().filter_map(|k| c.get(*k).and_then(Value::as_str)))
+        .map(String::from);
+    from_card.into_iter().chain(from_config).find(|id| is_hub_id(id))
+}
+
+/// The input's license, from its card's front matter.
+pub fn license(ck: &Checkpoint) -> Option<String> {
+    ck.card_front_matter.as_deref().and_then(|fm| front_matter_value(fm, "license"))
+}
+
+/// `org/name`, and nothing that could be a local path.
+fn is_hub_id(s: &str) -> bool {
+    let mut parts = s.split('/');
+    let ok = |p: Option<&str>| {
+        p.is_some_and(|p| {
+            !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) && !p.starts_with('.')
+        })
+    };
+    ok(parts.next()) && ok(parts.next()) && parts.next().is_none()
+}
+
+/// A scalar `key: value` of YAML front matter (or the first item of a list under `key`).
+fn front_matter_value(fm: &str, key: &str) -> Option<String> {
+    let mut lines = fm.lines();
+    while let Some(line) = lines.next() {
+        let Some(rest) = line.strip_prefix(key).and_then(|r| r.strip_prefix(':')) else { continue };
+        let value = match rest.trim() {
+            "" => lines.next()?.trim().strip_prefix("- ")?.trim(),
+            v => v,
+        };
+        return Some(value.trim_matches(['"', '\'']).to_string()).filter(|v| !v.is_empty());
+    }
+    None
+}
+
+/// A YAML scalar, quoted.
+fn yaml(s: &str) -> String {
+    serde_json::to_string(s).expect("a string serialises")
+}
+
+impl Card {
+    pub fn render(&self) -> String {
+        let mut s = String::from("---\n");
+        let _ = writeln!(s, "library_name: {}", self.format.library);
+        if let Some(b) = &self.base_model {
+            let _ = writeln!(s, "base_model: {}", yaml(b));
+        }
+        if let Some(l) = &self.license {
+            let _ = writeln!(s, "license: {}", yaml(l));
+        }
+        s.push_str("tags:\n");
+        for t in
+            ["escha", "exl3", "escha-convert"].iter().map(|t| (*t).to_string()).chain(self.format.tags.iter().cloned())
+        {
+            let _ = writeln!(s, "- {}", yaml(&t));
+        }
+        s.push_str("---\n\n");
+        let _ = writeln!(s, "# {} ({})\n", self.source, self.format.tags.join(", "));
+        let revision = self.revision.as_ref().map_or(String::new(), |r| format!(" at revision `{r}`"));
+        let _ = writeln!(
+            s,
+            "Converted from the Escha-W2 (EXL3 trellis) checkpoint `{}`{revision} by escha-convert {}: every \
+             trellis tile decoded exactly, channel scales folded in, each weight rounded once.\n",
+            self.source,
+            env!("CARGO_PKG_VERSION")
+        );
+        s.push_str("| | |\n|---|---|\n");
+        let _ = writeln!(s, "| command | `{}` |", self.command);
+        let _ = writeln!(s, "| format | {} |", self.format.description);
+        for (what, note) in &self.notes {
+            let _ = writeln!(s, "| {what} | {note} |");
+        }
+        if let Some(v) = &self.verified {
+            let _ = writeln!(s, "| verified | {v} |");
+        }
+        let _ = write!(s, "\n## How to load\n\n{}", self.format.how_to_load);
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hub_ids_and_front_matter() {
+        assert!(is_hub_id("Qwen/Qwen3.5-27B"));
+        assert!(!is_hub_id("/home/me/models/qwen") && !is_hub_id("./qwen/x") && !is_hub_id("qwen"));
+        let fm = "license: apache-2.0\nbase_model:\n- Qwen/Qwen3.5-27B\ntags:\n- x";
+        assert_eq!(front_matter_value(fm, "license").as_deref(), Some("apache-2.0"));
+        assert_eq!(front_matter_value(fm, "base_model").as_deref(), Some("Qwen/Qwen3.5-27B"));
+    }
+
+    #[test]
+    fn hub_cache_snapshots_are_named_by_repository() {
+        let tmp = tempfile::tempdir().unwrap();
+        let snap = tmp.path().join("models--EschaLabs--Escha-W2-27B/snapshots/abc123");
+        std::fs::create_dir_all(&snap).unwrap();
+        assert_eq!(source_name(&snap), ("EschaLabs/Escha-W2-27B".into(), Some("abc123".into())));
+        assert_eq!(source_name(tmp.path()).1, None);
+    }
+}
