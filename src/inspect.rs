@@ -2,15 +2,18 @@
 
 use crate::checkpoint::tensor::{floats_to_f32, is_float};
 use crate::checkpoint::{catalog, Checkpoint, CodedSource, Leaf};
-use crate::layout::mlx::{self, Int8Mode, MlxOptions};
+use crate::codec::best_decoder;
+use crate::convert::{planned_tensor_bytes, ConvertOptions};
+use crate::layout::mlx::{self, AutoBits, Int8Mode, MlxOptions};
+use crate::layout::OutputFormat;
 use crate::layout::{norm_kind, NormKind};
 use crate::quant::mlx_affine::AffineSpec;
-use crate::text::{escape_controls, shape};
+use crate::text::{escape_controls, human_bytes, shape};
 use anyhow::Result;
 use serde::Serialize;
 use serde_json::Value;
 use std::fmt::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 #[derive(Debug, Serialize)]
 pub struct CodedReport {
@@ -36,6 +39,9 @@ pub struct Sizes {
     /// `--format mlx` at its defaults (4 bits, group 64, exact int8); absent when the model type
     /// has no MLX layout.
     pub mlx_4bit_bytes: Option<u64>,
+    /// `--format mlx --bits auto` at its defaults (R = 0.5, group 64), the widths estimated from
+    /// a few sampled blocks per coded linear.
+    pub mlx_auto_bytes: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -193,6 +199,7 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
             bf16_bytes: dense_bytes(2),
             f16_bytes: dense_bytes(2),
             mlx_4bit_bytes: mlx_bytes(&ck, &cat),
+            mlx_auto_bytes: mlx_auto_bytes(path),
         },
         coded,
         problems,
@@ -201,15 +208,41 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
 
 /// The exact output size of `--format mlx` at its defaults, from the MLX layout planner.
 fn mlx_bytes(ck: &Checkpoint, cat: &crate::checkpoint::Catalog) -> Option<u64> {
-    let opts = MlxOptions { spec: AffineSpec { bits: 4, group_size: 64 }, int8: Int8Mode::Exact };
+    let opts = MlxOptions { spec: AffineSpec { bits: 4, group_size: 64 }, int8: Int8Mode::Exact, auto: None };
     let (tensors, _) = mlx::tensors(ck, cat, opts, false).ok()?;
     Some(tensors.iter().map(|t| t.byte_len() as u64).sum())
+}
+
+/// Blocks per coded linear the `--bits auto` size is estimated from.
+const AUTO_SAMPLE: usize = 4;
+
+/// The size `--format mlx --bits auto` would write (tensor bytes), its widths estimated from a
+/// few sampled blocks per coded linear.
+fn mlx_auto_bytes(input: &Path) -> Option<u64> {
+    let spec = AffineSpec { bits: 4, group_size: 64 };
+    let auto = Some(AutoBits { max_added_error: 0.5, exact: false });
+    let opts = ConvertOptions {
+        input: input.to_path_buf(),
+        output: PathBuf::new(),
+        format: OutputFormat::Mlx(MlxOptions { spec, int8: Int8Mode::Exact, auto }),
+        keep_bias: false,
+        max_shard_size: None,
+        only: Vec::new(),
+        part: None,
+        checksums: false,
+        card_command: None,
+        verify: None,
+        threads: None,
+        force: false,
+        dry_run: true,
+        progress: false,
+    };
+    planned_tensor_bytes(&opts, best_decoder(), Some(AUTO_SAMPLE)).ok()
 }
 
 /// Human-readable rendering of the report.
 pub fn render(r: &InspectReport) -> String {
     let mut s = String::new();
-    let gb = |b: u64| b as f64 / 1e9;
     let _ = writeln!(s, "{}", r.input);
     let _ = writeln!(
         s,
@@ -264,11 +297,13 @@ pub fn render(r: &InspectReport) -> String {
     let _ = writeln!(s, "biases: {} present, {} non-zero (dropped by default)", r.biases_present, r.biases_nonzero);
     let _ = writeln!(
         s,
-        "sizes: input {:.3} GB, bf16 output {:.3} GB, f16 output {:.3} GB, mlx output (4 bit, group 64) {}",
-        gb(r.sizes.input_bytes),
-        gb(r.sizes.bf16_bytes),
-        gb(r.sizes.f16_bytes),
-        r.sizes.mlx_4bit_bytes.map_or("n/a".into(), |b| format!("{:.3} GB", gb(b)))
+        "sizes: input {}, bf16 output {}, f16 output {}, mlx output (4 bit, group 64) {}, mlx --bits auto \
+         (estimated) {}",
+        human_bytes(r.sizes.input_bytes),
+        human_bytes(r.sizes.bf16_bytes),
+        human_bytes(r.sizes.f16_bytes),
+        r.sizes.mlx_4bit_bytes.map_or("n/a".into(), human_bytes),
+        r.sizes.mlx_auto_bytes.map_or("n/a".into(), human_bytes)
     );
     if r.problems.is_empty() {
         let _ = writeln!(s, "problems: none found");

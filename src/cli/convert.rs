@@ -4,7 +4,7 @@ use super::exit::{fail, print_json, print_out, warn, FAILURE};
 use super::size::parse_size;
 use crate::backend::{Backend, BackendKind};
 use crate::convert::{convert, render_plan, render_summary, ConvertOptions, PartSpec, VerifyRequest};
-use crate::layout::mlx::Int8Mode;
+use crate::layout::mlx::{AutoBits, Int8Mode};
 use crate::layout::{DenseDtype, MlxOptions, MtpMode, OutputFormat};
 use crate::quant::mlx_affine::{AffineSpec, BITS, GROUP_SIZES};
 use crate::signals;
@@ -53,9 +53,18 @@ pub struct ConvertArgs {
     /// What to do with the bias tensors of coded linears.
     #[arg(long, value_enum, default_value_t = BiasArg::Drop)]
     pub bias: BiasArg,
-    /// MLX affine bits per weight (`--format mlx`; default 4).
-    #[arg(long, value_parser = choice(&BITS))]
-    pub bits: Option<u32>,
+    /// MLX affine bits per weight: 2, 3, 4, 5, 6, 8, or auto (each coded linear the fewest bits
+    /// that keep the added error within --max-added-error · 2^-K) (`--format mlx`; default 4).
+    #[arg(long, value_name = "BITS", value_parser = parse_bits)]
+    pub bits: Option<Bits>,
+    /// With --bits auto: the largest error the MLX quantization may add to a K-bit coded linear,
+    /// as a fraction R of its trellis error 2^-K (default 0.5: at most +12% in total).
+    #[arg(long, value_name = "R", value_parser = parse_added_error)]
+    pub max_added_error: Option<f64>,
+    /// With --bits auto: measure each width's error exactly (about 20 ns more per weight)
+    /// instead of estimating it from the group ranges.
+    #[arg(long)]
+    pub measure_error: bool,
     /// MLX affine group size (`--format mlx`; default 64).
     #[arg(long, value_parser = choice(&GROUP_SIZES))]
     pub group_size: Option<usize>,
@@ -121,6 +130,34 @@ pub struct ConvertArgs {
 /// Blocks per tensor `--verify-base` checks unless told otherwise.
 const VERIFY_SAMPLE: usize = 4;
 
+/// `--bits`: a width MLX offers, or auto.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bits {
+    Fixed(u32),
+    Auto,
+}
+
+fn parse_bits(s: &str) -> Result<Bits, String> {
+    match s.trim() {
+        "auto" => Ok(Bits::Auto),
+        t => t
+            .parse()
+            .ok()
+            .filter(|b| BITS.contains(b))
+            .map(Bits::Fixed)
+            .ok_or_else(|| format!("{s:?}: MLX affine widths are {BITS:?}, or auto")),
+    }
+}
+
+/// `--max-added-error`: a positive, finite fraction.
+fn parse_added_error(s: &str) -> Result<f64, String> {
+    s.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|r| r.is_finite() && *r > 0.0)
+        .ok_or_else(|| format!("{s:?}: expected a positive number, e.g. 0.5"))
+}
+
 /// A value parser that accepts exactly `values` and lists them in `--help` and in errors.
 fn choice<T: Copy + ToString + std::str::FromStr + Send + Sync + Clone + 'static>(
     values: &[T],
@@ -146,14 +183,24 @@ impl TryFrom<ConvertArgs> for ConvertRun {
             FormatArg::Bf16 | FormatArg::F16 if a.bits.is_some() || a.group_size.is_some() || a.int8.is_some() => {
                 return Err(usage("--bits, --group-size and --int8 apply to --format mlx only".into()));
             }
+            _ if a.bits != Some(Bits::Auto) && (a.max_added_error.is_some() || a.measure_error) => {
+                return Err(usage("--max-added-error and --measure-error apply to --bits auto only".into()));
+            }
             FormatArg::Bf16 => OutputFormat::Dense { dtype: DenseDtype::Bf16, mtp: a.mtp },
             FormatArg::F16 => OutputFormat::Dense { dtype: DenseDtype::F16, mtp: a.mtp },
             FormatArg::Mlx if a.mtp == MtpMode::Keep => {
                 return Err(usage("--mtp keep: the MLX layout carries no MTP head (mlx-lm has none)".into()));
             }
             FormatArg::Mlx => {
-                let spec = AffineSpec::new(a.bits.unwrap_or(4), a.group_size.unwrap_or(64)).map_err(usage)?;
-                OutputFormat::Mlx(MlxOptions { spec, int8: a.int8.unwrap_or(Int8Mode::Exact) })
+                let fixed = match a.bits {
+                    Some(Bits::Fixed(b)) => b,
+                    // Layers that are not coded linears (int8 with --int8 requant, plain weights).
+                    Some(Bits::Auto) | None => 4,
+                };
+                let spec = AffineSpec::new(fixed, a.group_size.unwrap_or(64)).map_err(usage)?;
+                let auto = (a.bits == Some(Bits::Auto))
+                    .then(|| AutoBits { max_added_error: a.max_added_error.unwrap_or(0.5), exact: a.measure_error });
+                OutputFormat::Mlx(MlxOptions { spec, int8: a.int8.unwrap_or(Int8Mode::Exact), auto })
             }
         };
         Ok(ConvertRun {
@@ -198,7 +245,16 @@ fn command_line(a: &ConvertArgs, format: &OutputFormat) -> String {
         }
         OutputFormat::Mlx(o) => {
             flags.push(("--format", Some("mlx".into())));
-            flags.push(("--bits", Some(o.spec.bits.to_string())));
+            match o.auto {
+                Some(auto) => {
+                    flags.push(("--bits", Some("auto".into())));
+                    flags.push(("--max-added-error", Some(auto.max_added_error.to_string())));
+                    if auto.exact {
+                        flags.push(("--measure-error", None));
+                    }
+                }
+                None => flags.push(("--bits", Some(o.spec.bits.to_string()))),
+            }
             flags.push(("--group-size", Some(o.spec.group_size.to_string())));
             flags.push(("--int8", Some(format!("{:?}", o.int8).to_lowercase())));
         }

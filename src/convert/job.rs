@@ -2,10 +2,13 @@
 //! placed in shards, and the config text, all known before any weight is decoded.
 
 use super::options::ConvertOptions;
+use super::probe::Probe;
+use super::rows::Reader;
 use crate::checkpoint::{catalog, Catalog, Checkpoint};
+use crate::codec::TileDecoder;
 use crate::container::Container;
 use crate::layout::mtp::is_mtp;
-use crate::layout::{check_unique_names, Kind, Layout, OutputTensor};
+use crate::layout::{check_unique_names, Kind, Layout, OutputTensor, WidthChoice};
 use crate::plan::Plan;
 use anyhow::{bail, Result};
 use std::collections::BTreeSet;
@@ -18,15 +21,19 @@ pub struct Job {
     pub config: Option<String>,
     /// Whether the output holds an MTP head (counting tensors `--only` leaves to other runs).
     pub mtp_written: bool,
+    /// The widths the format chose from the weights (`--bits auto`).
+    pub widths: Vec<WidthChoice>,
 }
 
 impl Job {
-    /// Classifies `ck`, lays it out in `layout`, applies `--only` and plans the shards.
+    /// Classifies `ck`, lays it out in `layout` (which may look at the decoded weights, or at
+    /// `sample` blocks per tensor of them), applies `--only` and plans the shards.
     pub fn new(
         ck: Checkpoint,
         opts: &ConvertOptions,
         layout: &dyn Layout,
         container: &dyn Container,
+        (decoder, sample): (&dyn TileDecoder, Option<usize>),
         warnings: &mut Vec<String>,
     ) -> Result<Job> {
         let cat = catalog(&ck)?;
@@ -34,8 +41,10 @@ impl Job {
         if !cat.vision.is_empty() {
             warnings.push(format!("{}: dropped {} vision-tower tensors", ck.root.display(), cat.vision.len()));
         }
-        let all = layout.tensors(&ck, &cat, opts.keep_bias, warnings)?;
+        let mut all = layout.tensors(&ck, &cat, opts.keep_bias, warnings)?;
         check_unique_names(&all, &cat)?;
+        let reader = Reader { ck: &ck, cat: &cat, decoder };
+        let widths = layout.refine(&mut all, &cat, &Probe { reader: &reader, sample })?;
         let config = ck.config.as_ref().map(|c| layout.config(c, &all));
         let mtp_written = all.iter().any(|t| is_mtp(&t.name));
         let mut tensors = all;
@@ -49,7 +58,7 @@ impl Job {
         let max_shard_size = opts.max_shard_size.unwrap_or_else(|| layout.default_max_shard_size());
         let metadata = layout.index_metadata(&tensors);
         let plan = Plan::new(tensors, max_shard_size, container, layout.tag(), metadata)?;
-        Ok(Job { ck, cat, plan, config, mtp_written })
+        Ok(Job { ck, cat, plan, config, mtp_written, widths })
     }
 }
 

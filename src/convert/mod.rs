@@ -11,6 +11,7 @@ mod execute;
 mod files;
 mod job;
 mod options;
+mod probe;
 mod progress;
 mod report;
 mod rows;
@@ -23,8 +24,9 @@ pub use report::{render_plan, render_summary, ConvertReport, ShardReport, Tensor
 use crate::checkpoint::Checkpoint;
 use crate::codec::TileDecoder;
 use crate::container::{Container, Safetensors};
-use crate::layout::Layout;
+use crate::layout::{Encoding, Layout};
 use crate::output::{checksums, Staging};
+use crate::plan::Plan;
 use crate::transform::hadamard::HADAMARD_SIZE;
 use crate::verify::{verify, VerifyOptions, DEFAULT_MAX_RATIO};
 use anyhow::{bail, Context, Result};
@@ -39,7 +41,8 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
     let pool = crate::pool::pool(opts.threads, &mut warnings)?;
     let layout = opts.format.layout();
     let container = Safetensors;
-    let job = Job::new(Checkpoint::open(&opts.input)?, opts, layout.as_ref(), &container, &mut warnings)?;
+    let ck = Checkpoint::open(&opts.input)?;
+    let job = pool.install(|| Job::new(ck, opts, layout.as_ref(), &container, (decoder, None), &mut warnings))?;
     let owned = job.plan.owned_shards(opts.part);
 
     let mut report = plan_report(opts, layout.as_ref(), &job, &owned, decoder, pool.current_num_threads());
@@ -162,6 +165,8 @@ fn plan_report(
         part: opts.part.map(|p| format!("{}/{}", p.index, p.count)),
         files: Vec::new(),
         verify: None,
+        width_choices: Vec::new(),
+        affine_bits_per_weight: None,
         warnings: Vec::new(),
         tensors: Vec::new(),
     };
@@ -180,9 +185,35 @@ fn plan_report(
     for s in &plan.shards {
         report.shards.push(ShardReport { file: s.file_name.clone(), tensors: s.tensors.len(), bytes: s.len });
     }
+    report.width_choices.clone_from(&job.widths);
+    report.affine_bits_per_weight = affine_bits_per_weight(plan);
     let widest = job.cat.coded.iter().map(|m| m.in_padded).max().unwrap_or(0);
     report.peak_memory_estimate = threads as u64 * unit_memory(widest) as u64;
     report
+}
+
+/// Bits per weight of the affine-quantized tensors, scales and biases included.
+fn affine_bits_per_weight(plan: &Plan) -> Option<f64> {
+    let (mut bytes, mut weights) = (0u64, 0u64);
+    for p in &plan.tensors {
+        if let Some(Encoding::Affine { .. } | Encoding::Int8Affine { .. }) =
+            p.tensor.recipe.as_ref().map(|r| &r.encoding)
+        {
+            weights += p.tensor.weights();
+            bytes += p.tensor.byte_len() as u64;
+            bytes += p.params.iter().flatten().map(|&t| plan.tensors[t].tensor.byte_len() as u64).sum::<u64>();
+        }
+    }
+    (weights > 0).then(|| 8.0 * bytes as f64 / weights as f64)
+}
+
+/// The tensor bytes a conversion with `opts` would write, planned without writing; a format
+/// that looks at the weights looks at `sample` blocks per tensor.
+pub fn planned_tensor_bytes(opts: &ConvertOptions, decoder: &dyn TileDecoder, sample: Option<usize>) -> Result<u64> {
+    let layout = opts.format.layout();
+    let ck = Checkpoint::open(&opts.input)?;
+    let job = Job::new(ck, opts, layout.as_ref(), &Safetensors, (decoder, sample), &mut Vec::new())?;
+    Ok(job.plan.tensors.iter().map(|p| p.tensor.byte_len() as u64).sum())
 }
 
 /// Bytes of scratch one work unit needs at input width `ic`.

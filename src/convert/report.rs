@@ -1,5 +1,6 @@
 //! What a conversion (or a dry run) did: the report, printed as text or as one JSON document.
 
+use crate::layout::WidthChoice;
 use crate::text::{count, escape_controls, human_bytes, shape};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -91,6 +92,11 @@ pub struct ConvertReport {
     pub files: Vec<WrittenFile>,
     /// The summary of `--verify-base`, when it ran.
     pub verify: Option<VerifySummary>,
+    /// `--bits auto`: every coded linear's width, with its budget and added error.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub width_choices: Vec<WidthChoice>,
+    /// Bits per weight of the affine-quantized tensors, scales and biases included.
+    pub affine_bits_per_weight: Option<f64>,
     pub warnings: Vec<String>,
     pub tensors: Vec<TensorReport>,
 }
@@ -145,6 +151,24 @@ pub fn render_summary(r: &ConvertReport) -> String {
     );
     if !r.copied_files.is_empty() {
         let _ = writeln!(s, "beside the shards: {}", r.copied_files.join(", "));
+    }
+    if !r.width_choices.is_empty() {
+        let _ = writeln!(s, "widths (--bits auto): added error ‖deq(Q(W)) − W‖/‖W‖ against the budget R·2^-K");
+        for c in &r.width_choices {
+            let actual = c.actual.map_or(String::new(), |a| format!(", measured {a:.4}"));
+            let _ = writeln!(
+                s,
+                "  {:<64} K={} → {} bits  predicted {:.4}{actual}  budget {:.4}",
+                escape_controls(&c.tensor),
+                c.k,
+                c.bits,
+                c.predicted,
+                c.budget
+            );
+        }
+    }
+    if let Some(bpw) = r.affine_bits_per_weight {
+        let _ = writeln!(s, "quantized tensors: {bpw:.3} bits per weight, scales and biases included");
     }
     s
 }

@@ -82,7 +82,7 @@ pub fn units(plan: &Plan, ck: &Checkpoint, cat: &Catalog) -> Result<Units> {
 
 /// The runs of one lead's `n` rows (`0..n`) that units cover: 128-row blocks of a coded module,
 /// else `per_unit` rows at a time.
-fn lead_runs(source: &RowSource, n: usize, per_unit: usize) -> Vec<Range<usize>> {
+pub fn lead_runs(source: &RowSource, n: usize, per_unit: usize) -> Vec<Range<usize>> {
     let coded_start = match source {
         RowSource::Coded { rows, .. } => Some(rows.start),
         RowSource::Stack(members) => match &members[0] {

@@ -25,8 +25,8 @@
 
 use super::mtp;
 use super::names::{natural_key, norm_kind};
-use super::policy::{FormatCard, Layout};
-use super::tensor::{Adjust, AffineParams, Encoding, Kind, OutputTensor, RowSource};
+use super::policy::{FormatCard, Layout, WeightProbe, WidthChoice};
+use super::tensor::{Adjust, AffineParams, Encoding, Kind, OutputTensor, Recipe, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint, Leaf};
 use crate::quant::mlx_affine::{int8_group_size, AffineSpec};
 use crate::select::selected;
@@ -45,11 +45,22 @@ pub enum Int8Mode {
 }
 
 /// Options of an MLX-layout conversion.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub struct MlxOptions {
     /// The run's default bits and group size.
     pub spec: AffineSpec,
     pub int8: Int8Mode,
+    /// `--bits auto`: each coded linear at its own width.
+    pub auto: Option<AutoBits>,
+}
+
+/// `--bits auto`: each coded linear gets the smallest width whose added error is at most
+/// `max_added_error · 2^-K`, K its trellis bits.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct AutoBits {
+    pub max_added_error: f64,
+    /// Measure every width's error exactly instead of estimating it.
+    pub exact: bool,
 }
 
 /// Scales and biases of exactly repacked int8 modules: F32 keeps the repack exact.
@@ -100,6 +111,40 @@ impl Layout for MlxLayout {
             ));
         }
         Ok(tensors)
+    }
+
+    /// `--bits auto`: the width of every coded linear, from its decoded rows.
+    fn refine(&self, tensors: &mut [OutputTensor], cat: &Catalog, probe: &dyn WeightProbe) -> Result<Vec<WidthChoice>> {
+        let Some(auto) = self.opts.auto else { return Ok(Vec::new()) };
+        // The scales' dtype is the dtype of the values quantized.
+        let scale_dtypes: HashMap<String, Dtype> =
+            tensors.iter().filter(|t| t.recipe.is_none()).map(|t| (t.name.clone(), t.dtype)).collect();
+        let mut choices = Vec::new();
+        for t in tensors {
+            let Some(Recipe { source, adjust, encoding: Encoding::Affine { spec, params } }) = &mut t.recipe else {
+                continue;
+            };
+            let Some(&module) = source.coded_modules().first() else { continue };
+            let k = cat.coded[module].k;
+            let budget = auto.max_added_error * 0.5f64.powi(k as i32);
+            let cols = t.shape.last().copied().unwrap_or(0) * 32 / spec.bits as usize;
+            let scale_dtype = scale_dtypes[&params.scales];
+            let (estimate, exact) = probe.affine_errors(source, *adjust, spec.group_size, scale_dtype, auto.exact)?;
+            let estimate_bits = estimate.narrowest_within(budget);
+            let bits = exact.as_ref().map_or(estimate_bits, |e| e.narrowest_within(budget));
+            spec.bits = bits;
+            *t.shape.last_mut().expect("a packed weight has a shape") = spec.packed_cols(cols);
+            choices.push(WidthChoice {
+                tensor: t.name.clone(),
+                k,
+                bits,
+                budget,
+                predicted: estimate.relative(bits),
+                actual: exact.map(|e| e.relative(bits)),
+                estimate_bits: exact.map(|_| estimate_bits),
+            });
+        }
+        Ok(choices)
     }
 
     /// Keeps the tensors `--only` selects, together with the other tensors of their module (a

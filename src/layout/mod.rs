@@ -16,11 +16,11 @@ pub use hf::{DenseDtype, HfLayout};
 pub use mlx::{MlxLayout, MlxOptions};
 pub use mtp::MtpMode;
 pub use names::{natural_key, norm_kind, NormKind};
-pub use policy::{FormatCard, Layout};
+pub use policy::{FormatCard, Layout, WeightProbe, WidthChoice};
 pub use tensor::{check_unique_names, Adjust, AffineParams, Encoding, Kind, OutputTensor, Recipe, RowSource};
 
 /// What the conversion writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum OutputFormat {
     /// Dense weights in the Hugging Face layout, with or without the MTP head.
     Dense { dtype: DenseDtype, mtp: MtpMode },

@@ -1,11 +1,45 @@
 //! The policy of one output format, as the engine sees it: which tensors a checkpoint becomes,
 //! and what goes into the files around them.
 
-use super::tensor::OutputTensor;
+use super::tensor::{Adjust, OutputTensor, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint};
+use crate::quant::affine_error::WidthErrors;
 use crate::select::selected;
 use anyhow::Result;
+use safetensors::Dtype;
+use serde::Serialize;
 use serde_json::{Map, Value};
+
+/// What a format may learn about the decoded weights before it fixes its plan.
+pub trait WeightProbe {
+    /// The errors affine quantization at `group_size` would add to the rows of `source` (after
+    /// `adjust`, rounded to `scale_dtype`): the estimate, and with `exact` the measured errors.
+    fn affine_errors(
+        &self,
+        source: &RowSource,
+        adjust: Adjust,
+        group_size: usize,
+        scale_dtype: Dtype,
+        exact: bool,
+    ) -> Result<(WidthErrors, Option<WidthErrors>)>;
+}
+
+/// A width a format chose for one tensor from its weights (`--bits auto`).
+#[derive(Clone, Debug, Serialize)]
+pub struct WidthChoice {
+    pub tensor: String,
+    /// The trellis bits per weight of the coded source.
+    pub k: u32,
+    pub bits: u32,
+    /// The largest added relative error allowed: `R · 2^-K`.
+    pub budget: f64,
+    /// The estimated added error at the chosen width.
+    pub predicted: f64,
+    /// The measured added error at the chosen width (`--measure-error`).
+    pub actual: Option<f64>,
+    /// What the estimate alone would have chosen (`--measure-error`).
+    pub estimate_bits: Option<u32>,
+}
 
 /// What the model card says about a format.
 #[derive(Clone, Debug)]
@@ -33,6 +67,17 @@ pub trait Layout: Sync {
         keep_bias: bool,
         warnings: &mut Vec<String>,
     ) -> Result<Vec<OutputTensor>>;
+
+    /// Settles what depends on the weights themselves (the widths of `--bits auto`), looking at
+    /// them through `probe`; says what it chose.
+    fn refine(
+        &self,
+        _tensors: &mut [OutputTensor],
+        _cat: &Catalog,
+        _probe: &dyn WeightProbe,
+    ) -> Result<Vec<WidthChoice>> {
+        Ok(Vec::new())
+    }
 
     /// Keeps the tensors `--only` selects, and whatever they cannot be written without.
     fn select(&self, tensors: &mut Vec<OutputTensor>, only: &[String]) {

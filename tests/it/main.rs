@@ -6,6 +6,7 @@ mod synth;
 
 mod bad_input;
 mod batch;
+mod bits_auto;
 mod convert_cli;
 mod decoder_props;
 mod edges;
