@@ -73,7 +73,7 @@ impl Boundary {
 }
 
 /// Opens a resolved input file for reading, refusing anything but a regular file (checked on the
-/// open file, so a swap after [`Boundary::file`] is caught too).
+/// open file, so a swap after `Boundary::file` is caught too).
 pub fn open_regular(path: &Path) -> Result<File> {
     let mut options = OpenOptions::new();
     options.read(true);

@@ -1,6 +1,6 @@
 //! Fast tile decoders, chosen at run time; all bit-identical to the scalar reference.
 //!
-//! `x86_64` with AVX2 gets [`Avx2Decoder`]; aarch64 gets [`NeonDecoder`] (NEON is part of its base
+//! `x86_64` with AVX2 gets [`Avx2Decoder`]; aarch64 gets `NeonDecoder` (NEON is part of its base
 //! ISA); every other target gets [`PortableDecoder`], plain integer code that the compiler
 //! vectorises. The portable decoder is built and tested everywhere.
 
