@@ -220,6 +220,15 @@ impl Checkpoint {
         self.shards[entry.shard].release(entry.range.clone());
     }
 
+    /// Releases the pages of bytes `part` of a tensor (offsets within the tensor), as
+    /// [`Checkpoint::release`] does for the whole tensor.
+    pub fn release_part(&self, entry: &TensorEntry, part: Range<usize>) {
+        let part = part.start.min(entry.byte_len())..part.end.min(entry.byte_len());
+        if !part.is_empty() {
+            self.shards[entry.shard].release(entry.range.start + part.start..entry.range.start + part.end);
+        }
+    }
+
     /// The file a tensor lives in (for error messages).
     pub fn file_of(&self, entry: &TensorEntry) -> &Path {
         &self.shards[entry.shard].path
