@@ -229,6 +229,26 @@ impl Checkpoint {
         }
     }
 
+    /// Releases the pages of several tensors, neighbours in a file with one call.
+    pub fn release_all<'a>(&self, entries: impl IntoIterator<Item = &'a TensorEntry>) {
+        let mut ranges: Vec<(usize, Range<usize>)> = entries.into_iter().map(|e| (e.shard, e.range.clone())).collect();
+        ranges.sort_unstable_by_key(|(shard, r)| (*shard, r.start));
+        let mut run: Option<(usize, Range<usize>)> = None;
+        for (shard, r) in ranges {
+            match &mut run {
+                Some((s, open)) if *s == shard && r.start <= open.end => open.end = open.end.max(r.end),
+                _ => {
+                    if let Some((s, open)) = run.replace((shard, r)) {
+                        self.shards[s].release(open);
+                    }
+                }
+            }
+        }
+        if let Some((s, open)) = run {
+            self.shards[s].release(open);
+        }
+    }
+
     /// The file a tensor lives in (for error messages).
     pub fn file_of(&self, entry: &TensorEntry) -> &Path {
         &self.shards[entry.shard].path
