@@ -273,6 +273,35 @@ impl Checkpoint {
         self.shards[entry.shard].release(entry.range.clone());
     }
 
+    /// Releases the pages of bytes `part` of a tensor (offsets within the tensor), as
+    /// [`Checkpoint::release`] does for the whole tensor.
+    pub fn release_part(&self, entry: &TensorEntry, part: Range<usize>) {
+        let part = part.start.min(entry.byte_len())..part.end.min(entry.byte_len());
+        if !part.is_empty() {
+            self.shards[entry.shard].release(entry.range.start + part.start..entry.range.start + part.end);
+        }
+    }
+
+    /// Releases the pages of several tensors, neighbours in a file with one call.
+    pub fn release_all<'a>(&self, entries: impl IntoIterator<Item = &'a TensorEntry>) {
+        let mut ranges: Vec<(usize, Range<usize>)> = entries.into_iter().map(|e| (e.shard, e.range.clone())).collect();
+        ranges.sort_unstable_by_key(|(shard, r)| (*shard, r.start));
+        let mut run: Option<(usize, Range<usize>)> = None;
+        for (shard, r) in ranges {
+            match &mut run {
+                Some((s, open)) if *s == shard && r.start <= open.end => open.end = open.end.max(r.end),
+                _ => {
+                    if let Some((s, open)) = run.replace((shard, r)) {
+                        self.shards[s].release(open);
+                    }
+                }
+            }
+        }
+        if let Some((s, open)) = run {
+            self.shards[s].release(open);
+        }
+    }
+
     /// The file a tensor lives in (for error messages).
     pub fn file_of(&self, entry: &TensorEntry) -> &Path {
         &self.shards[entry.shard].path

@@ -10,6 +10,7 @@ use crate::plan::Plan;
 use crate::quant::{dense, mlx_affine};
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
+use std::ops::Range;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -30,6 +31,15 @@ struct Placed {
     params_offset: u64,
 }
 
+/// Output bytes a batch of consecutive units gathers: a worker runs a batch in order, so tiny
+/// tensors are written, and their inputs released, many at a time; a large unit is a batch of
+/// its own.
+const BATCH_BYTES: u64 = 1 << 20;
+/// Writes smaller than this are gathered with the batch's other writes they continue.
+const GATHER_BELOW: usize = 64 << 10;
+/// Output runs a batch gathers at once (a tensor, its scales and its biases).
+const STREAMS: usize = 3;
+
 /// Writes the shards of `plan` that `owned` marks into `dir`, reading from `reader`.
 pub fn write_shards(plan: &Plan, reader: &Reader, dir: &Path, owned: &[bool], progress: &Progress) -> Result<()> {
     let queue = WriteQueue::start(ShardFiles::create(dir, plan, owned)?);
@@ -46,35 +56,104 @@ pub fn write_shards(plan: &Plan, reader: &Reader, dir: &Path, owned: &[bool], pr
         units.iter().filter_map(|u| u.input).for_each(|i| n[i] += 1);
         n.into_iter().map(AtomicUsize::new).collect()
     };
-    let computed = units.par_iter().try_for_each_init(Scratch::default, |scratch, unit| -> Result<()> {
-        let planned = &plan.tensors[unit.tensor];
-        let placed =
-            run_unit(plan, reader, unit, scratch).with_context(|| format!("while writing {}", planned.tensor.name))?;
-        let hand_over = |t: usize, offset: u64, buffer: &mut Vec<u8>| -> Result<()> {
-            let p = &plan.tensors[t];
-            if !owned[p.shard] {
-                return Ok(());
+    let batches = batches(plan, &units);
+    let computed = batches.par_iter().try_for_each_init(Scratch::default, |scratch, batch| -> Result<()> {
+        let mut out = Gather { queue: &queue, progress, owned, runs: Vec::new() };
+        let mut done = Vec::new();
+        for unit in &units[batch.clone()] {
+            let planned = &plan.tensors[unit.tensor];
+            let placed = run_unit(plan, reader, unit, scratch)
+                .with_context(|| format!("while writing {}", planned.tensor.name))?;
+            out.write(planned.shard, planned.offset + placed.offset, &mut scratch.bytes)?;
+            if let Some(params) = planned.params {
+                for (t, buffer) in params.into_iter().zip(&mut scratch.params) {
+                    let p = &plan.tensors[t];
+                    out.write(p.shard, p.offset + placed.params_offset, buffer)?;
+                }
             }
-            progress.inc(buffer.len() as u64);
-            let bytes = std::mem::replace(buffer, queue.buffer());
-            queue.write(p.shard, p.offset + offset, bytes)
-        };
-        hand_over(unit.tensor, placed.offset, &mut scratch.bytes)?;
-        if let Some(params) = planned.params {
-            for (t, buffer) in params.into_iter().zip(&mut scratch.params) {
-                hand_over(t, placed.params_offset, buffer)?;
-            }
-        }
-        if let Some(i) = unit.input {
-            if left[i].fetch_sub(1, Ordering::AcqRel) == 1 {
-                reader.ck.release(reader.ck.entry(&inputs[i])?);
+            if let Some(i) = unit.input {
+                if left[i].fetch_sub(1, Ordering::AcqRel) == 1 {
+                    done.push(reader.ck.entry(&inputs[i])?);
+                }
             }
         }
+        out.flush()?;
+        reader.ck.release_all(done);
         Ok(())
     });
     // A failed write stops the workers with "writer stopped": report the write's own error.
     queue.finish()?;
     computed
+}
+
+/// Consecutive units in batches of about [`BATCH_BYTES`] of output.
+fn batches(plan: &Plan, units: &[Unit]) -> Vec<Range<usize>> {
+    let mut batches = Vec::new();
+    let (mut start, mut bytes) = (0, 0u64);
+    for (i, u) in units.iter().enumerate() {
+        let t = &plan.tensors[u.tensor].tensor;
+        let rows: usize = t.shape[..t.shape.len().saturating_sub(1)].iter().product();
+        bytes += t.byte_len() as u64 * u.rows.len() as u64 / rows.max(1) as u64;
+        if bytes >= BATCH_BYTES {
+            batches.push(start..i + 1);
+            (start, bytes) = (i + 1, 0);
+        }
+    }
+    if start < units.len() {
+        batches.push(start..units.len());
+    }
+    batches
+}
+
+/// A batch's writes: large ones go to the writer as they come, small ones that continue each
+/// other are gathered into one buffer first.
+struct Gather<'a> {
+    queue: &'a WriteQueue,
+    progress: &'a Progress,
+    /// The shards this run writes; bytes for another part's are dropped.
+    owned: &'a [bool],
+    /// Open runs: shard, offset, bytes.
+    runs: Vec<(usize, u64, Vec<u8>)>,
+}
+
+impl Gather<'_> {
+    /// Takes the bytes of `buffer` (to be written at `offset` of `shard`), leaving it empty.
+    fn write(&mut self, shard: usize, offset: u64, buffer: &mut Vec<u8>) -> Result<()> {
+        if !self.owned[shard] {
+            buffer.clear();
+            return Ok(());
+        }
+        self.progress.inc(buffer.len() as u64);
+        if buffer.len() >= GATHER_BELOW {
+            let bytes = std::mem::replace(buffer, self.queue.buffer());
+            return self.queue.write(shard, offset, bytes);
+        }
+        let next = self.runs.iter().position(|(s, o, b)| *s == shard && o + b.len() as u64 == offset);
+        let i = if let Some(i) = next {
+            i
+        } else {
+            if self.runs.len() == STREAMS {
+                let (s, o, b) = self.runs.remove(0);
+                self.queue.write(s, o, b)?;
+            }
+            self.runs.push((shard, offset, self.queue.buffer()));
+            self.runs.len() - 1
+        };
+        self.runs[i].2.extend_from_slice(buffer);
+        buffer.clear();
+        if self.runs[i].2.len() as u64 >= BATCH_BYTES {
+            let (s, o, b) = self.runs.remove(i);
+            self.queue.write(s, o, b)?;
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        for (s, o, b) in self.runs.drain(..) {
+            self.queue.write(s, o, b)?;
+        }
+        Ok(())
+    }
 }
 
 /// One unit: read, adjust, encode into the scratch buffers.

@@ -59,7 +59,7 @@ impl CodedLinear<'_> {
         let mut square = Square::default();
         if decoder.prefers_large_batches() {
             // One decode call for the whole strip (an accelerator amortises its round trip).
-            let values = self.decode_strip(decoder, block);
+            let values = self.decode_strip(decoder, block, 0..ic / HADAMARD_SIZE);
             for c in 0..ic / HADAMARD_SIZE {
                 for (ti, row) in values[c * SQUARE_TILES * TILE_LEN..][..SQUARE_TILES * TILE_LEN]
                     .chunks_exact(TILES_PER_BLOCK * TILE_LEN)
@@ -72,6 +72,37 @@ impl CodedLinear<'_> {
         } else {
             for c in 0..ic / HADAMARD_SIZE {
                 self.reconstruct_square_into(decoder, block, c, &mut square, &mut out[c * HADAMARD_SIZE..], ic);
+            }
+        }
+    }
+
+    /// Reconstructs the squares `col_blocks` of output block `block` (128 output channels × 128
+    /// input features each), left to right, and hands each to `f(col_block, square)` as 128 rows
+    /// of 128 values, row-major. The values are those [`Self::reconstruct_block`] writes, but
+    /// only one square is held at a time, so a caller that consumes them (`verify`) works in
+    /// cache whatever the input width.
+    pub fn for_each_square(
+        &self,
+        decoder: &dyn TileDecoder,
+        block: usize,
+        col_blocks: std::ops::Range<usize>,
+        mut f: impl FnMut(usize, &[f32]),
+    ) {
+        let mut square = Square::default();
+        let mut out = vec![0f32; HADAMARD_SIZE * HADAMARD_SIZE];
+        if decoder.prefers_large_batches() && col_blocks.len() > 1 {
+            let values = self.decode_strip(decoder, block, col_blocks.clone());
+            for (c, tiles) in col_blocks.zip(values.chunks_exact(SQUARE_TILES * TILE_LEN)) {
+                for (ti, row) in tiles.chunks_exact(TILES_PER_BLOCK * TILE_LEN).enumerate() {
+                    scatter_transposed(row, ti, &mut square);
+                }
+                self.finish_square(&mut square, block, c, &mut out, HADAMARD_SIZE);
+                f(c, &out);
+            }
+        } else {
+            for c in col_blocks {
+                self.reconstruct_square_into(decoder, block, c, &mut square, &mut out, HADAMARD_SIZE);
+                f(c, &out);
             }
         }
     }
@@ -126,19 +157,19 @@ impl CodedLinear<'_> {
         square.transform_scaled(&row_scales, su, out, stride);
     }
 
-    /// The values of every tile of the strip `code[:, 8·block .. 8·block + 8]`, tile row by tile
-    /// row, from one decode call.
-    fn decode_strip(&self, decoder: &dyn TileDecoder, block: usize) -> Vec<f32> {
+    /// The values of the tiles of the strip `code[:, 8·block .. 8·block + 8]` that the squares
+    /// `col_blocks` cover, tile row by tile row, from one decode call.
+    fn decode_strip(&self, decoder: &dyn TileDecoder, block: usize, col_blocks: std::ops::Range<usize>) -> Vec<f32> {
         self.check_shapes();
-        let in_tiles = self.in_features() / TILE_EDGE;
+        let in_tiles = col_blocks.start * TILES_PER_BLOCK..col_blocks.end * TILES_PER_BLOCK;
         let out_tiles = self.out_features() / TILE_EDGE;
         let run = TILES_PER_BLOCK * bytes_per_tile(self.k);
-        let mut codes = Vec::with_capacity(in_tiles * run);
-        for i in 0..in_tiles {
+        let mut codes = Vec::with_capacity(in_tiles.len() * run);
+        for i in in_tiles.clone() {
             let first = (i * out_tiles + block * TILES_PER_BLOCK) * bytes_per_tile(self.k);
             codes.extend_from_slice(&self.code[first..first + run]);
         }
-        let mut values = vec![0f32; in_tiles * TILES_PER_BLOCK * TILE_LEN];
+        let mut values = vec![0f32; in_tiles.len() * TILES_PER_BLOCK * TILE_LEN];
         decoder.decode_tiles(&codes, self.k, self.codebook, &mut values);
         values
     }

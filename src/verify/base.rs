@@ -3,7 +3,7 @@
 //! norms already +1). Tensors are looked up by their Hugging Face output name.
 
 use crate::checkpoint::fp8::e4m3_to_f32;
-use crate::checkpoint::tensor::is_float;
+use crate::checkpoint::tensor::{floats_to_f32, is_float};
 use crate::checkpoint::{Checkpoint, TensorEntry};
 use anyhow::{bail, Result};
 use safetensors::Dtype;
@@ -34,8 +34,40 @@ pub struct Base {
 struct Piece<'a> {
     name: &'a str,
     entry: &'a TensorEntry,
+    /// The tensor's stored bytes.
+    data: &'a [u8],
     scale_inv: Option<(&'a str, &'a TensorEntry)>,
     rows: usize,
+}
+
+/// One stored row of a base matrix (every column), read without a copy.
+pub enum BaseRow<'a> {
+    Bf16(&'a [u8]),
+    /// F16 or F32.
+    Float(&'a [u8], Dtype),
+    /// fp8 e4m3 codes and the scale of each 128-column block of the row.
+    Fp8(&'a [u8], Vec<f32>),
+}
+
+impl BaseRow<'_> {
+    /// Columns `cols` as f32, replacing `out`; the values [`BaseMatrix::read_rows`] gives.
+    pub fn values(&self, cols: Range<usize>, out: &mut Vec<f32>) {
+        out.clear();
+        match self {
+            BaseRow::Bf16(b) => widen(&b[2 * cols.start..2 * cols.end], Dtype::BF16, out),
+            BaseRow::Float(b, dtype) => {
+                let el = dtype.bitsize() / 8;
+                widen(&b[el * cols.start..el * cols.end], *dtype, out);
+            }
+            BaseRow::Fp8(b, scales) => {
+                out.extend(cols.clone().map(|c| e4m3_to_f32(b[c]) * scales[c / FP8_BLOCK]));
+            }
+        }
+    }
+}
+
+fn widen(bytes: &[u8], dtype: Dtype, out: &mut Vec<f32>) {
+    floats_to_f32(bytes, dtype, out).expect("a float dtype, checked when the matrix was opened");
 }
 
 /// A base weight `[E?, rows, cols]`, possibly stored as several row ranges (MLX splits experts'
@@ -127,7 +159,8 @@ impl Base {
                 (d, _) if is_float(d) => {}
                 (d, _) => bail!("{file}: tensor {n}: unsupported base dtype {d:?}"),
             }
-            pieces.push(Piece { name: n, entry, scale_inv, rows: entry.shape[entry.shape.len() - 2] });
+            let rows = entry.shape[entry.shape.len() - 2];
+            pieces.push(Piece { name: n, entry, data: self.ck.bytes(entry), scale_inv, rows });
         }
         let first = pieces[0].entry;
         let lead = &first.shape[..first.shape.len() - 1];
@@ -221,6 +254,51 @@ impl BaseMatrix<'_> {
             first_row += p.rows;
         }
         Ok(())
+    }
+
+    /// Row `r` of expert `expert` (0 for a plain matrix), as stored.
+    pub fn row(&self, expert: usize, r: usize) -> Result<BaseRow<'_>> {
+        let mut first_row = 0;
+        for p in &self.pieces {
+            if r >= first_row + p.rows {
+                first_row += p.rows;
+                continue;
+            }
+            let local = r - first_row;
+            let el = p.entry.dtype.bitsize() / 8;
+            let start = (expert * p.rows + local) * self.cols * el;
+            let Some(bytes) = p.data.get(start..start + self.cols * el) else {
+                bail!("tensor {}: row {local} of expert {expert} is outside its shape {:?}", p.name, p.entry.shape);
+            };
+            return Ok(match (p.entry.dtype, p.scale_inv) {
+                (Dtype::F8_E4M3, Some((scale, _))) => {
+                    let (br, bc) = (p.rows.div_ceil(FP8_BLOCK), self.cols.div_ceil(FP8_BLOCK));
+                    let first = (expert * br + local / FP8_BLOCK) * bc;
+                    let mut scales = Vec::with_capacity(bc);
+                    self.base.ck.elements_f32(scale, first..first + bc, &mut scales)?;
+                    BaseRow::Fp8(bytes, scales)
+                }
+                (Dtype::BF16, _) => BaseRow::Bf16(bytes),
+                (dtype, _) => BaseRow::Float(bytes, dtype),
+            });
+        }
+        bail!("{}: row {r} is outside the matrix's {} rows", self.names.join(" + "), self.rows())
+    }
+
+    /// Drops the pages of rows `rows` of expert `expert` once they have been checked, so that
+    /// memory stays flat within one large weight too (a page shared with the next rows is simply
+    /// read again).
+    pub fn release_rows(&self, expert: usize, rows: Range<usize>) {
+        let mut first_row = 0;
+        for p in &self.pieces {
+            let (lo, hi) = (rows.start.max(first_row), rows.end.min(first_row + p.rows));
+            if lo < hi {
+                let row_bytes = self.cols * (p.entry.dtype.bitsize() / 8);
+                let at = |r: usize| (expert * p.rows + r - first_row) * row_bytes;
+                self.base.ck.release_part(p.entry, at(lo)..at(hi));
+            }
+            first_row += p.rows;
+        }
     }
 
     /// Drops the base weight's pages from memory once it has been checked.

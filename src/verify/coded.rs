@@ -1,16 +1,24 @@
 //! The checks of one coded linear (or of every expert of a stack) against its base weight:
 //! overlap rule, error ratio to the Shannon bound, element-wise correlation, channel scales and
 //! the inner-domain scale.
+//!
+//! Each work unit reconstructs its 128-row block one 128×128 square at a time (the conversion's
+//! own reconstruction) and compares every square with the stored base rows while it is in cache,
+//! all sums of a row in one pass. Units run in parallel in chunks; their sums merge in unit order,
+//! so reports do not depend on the thread count. The base rows of a unit are released when it is
+//! done, an expert's codes when its last unit is.
 
-use super::base::BaseMatrix;
+use super::base::{BaseMatrix, BaseRow};
 use super::findings::{CodedFigures, CodedRow};
 use super::options::VerifyOptions;
-use super::stats::{correlation, finite, sum_squares, PairSums};
-use crate::checkpoint::{Checkpoint, CodedModule};
+use super::stats::{correlation, finite, Bf16Bytes, PairSums, RowSums};
+use crate::checkpoint::{Checkpoint, CodedModule, ExpertLinear, Leaf};
 use crate::codec::{bytes_per_tile, tile, TileDecoder, TILE_LEN};
-use crate::transform::hadamard::{Square, HADAMARD_SIZE};
+use crate::transform::hadamard::HADAMARD_SIZE;
 use anyhow::Result;
 use rayon::prelude::*;
+use std::collections::btree_map::{BTreeMap, Entry};
+use std::ops::Range;
 
 /// Sums from one 128-row output block of one expert.
 #[derive(Default)]
@@ -21,10 +29,73 @@ struct BlockSums {
     pruned: usize,
     /// (|sv|, base row norm) of each live row.
     rows: Vec<(f64, f64)>,
-    /// Squared base column sums over this block's live rows (by input feature).
+    /// The input features compared.
+    cols: Range<usize>,
+    /// Squared base column sums over this block's live rows, one per column of `cols`.
     col_sq: Vec<f32>,
     inner_sq: f64,
     inner_n: u64,
+}
+
+/// Block sums merged in unit order: one expert's, or (without the channel lists) a stack's.
+struct Sums {
+    pair: PairSums,
+    tiles: u64,
+    overlap_violations: u64,
+    pruned: usize,
+    live: usize,
+    rows: Vec<(f64, f64)>,
+    col_sq: Vec<f64>,
+    inner_sq: f64,
+    inner_n: u64,
+    /// Whether `rows` and `col_sq` are kept (the channel correlations are per expert).
+    channels: bool,
+}
+
+impl Sums {
+    fn new(in_features: usize, channels: bool) -> Sums {
+        Sums {
+            pair: PairSums::default(),
+            tiles: 0,
+            overlap_violations: 0,
+            pruned: 0,
+            live: 0,
+            rows: Vec::new(),
+            col_sq: if channels { vec![0.0; in_features] } else { Vec::new() },
+            inner_sq: 0.0,
+            inner_n: 0,
+            channels,
+        }
+    }
+
+    fn add(&mut self, b: &BlockSums) {
+        self.pair.merge(&b.pair);
+        self.tiles += b.tiles;
+        self.overlap_violations += b.overlap_violations;
+        self.pruned += b.pruned;
+        self.live += b.rows.len();
+        if self.channels {
+            for (c, &v) in self.col_sq[b.cols.clone()].iter_mut().zip(&b.col_sq) {
+                *c += v as f64;
+            }
+            self.rows.extend_from_slice(&b.rows);
+        }
+        self.inner_sq += b.inner_sq;
+        self.inner_n += b.inner_n;
+    }
+}
+
+/// One expert's codes and folded scales, with the inner-domain column weights `1/su²`.
+struct Expert<'a> {
+    linear: ExpertLinear<'a>,
+    inv_su_sq: Vec<f32>,
+}
+
+impl<'a> Expert<'a> {
+    fn new(linear: ExpertLinear<'a>) -> Expert<'a> {
+        let inv_su_sq = linear.su.iter().map(|&u| (1.0 / (u as f64 * u as f64)) as f32).collect();
+        Expert { linear, inv_su_sq }
+    }
 }
 
 /// What one work unit covers: a 128-row output block of one expert, either across every input
@@ -88,39 +159,70 @@ pub fn check_coded(
             (0..experts).flat_map(|e| (0..blocks).map(move |b| Region { expert: e, block: b, square: None })).collect()
         }
     };
-    let sums: Vec<Result<(usize, BlockSums)>> =
-        units.par_iter().map(|&u| check_block(ck, m, base, u, decoder).map(|s| (u.expert, s))).collect();
-
-    let mut per_expert: Vec<Vec<BlockSums>> = (0..experts).map(|_| Vec::new()).collect();
-    for s in sums {
-        let (e, s) = s?;
-        per_expert[e].push(s);
-    }
-    let mut pooled = Vec::new();
-    for (e, blocks) in per_expert.into_iter().enumerate() {
-        if blocks.is_empty() {
-            continue;
-        }
-        let figures = figures(m, &blocks, &m.expert(ck, e)?.su, shannon_bound);
-        if m.experts.is_some() {
-            for f in failures(&figures, m.k, opts) {
-                row.failures.push(format!("expert {e}: {f}"));
+    // Chunks of units run in parallel and merge in order: per expert, and pooled for a stack.
+    let chunk = (8 * rayon::current_num_threads()).max(64);
+    let mut cache: BTreeMap<usize, Expert> = BTreeMap::new();
+    let mut current: Option<(usize, Sums)> = None;
+    let mut pooled = Sums::new(m.in_features, m.experts.is_none());
+    for units in units.chunks(chunk) {
+        for u in units {
+            if let Entry::Vacant(slot) = cache.entry(u.expert) {
+                slot.insert(Expert::new(m.expert(ck, u.expert)?));
             }
-            row.per_expert.push(figures);
         }
-        pooled.extend(blocks);
+        let sums: Vec<Result<BlockSums>> =
+            units.par_iter().map(|&u| check_block(m, &cache[&u.expert], base, u, decoder)).collect();
+        for (u, s) in units.iter().zip(sums) {
+            let s = s?;
+            if m.experts.is_some() {
+                if current.as_ref().is_some_and(|(e, _)| *e != u.expert) {
+                    let (e, sums) = current.take().unwrap();
+                    close_expert(ck, m, e, &sums, &cache.remove(&e).unwrap(), opts, &mut row)?;
+                }
+                current.get_or_insert_with(|| (u.expert, Sums::new(m.in_features, true))).1.add(&s);
+            }
+            pooled.add(&s);
+        }
     }
-    // The tensor's own figures: all experts pooled (channel correlations per expert are in
-    // per_expert).
-    row.figures = figures(m, &pooled, &m.expert(ck, 0)?.su, shannon_bound);
+    if let Some((e, sums)) = current {
+        close_expert(ck, m, e, &sums, &cache.remove(&e).unwrap(), opts, &mut row)?;
+    }
+    // The tensor's own figures: for a stack, all experts pooled (channel correlations are per
+    // expert).
     if m.experts.is_some() {
+        row.figures = figures(m, &pooled, &[], shannon_bound);
         row.figures.corr_rin_col_norm = None;
         row.figures.corr_rout_row_norm = None;
     } else {
+        row.figures = figures(m, &pooled, &m.expert(ck, 0)?.su, shannon_bound);
         row.failures = failures(&row.figures, m.k, opts);
     }
     row.failures.dedup();
     Ok(row)
+}
+
+/// An expert of a stack once its last unit is merged: its figures go to `per_expert` and its
+/// codes are released.
+fn close_expert(
+    ck: &Checkpoint,
+    m: &CodedModule,
+    e: usize,
+    sums: &Sums,
+    expert: &Expert,
+    opts: &VerifyOptions,
+    row: &mut CodedRow,
+) -> Result<()> {
+    let figures = figures(m, sums, &expert.linear.su, 2f64.powi(-(m.k as i32)));
+    for f in failures(&figures, m.k, opts) {
+        row.failures.push(format!("expert {e}: {f}"));
+    }
+    row.per_expert.push(figures);
+    if let Some(code) = m.tensor(Leaf::Code) {
+        let entry = ck.entry(code)?;
+        let per_expert = entry.byte_len() / m.expert_count();
+        ck.release_part(entry, e * per_expert..(e + 1) * per_expert);
+    }
+    Ok(())
 }
 
 fn empty_figures(m: &CodedModule, shannon_bound: f64) -> CodedFigures {
@@ -142,28 +244,13 @@ fn empty_figures(m: &CodedModule, shannon_bound: f64) -> CodedFigures {
     }
 }
 
-fn figures(m: &CodedModule, blocks: &[BlockSums], su: &[f32], shannon_bound: f64) -> CodedFigures {
+fn figures(m: &CodedModule, s: &Sums, su: &[f32], shannon_bound: f64) -> CodedFigures {
     let mut f = empty_figures(m, shannon_bound);
-    let mut pair = PairSums::default();
-    let mut col_sq = vec![0f64; m.in_features];
-    let (mut rout, mut row_norm) = (Vec::new(), Vec::new());
-    let (mut inner_sq, mut inner_n) = (0f64, 0u64);
-    for b in blocks {
-        pair.merge(&b.pair);
-        f.tiles_checked += b.tiles;
-        f.overlap_violations += b.overlap_violations;
-        f.pruned_channels += b.pruned;
-        f.live_channels += b.rows.len();
-        for (c, &v) in col_sq.iter_mut().zip(&b.col_sq) {
-            *c += v as f64;
-        }
-        for &(s, n) in &b.rows {
-            rout.push(s);
-            row_norm.push(n);
-        }
-        inner_sq += b.inner_sq;
-        inner_n += b.inner_n;
-    }
+    let pair = s.pair;
+    f.tiles_checked = s.tiles;
+    f.overlap_violations = s.overlap_violations;
+    f.pruned_channels = s.pruned;
+    f.live_channels = s.live;
     f.compared = pair.n;
     // The trellis error is white in the inner domain, so after the orthogonal transform every
     // output channel receives an equal share; pruned channels (sv = 0) discard theirs. The bound
@@ -178,12 +265,13 @@ fn figures(m: &CodedModule, blocks: &[BlockSums], su: &[f32], shannon_bound: f64
         f.rel_err = finite(pair.rel_err());
         f.ratio = f.rel_err.map(|e| e / f.shannon_bound);
     }
+    let (rout, row_norm): (Vec<f64>, Vec<f64>) = s.rows.iter().copied().unzip();
     f.corr_rout_row_norm = finite(correlation(&rout, &row_norm));
     // Over the input features the checked regions covered.
     let (rin, col_norm): (Vec<f64>, Vec<f64>) =
-        col_sq.iter().zip(su).filter(|(&c, _)| c > 0.0).map(|(&c, &u)| (u.abs() as f64, c.sqrt())).unzip();
+        s.col_sq.iter().zip(su).filter(|(&c, _)| c > 0.0).map(|(&c, &u)| (u.abs() as f64, c.sqrt())).unzip();
     f.corr_rin_col_norm = finite(correlation(&rin, &col_norm));
-    f.inner_std = (inner_n > 0).then(|| (inner_sq / inner_n as f64).sqrt());
+    f.inner_std = (s.inner_n > 0).then(|| (s.inner_sq / s.inner_n as f64).sqrt());
     f
 }
 
@@ -215,86 +303,105 @@ fn failures(f: &CodedFigures, k: u32, opts: &VerifyOptions) -> Vec<String> {
 }
 
 fn check_block(
-    ck: &Checkpoint,
     m: &CodedModule,
+    expert: &Expert,
     base: &BaseMatrix,
     region: Region,
     decoder: &dyn TileDecoder,
 ) -> Result<BlockSums> {
-    let Region { expert, block, square } = region;
-    let ex = m.expert(ck, expert)?;
-    let (lin, code, su, sv) = (ex.linear(), ex.code, &ex.su, &ex.sv);
-    let mut s = BlockSums { col_sq: vec![0.0; m.in_features], ..Default::default() };
-
-    // The input features covered, in padded coordinates, and the decoded rows over them.
-    let (cols, decoded, stride) = if let Some(c) = square {
-        let mut d = vec![0f32; HADAMARD_SIZE * HADAMARD_SIZE];
-        lin.reconstruct_square(decoder, block, c, &mut d, HADAMARD_SIZE);
-        (c * HADAMARD_SIZE..(c + 1) * HADAMARD_SIZE, d, HADAMARD_SIZE)
-    } else {
-        let mut d = vec![0f32; HADAMARD_SIZE * m.in_padded];
-        lin.reconstruct_block(decoder, block, &mut d);
-        (0..m.in_padded, d, m.in_padded)
+    let Region { expert: e, block, square } = region;
+    let lin = expert.linear.linear();
+    let (code, su, sv) = (lin.code, lin.su, lin.sv);
+    let squares = match square {
+        Some(c) => c..c + 1,
+        None => 0..m.in_padded / HADAMARD_SIZE,
     };
+    let mut s = BlockSums::default();
 
     // Overlap rule on the states this decoder extracts, for every tile of the region.
     let tile_bytes = bytes_per_tile(m.k);
     let out_tiles = m.out_padded / 16;
     let strip_tiles = HADAMARD_SIZE / 16;
     let mut states = vec![0u16; strip_tiles * TILE_LEN];
-    for i in cols.start / 16..cols.end / 16 {
+    for i in squares.start * strip_tiles..squares.end * strip_tiles {
         let first = (i * out_tiles + block * strip_tiles) * tile_bytes;
         decoder.states(&code[first..first + strip_tiles * tile_bytes], m.k, &mut states);
         for t in states.chunks_exact(TILE_LEN) {
             s.tiles += 1;
-            s.overlap_violations += (tile::overlap_violations(t, m.k) > 0) as u64;
+            s.overlap_violations += u64::from(!tile::obeys_overlap(t, m.k));
         }
     }
 
+    // Each decoded square against the base rows (padding is never compared); rows with sv = 0
+    // are pruned and skipped, rows whose base is all zero are found pruned at the end.
     let r0 = block * HADAMARD_SIZE;
     let rows = (m.out_features - r0).min(HADAMARD_SIZE);
     let ic = m.in_features;
-    let cols = cols.start.min(ic)..cols.end.min(ic); // padding is never compared
-    let width = cols.len();
-    let mut base_rows = Vec::new();
-    base.read_rows(expert, r0..r0 + rows, &mut base_rows)?;
-    let mut any_dead = rows < HADAMARD_SIZE || width < HADAMARD_SIZE || ic != m.in_padded;
-    for r in 0..rows {
-        let y = &base_rows[r * ic..(r + 1) * ic][cols.clone()];
-        if sv[r0 + r] == 0.0 || y.iter().all(|&v| v == 0.0) {
+    let cols = (squares.start * HADAMARD_SIZE).min(ic)..(squares.end * HADAMARD_SIZE).min(ic);
+    let base_rows = (r0..r0 + rows).map(|r| base.row(e, r)).collect::<Result<Vec<_>>>()?;
+    let mut row_sums = vec![RowSums::default(); rows];
+    let mut col_sq = vec![0f32; cols.len()];
+    let mut y = Vec::with_capacity(HADAMARD_SIZE);
+    lin.for_each_square(decoder, block, squares, |c, decoded| {
+        let c0 = c * HADAMARD_SIZE;
+        let width = ic.saturating_sub(c0).min(HADAMARD_SIZE);
+        let (col_sq, weights) = (&mut col_sq[c0 - cols.start..][..width], &expert.inv_su_sq[c0..c0 + width]);
+        for (r, (sums, base_row)) in row_sums.iter_mut().zip(&base_rows).enumerate() {
+            if sv[r0 + r] == 0.0 || width == 0 {
+                continue;
+            }
+            let x = &decoded[r * HADAMARD_SIZE..][..width];
+            match base_row {
+                BaseRow::Bf16(bytes) => {
+                    // The next square's part of the row, while this square's is compared and the
+                    // next one reconstructed: 128 rows far apart are more streams than the
+                    // hardware prefetcher follows.
+                    prefetch(bytes.get(2 * (c0 + HADAMARD_SIZE)..).unwrap_or_default(), 2 * HADAMARD_SIZE);
+                    sums.add(x, &Bf16Bytes(&bytes[2 * c0..2 * (c0 + width)]), col_sq, weights);
+                }
+                other => {
+                    other.values(c0..c0 + width, &mut y);
+                    sums.add(x, &y.as_slice(), col_sq, weights);
+                }
+            }
+        }
+    });
+    base.release_rows(e, r0..r0 + rows);
+
+    let mut any_dead = rows < HADAMARD_SIZE || cols.len() < HADAMARD_SIZE || ic != m.in_padded;
+    let mut weighted = 0f64;
+    for (r, sums) in row_sums.iter().enumerate() {
+        let v = sv[r0 + r];
+        if v == 0.0 || !sums.nonzero {
             s.pruned += 1;
             any_dead = true;
             continue;
         }
-        let mut pair = PairSums::default();
-        pair.add_slices(&decoded[r * stride..][..width], y);
-        s.rows.push((sv[r0 + r].abs() as f64, pair.syy().sqrt()));
-        s.pair.merge(&pair);
-        for (c, &v) in s.col_sq[cols.clone()].iter_mut().zip(y) {
-            *c += v * v;
-        }
+        s.rows.push((v.abs() as f64, sums.pair.syy().sqrt()));
+        s.pair.merge(&sums.pair);
+        weighted += sums.weighted / (v as f64 * v as f64);
     }
+    s.cols = cols.clone();
+    s.col_sq = col_sq;
 
-    // Inner domain: the base pulled back through the inverse transform, one 128×128 square at a
-    // time, where it is defined.
-    let su = &su[cols.clone()];
-    if !any_dead && su.iter().all(|&v| v != 0.0) {
-        let mut sq = Square::default();
-        let ones = [1f32; HADAMARD_SIZE];
-        let norm = [1.0 / HADAMARD_SIZE as f32; HADAMARD_SIZE];
-        let mut z = vec![0f32; HADAMARD_SIZE * HADAMARD_SIZE];
-        for c0 in (0..width).step_by(HADAMARD_SIZE) {
-            for r in 0..HADAMARD_SIZE {
-                let y = &base_rows[r * ic + cols.start + c0..][..HADAMARD_SIZE];
-                let inv_sv = 1.0 / sv[r0 + r];
-                for ((dst, &v), &u) in sq.row_mut(r).iter_mut().zip(y).zip(&su[c0..c0 + HADAMARD_SIZE]) {
-                    *dst = v / u * inv_sv;
-                }
-            }
-            sq.transform_scaled(&norm, &ones, &mut z, HADAMARD_SIZE);
-            s.inner_sq += sum_squares(&z);
-            s.inner_n += z.len() as u64;
-        }
+    // Inner domain: the base pulled back through the inverse transform, `Hn·diag(1/sv)·Y·
+    // diag(1/su)·Hn` square by square, where it is defined. `Hn` is orthogonal, so the sum of
+    // squares is that of `diag(1/sv)·Y·diag(1/su)`: the rows' weighted norms over sv².
+    if !any_dead && su[cols.clone()].iter().all(|&v| v != 0.0) {
+        s.inner_sq = weighted;
+        s.inner_n = (rows * cols.len()) as u64;
     }
     Ok(s)
+}
+
+/// Asks for the first `len` bytes of `bytes` (or all of it) to be brought into cache.
+fn prefetch(bytes: &[u8], len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes[..len.min(bytes.len())].chunks(64) {
+        // SAFETY: a prefetch of a valid address has no effect but on the cache (SSE, part of
+        // x86_64).
+        unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.as_ptr().cast()) };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (bytes, len);
 }

@@ -5,8 +5,9 @@
 //! element-wise correlation and cosine, channel-scale correlations and the inner-domain scale.
 //! Per norm (`norms.rs`): the norm-offset table. Per int8 pair (`int8.rs`): error against the
 //! base. Work is split into 128-row output blocks and run in parallel; sums merge in a fixed
-//! order, so reports are reproducible. Each tensor's pages, in IN and in BASE, are released once
-//! it is checked, so memory does not grow with the model.
+//! order, so reports are reproducible. Base rows are released as soon as they are compared, an
+//! expert's codes when the expert is done and every tensor's pages once it is checked, so memory
+//! grows neither with the model nor with its largest tensor.
 
 mod base;
 mod coded;

@@ -151,5 +151,19 @@ fn whole_strip_batches_and_single_squares_give_the_same_bits() {
                 assert_eq!(&square[r * 128..][..128], want, "block {block} square {c} row {r}");
             }
         }
+        // One square at a time, in order, from one strip decode or from eight-tile calls.
+        for decoder in [codec::best_decoder(), &Batched as &dyn codec::TileDecoder] {
+            for squares in [0..ic / 128, 1..ic / 128, 2..3] {
+                let mut seen = Vec::new();
+                lin.for_each_square(decoder, block, squares.clone(), |c, square| {
+                    seen.push(c);
+                    for r in 0..128 {
+                        let want = &a[r * ic + 128 * c..][..128];
+                        assert_eq!(&square[r * 128..][..128], want, "{} block {block} square {c}", decoder.name());
+                    }
+                });
+                assert_eq!(seen, squares.collect::<Vec<_>>());
+            }
+        }
     }
 }
