@@ -2,6 +2,7 @@
 //! that holds them, ordered one way for every kind of row.
 
 use super::base::BaseLayout;
+use super::options::min_corr_for;
 use serde::Serialize;
 
 /// Figures for one coded linear, or one expert of a stack.
@@ -64,6 +65,8 @@ pub struct VerifyReport {
     pub decoder: &'static str,
     pub sampled_blocks: Option<usize>,
     pub max_ratio: f64,
+    /// `--min-corr`, when given (else the defaults by K).
+    pub min_corr: Option<f64>,
     pub coded: Vec<CodedRow>,
     pub int8: Vec<Int8Row>,
     pub norms: Vec<NormRow>,
@@ -76,6 +79,13 @@ pub struct VerifyReport {
     pub passed: bool,
     /// Notes on how the run went (a capped `-j`).
     pub warnings: Vec<String>,
+}
+
+impl VerifyReport {
+    /// The correlation a K-bit linear had to reach.
+    pub fn min_corr_for(&self, k: u32) -> f64 {
+        min_corr_for(self.min_corr, k)
+    }
 }
 
 /// A checked tensor.

@@ -140,15 +140,6 @@ fn kind_rank(kind: &str) -> (usize, String) {
     (KIND_ORDER.iter().position(|k| *k == kind).unwrap_or(KIND_ORDER.len()), kind.to_string())
 }
 
-/// The default correlation floor for K (the report does not record an explicit `--min-corr`).
-fn default_min_corr(k: u32) -> f64 {
-    if k <= 2 {
-        0.8
-    } else {
-        0.9
-    }
-}
-
 /// Expert indices named by "expert N: …" failure messages.
 fn failing_experts(row: &CodedRow) -> BTreeSet<usize> {
     row.failures.iter().filter_map(|f| f.strip_prefix("expert ")?.split_once(':')?.0.parse().ok()).collect()
@@ -493,7 +484,7 @@ fn expert_chart(s: &mut String, r: &VerifyReport, stacks: &[&CodedRow]) {
     let cap = r.max_ratio.max(1.0) * 4.0;
     let ratios = stacks.iter().flat_map(|c| c.per_expert.iter().chain([&c.figures]).filter_map(|f| f.ratio));
     let (rlo, rhi) = range_of(ratios.map(|v| v.min(cap)), &[1.0]);
-    let floors: BTreeSet<u64> = stacks.iter().map(|c| default_min_corr(c.k).to_bits()).collect();
+    let floors: BTreeSet<u64> = stacks.iter().map(|c| r.min_corr_for(c.k).to_bits()).collect();
     let floors: Vec<f64> = floors.into_iter().map(f64::from_bits).collect();
     let corrs = stacks.iter().flat_map(|c| c.per_expert.iter().chain([&c.figures]).filter_map(|f| f.corr));
     let (clo, chi) = range_of(corrs, &[]);
@@ -1144,8 +1135,8 @@ pub fn render_html(r: &VerifyReport) -> String {
         let refs: Vec<RefLine> = ks
             .iter()
             .map(|&k| RefLine {
-                value: default_min_corr(k),
-                label: format!("default floor, K {} {}", if k <= 2 { "≤" } else { "≥" }, k),
+                value: r.min_corr_for(k),
+                label: format!("floor, K {} {}", if k <= 2 { "≤" } else { "≥" }, k),
                 colour: FAIL,
                 dash: if k <= 2 { "8 4" } else { "2 3" },
             })
@@ -1153,8 +1144,7 @@ pub fn render_html(r: &VerifyReport) -> String {
         let _ = writeln!(
             s,
             "<p class=\"note\">Correlation of the decode with the base over live channels (never sorted values). \
-             Dashed: the default floors, 0.8 for K ≤ 2 and 0.9 for K ≥ 3; a --min-corr given on the command line \
-             is not recorded in the report and not drawn.{}</p>",
+             Dashed: the floors a linear must reach (--min-corr, or 0.8 for K ≤ 2 and 0.9 for K ≥ 3).{}</p>",
             Esc(&note)
         );
         let corr_pts = points(|f| f.corr);

@@ -97,6 +97,7 @@ pub fn verify(opts: &VerifyOptions, decoder: &dyn TileDecoder) -> Result<VerifyR
         decoder: decoder.name(),
         sampled_blocks: opts.sample,
         max_ratio: opts.max_ratio,
+        min_corr: opts.min_corr,
         coded,
         int8,
         norms,

@@ -32,8 +32,13 @@ pub struct VerifyOptions {
 impl VerifyOptions {
     /// The correlation a K-bit linear must reach.
     pub fn min_corr(&self, k: u32) -> f64 {
-        self.min_corr.unwrap_or(if k <= 2 { MIN_CORR_LOW_K } else { MIN_CORR_HIGH_K })
+        min_corr_for(self.min_corr, k)
     }
+}
+
+/// `given`, or the default floor for K.
+pub fn min_corr_for(given: Option<f64>, k: u32) -> f64 {
+    given.unwrap_or(if k <= 2 { MIN_CORR_LOW_K } else { MIN_CORR_HIGH_K })
 }
 
 /// A usable `--max-ratio`: finite and at least 1 (no honest decode beats the bound).
