@@ -184,7 +184,7 @@ fn check_fp8() -> Result<()> {
     // Between neighbours: below, at and above the midpoint (ties go to the even code).
     for a in 0..0x7Eu8 {
         let (lo, hi) = (f8e4m3_decode(a), f8e4m3_decode(a + 1));
-        let mid = (lo + hi) / 2.0;
+        let mid = f32::midpoint(lo, hi);
         let tie = if a % 2 == 0 { a } else { a + 1 };
         ensure!(f8e4m3_encode(mid) == tie, "fp8 tie between {a:#x} and {:#x}", a + 1);
         ensure!(f8e4m3_encode(f32::from_bits(mid.to_bits() - 1)) == a, "fp8 below midpoint of {a:#x}");
@@ -364,7 +364,7 @@ fn linear(path: String, out: usize, inp: usize, std: f64) -> Linear {
 }
 
 fn is_linear_layer(i: usize) -> bool {
-    (i + 1) % 4 != 0
+    !(i + 1).is_multiple_of(4)
 }
 
 /// The per-layer attention linears (GDN or full attention) of either model.

@@ -101,7 +101,7 @@ fn pick<'a>(ck: &'a Checkpoint, name: Option<&str>) -> anyhow::Result<(String, u
     let module = cat
         .coded
         .iter()
-        .filter(|m| name.map_or(true, |n| m.path.contains(n)))
+        .filter(|m| name.is_none_or(|n| m.path.contains(n)))
         .max_by_key(|m| ck.tensors[m.tensor(Leaf::Code).expect("a code tensor")].byte_len())
         .ok_or_else(|| anyhow::anyhow!("{}: no coded linear matches", ck.root.display()))?;
     let entry = &ck.tensors[module.tensor(Leaf::Code).expect("a code tensor")];

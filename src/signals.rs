@@ -71,8 +71,8 @@ fn install_sigbus() {
         let mut action: libc::sigaction = std::mem::zeroed();
         action.sa_sigaction = on_sigbus as *const () as usize;
         action.sa_flags = libc::SA_SIGINFO;
-        libc::sigemptyset(&mut action.sa_mask);
-        libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut());
+        libc::sigemptyset(&raw mut action.sa_mask);
+        libc::sigaction(libc::SIGBUS, &raw const action, std::ptr::null_mut());
     }
 }
 

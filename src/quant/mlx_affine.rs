@@ -58,7 +58,7 @@ impl AffineSpec {
 
     /// Whether a row of `cols` values can be quantized with this group size.
     pub fn fits(&self, cols: usize) -> bool {
-        cols > 0 && cols % self.group_size == 0
+        cols > 0 && cols.is_multiple_of(self.group_size)
     }
 
     /// U32 words per packed row of `cols` values.
@@ -272,7 +272,7 @@ pub fn round_and_quantize_rows(
     scales: &mut Vec<u8>,
     biases: &mut Vec<u8>,
 ) {
-    assert!(cols > 0 && values.len() % cols == 0, "values are not whole rows of {cols}");
+    assert!(cols > 0 && values.len().is_multiple_of(cols), "values are not whole rows of {cols}");
     let kernel = Kernel::best();
     for row in values.chunks_exact_mut(cols) {
         round_slice(row, scale_dtype);
@@ -347,7 +347,7 @@ impl Kernel {
 
 /// The largest group size MLX accepts that divides `cols` (the exact int8 repack works at any).
 pub fn int8_group_size(cols: usize) -> Option<usize> {
-    GROUP_SIZES.iter().rev().copied().find(|g| cols % g == 0)
+    GROUP_SIZES.iter().rev().copied().find(|g| cols.is_multiple_of(*g))
 }
 
 /// Exact repack of int8 rows with one scale per row into 8-bit affine (`mlx-affine.md` §4):
@@ -366,7 +366,10 @@ pub fn repack_int8_rows(
     scales: &mut Vec<u8>,
     biases: &mut Vec<u8>,
 ) {
-    assert!(cols > 0 && cols % group_size == 0, "row length {cols} is not a multiple of group size {group_size}");
+    assert!(
+        cols > 0 && cols.is_multiple_of(group_size),
+        "row length {cols} is not a multiple of group size {group_size}"
+    );
     assert_eq!(w8.len(), row_scales.len() * cols, "one scale per row of {cols} bytes");
     packed.extend(w8.iter().map(|&b| b ^ 0x80));
     for &s in row_scales {

@@ -379,7 +379,7 @@ mod tests {
     use super::*;
 
     fn sylvester(i: usize, j: usize) -> f32 {
-        if (i & j).count_ones() % 2 == 0 {
+        if (i & j).count_ones().is_multiple_of(2) {
             1.0
         } else {
             -1.0

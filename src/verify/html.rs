@@ -297,7 +297,7 @@ fn y_axis(s: &mut String, y: Scale, x0: f64, x1: f64, label: &str) {
         line(s, x0, py, x1, py, GRID, 1.0, "");
         text(s, x0 - 6.0, py + 4.0, "end", "tick", &format!("{t:.digits$}"));
     }
-    let mid = (y.p0 + y.p1) / 2.0;
+    let mid = f64::midpoint(y.p0, y.p1);
     let _ = write!(
         s,
         r#"<text x="{}" y="{}" text-anchor="middle" class="axis" transform="rotate(-90 {} {})">{}</text>"#,
@@ -318,7 +318,7 @@ fn x_axis(s: &mut String, x: Scale, y0: f64, y1: f64, label: &str) {
         text(s, px, y1 + 14.0, "middle", "tick", &format!("{t:.digits$}"));
     }
     line(s, x.p0, y1, x.p1, y1, MUTED, 1.0, "");
-    text(s, (x.p0 + x.p1) / 2.0, y1 + 32.0, "middle", "axis", label);
+    text(s, f64::midpoint(x.p0, x.p1), y1 + 32.0, "middle", "axis", label);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -383,7 +383,7 @@ fn layer_chart(
     }
     line(s, left, bottom, right, bottom, MUTED, 1.0, "");
     line(s, left, top, left, bottom, MUTED, 1.0, "");
-    text(s, (left + right) / 2.0, bottom + 38.0, "middle", "axis", "layer index (layers.N)");
+    text(s, f64::midpoint(left, right), bottom + 38.0, "middle", "axis", "layer index (layers.N)");
     for r in refs {
         if y.contains(r.value) {
             let py = y.at(r.value);
@@ -518,7 +518,7 @@ fn expert_chart(s: &mut String, r: &VerifyReport, stacks: &[&CodedRow]) {
         );
     }
     for (name, x, get) in panels {
-        text(s, (x.p0 + x.p1) / 2.0, top - 24.0, "middle", "paneltitle", &format!("{name} per expert"));
+        text(s, f64::midpoint(x.p0, x.p1), top - 24.0, "middle", "paneltitle", &format!("{name} per expert"));
         x_axis(s, x, top, bottom, name);
         let refs: Vec<(f64, &str, &str)> = if name.starts_with("Shannon") {
             vec![(1.0, "#444444", "5 3"), (r.max_ratio, FAIL, "8 4")]
@@ -601,7 +601,8 @@ fn norm_chart(s: &mut String, r: &VerifyReport) {
     let bottom = top + ROW * rows.len() as f64;
     let h = bottom + 56.0;
     let (mlo, mhi) = range_of(rows.iter().flat_map(|n| [n.escha_mean, n.base_mean]), &[]);
-    let (mlo, mhi) = if mhi - mlo < 0.2 { ((mlo + mhi) / 2.0 - 0.1, (mlo + mhi) / 2.0 + 0.1) } else { (mlo, mhi) };
+    let (mlo, mhi) =
+        if mhi - mlo < 0.2 { (f64::midpoint(mlo, mhi) - 0.1, f64::midpoint(mlo, mhi) + 0.1) } else { (mlo, mhi) };
     let (_, dhi) = range_of(rows.iter().flat_map(|n| [n.diff, n.diff_plus_one]), &[0.0, 1.0]);
     let means = Scale { lo: mlo, hi: mhi, p0: label_w + 10.0, p1: label_w + 300.0 };
     let diffs = Scale { lo: 0.0, hi: dhi, p0: label_w + 340.0, p1: label_w + 640.0 };
@@ -626,9 +627,9 @@ fn norm_chart(s: &mut String, r: &VerifyReport) {
         let v = if fail { format!("{} — FAIL", n.verdict) } else { n.verdict.to_string() };
         text(s, verdict_x, cy + 4.0, "start", if fail { "rowlabel failtext" } else { "rowlabel" }, &v);
     }
-    text(s, (means.p0 + means.p1) / 2.0, top - 24.0, "middle", "paneltitle", "mean value");
+    text(s, f64::midpoint(means.p0, means.p1), top - 24.0, "middle", "paneltitle", "mean value");
     x_axis(s, means, top, bottom, "mean (escha ● / base ○)");
-    text(s, (diffs.p0 + diffs.p1) / 2.0, top - 24.0, "middle", "paneltitle", "mean absolute difference");
+    text(s, f64::midpoint(diffs.p0, diffs.p1), top - 24.0, "middle", "paneltitle", "mean absolute difference");
     x_axis(s, diffs, top, bottom, "|e − b| ● / |e + 1 − b| ■");
     line(s, diffs.at(NORM_MATCH), top - 6.0, diffs.at(NORM_MATCH), bottom, "#444444", 1.4, "4 3");
     text(s, diffs.at(NORM_MATCH) + 3.0, top - 9.0, "start", "reflabel", &format!("match < {NORM_MATCH}"));

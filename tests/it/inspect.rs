@@ -101,7 +101,7 @@ fn the_27b_shapes_give_the_published_bits_per_weight() {
         }
     }
     let mut text = serde_json::to_string(&header).unwrap();
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(' ');
     }
     let mut f = std::fs::File::create(&path).unwrap();

@@ -46,7 +46,7 @@ mod shim {
         for gid in 0..threads {
             // SAFETY: the buffers hold `word_offset + tiles·8K` words and `tiles·256` floats past
             // `pad`, which is all the kernel touches for these parameters (checked below).
-            unsafe { trellis_decode(codes.as_ptr(), out.as_mut_ptr().add(pad), &p, gid) };
+            unsafe { trellis_decode(codes.as_ptr(), out.as_mut_ptr().add(pad), &raw const p, gid) };
         }
         let (head, rest) = out.split_at(pad);
         let (body, tail) = rest.split_at(tiles * TILE_LEN);

@@ -9,7 +9,7 @@ fn reference(inner: &[f32], ic: usize, oc: usize, su: &[f32], sv: &[f32]) -> Vec
     let h = |i: usize, j: usize| -> f64 {
         if i / 128 != j / 128 {
             0.0
-        } else if ((i % 128) & (j % 128)).count_ones() % 2 == 0 {
+        } else if ((i % 128) & (j % 128)).count_ones().is_multiple_of(2) {
             1.0 / (128f64).sqrt()
         } else {
             -1.0 / (128f64).sqrt()

@@ -45,7 +45,7 @@ pub fn write_safetensors(path: &Path, tensors: &[T]) {
         offset += t.data.len();
     }
     let mut text = serde_json::to_string(&header).unwrap();
-    while text.len() % 8 != 0 {
+    while !text.len().is_multiple_of(8) {
         text.push(' ');
     }
     let mut bytes = (text.len() as u64).to_le_bytes().to_vec();
@@ -233,7 +233,7 @@ pub fn reference_linear_with(
         }
     }
     let h = |a: usize, b: usize| -> f64 {
-        let s = if ((a % 128) & (b % 128)).count_ones() % 2 == 0 { 1.0 } else { -1.0 };
+        let s = if ((a % 128) & (b % 128)).count_ones().is_multiple_of(2) { 1.0 } else { -1.0 };
         s / (128f64).sqrt()
     };
     let mut left = vec![0f64; oc * ic]; // Hn · W_innerᵀ

@@ -37,7 +37,7 @@ pub(super) unsafe fn quantize_groups(
     scales: &mut [f32],
     biases: &mut [f32],
 ) {
-    assert!(group_size > 0 && group_size % 32 == 0, "group size {group_size} is not a multiple of 32");
+    assert!(group_size > 0 && group_size.is_multiple_of(32), "group size {group_size} is not a multiple of 32");
     let groups = values.len() / group_size;
     assert_eq!(groups * group_size, values.len(), "values are not whole groups");
     assert!(scales.len() >= groups && biases.len() >= groups, "room for every scale and bias");

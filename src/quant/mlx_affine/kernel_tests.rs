@@ -44,7 +44,7 @@ fn assert_same(values: &[f32], cols: usize, bits: u32, group_size: usize, dtype:
 /// [`assert_same`] at every bit width, every group size dividing `cols` and every scale dtype.
 fn assert_same_everywhere(values: &[f32], cols: usize) {
     for bits in BITS {
-        for gs in GROUP_SIZES.into_iter().filter(|gs| cols % gs == 0) {
+        for gs in GROUP_SIZES.into_iter().filter(|gs| cols.is_multiple_of(*gs)) {
             for dtype in DTYPES {
                 assert_same(values, cols, bits, gs, dtype);
             }
@@ -213,7 +213,7 @@ fn every_tie_rounds_to_even_in_every_kernel() {
             let codes = unpack_row(&p[3..], 128, bits);
             for (i, &c) in codes.iter().enumerate().skip(2) {
                 let k = (i as u32 - 2) % n;
-                assert_eq!(c, if k % 2 == 0 { k } else { k + 1 }, "{} bits {bits} element {i}", kernel.name());
+                assert_eq!(c, if k.is_multiple_of(2) { k } else { k + 1 }, "{} bits {bits} element {i}", kernel.name());
             }
         }
     }
