@@ -4,7 +4,7 @@
 //! linear) of Gaussian-like weights rounded to bf16, quantized at group size 64 with BF16 scales,
 //! single-threaded: the scalar reference and the kernel `quantize_rows` dispatches to.
 
-use escha_convert::quant::mlx_affine::{quantize_rows_with, round_slice, AffineSpec, Kernel};
+use escha_convert::quant::affine::{quantize_rows_with, round_slice, AffineSpec, Kernel};
 use escha_convert::rng::SplitMix64;
 use safetensors::Dtype;
 use std::hint::black_box;

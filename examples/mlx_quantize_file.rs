@@ -13,7 +13,7 @@
 
 use anyhow::{bail, Context, Result};
 use escha_convert::checkpoint::tensor::floats_to_f32;
-use escha_convert::quant::mlx_affine::{int8_group_size, quantize_rows, repack_int8_rows, AffineSpec};
+use escha_convert::quant::affine::{int8_group_size, quantize_rows, repack_int8_rows, AffineSpec};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use std::collections::BTreeMap;

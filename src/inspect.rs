@@ -7,7 +7,7 @@ use crate::convert::{planned_tensor_bytes, ConvertOptions};
 use crate::layout::mlx::{self, AutoBits, Int8Mode, MlxOptions};
 use crate::layout::OutputFormat;
 use crate::layout::{norm_kind, NormKind};
-use crate::quant::mlx_affine::AffineSpec;
+use crate::quant::affine::AffineSpec;
 use crate::text::{escape_controls, human_bytes, shape};
 use anyhow::Result;
 use serde::Serialize;

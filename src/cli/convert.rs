@@ -6,7 +6,7 @@ use crate::backend::{Backend, BackendKind};
 use crate::convert::{convert, render_plan, render_summary, ConvertOptions, PartSpec, VerifyRequest};
 use crate::layout::mlx::{AutoBits, Int8Mode};
 use crate::layout::{DenseDtype, MlxOptions, MtpMode, OutputFormat};
-use crate::quant::mlx_affine::{AffineSpec, BITS, GROUP_SIZES};
+use crate::quant::affine::{AffineSpec, BITS, GROUP_SIZES};
 use crate::signals;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::error::ErrorKind;

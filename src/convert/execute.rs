@@ -7,7 +7,7 @@ use super::units::{dims, units, Unit, Units};
 use crate::layout::{Adjust, Encoding, Recipe};
 use crate::output::{ShardFiles, WriteQueue};
 use crate::plan::Plan;
-use crate::quant::{dense, mlx_affine};
+use crate::quant::{affine, dense};
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -195,7 +195,7 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
             reader.adjust(*adjust, source, rows.clone(), cols, &mut s.values)?;
             // The values a model in the scales' dtype holds are what gets quantized.
             let [scales, biases] = &mut s.params;
-            mlx_affine::round_and_quantize_rows(&mut s.values, cols, *spec, scale_dtype, &mut s.bytes, scales, biases);
+            affine::round_and_quantize_rows(&mut s.values, cols, *spec, scale_dtype, &mut s.bytes, scales, biases);
             if s.params.iter().any(|p| dense::first_non_finite(p, scale_dtype).is_some()) {
                 bail!("rows from {first}: a group's scale or bias is not finite in {scale_dtype:?}");
             }
@@ -208,7 +208,7 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
             let scale_dtype = params_dtype.context("int8 repack without scales")?;
             reader.int8_rows(source, rows, &mut s.codes, &mut s.row_scales)?;
             let [scales, biases] = &mut s.params;
-            mlx_affine::repack_int8_rows(
+            affine::repack_int8_rows(
                 &s.codes,
                 &s.row_scales,
                 cols,

@@ -76,7 +76,7 @@ fn bias_notes(
         let kept = tensors.iter().filter(|t| t.kind == Kind::Bias).count();
         if kept > 0 {
             warnings.push(format!(
-                "{root}: kept {kept} bias tensors of coded linears: stock transformers and mlx-lm Qwen3.5 models have no slot for them (a strict load fails, others drop them); loading them needs a patched model"
+                "{root}: kept {kept} bias tensors of coded linears: stock Qwen3.5 loaders have no slot for them (a strict load fails, others drop them); loading them needs a patched model"
             ));
         }
         return Ok(());

@@ -4,8 +4,8 @@
 use super::rows::Reader;
 use super::units::{dims, lead_runs, ELEMENTS_PER_UNIT};
 use crate::layout::{Adjust, RowSource, WeightProbe};
+use crate::quant::affine::round_slice;
 use crate::quant::affine_error::WidthErrors;
-use crate::quant::mlx_affine::round_slice;
 use anyhow::Result;
 use rayon::prelude::*;
 use safetensors::Dtype;

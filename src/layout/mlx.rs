@@ -28,7 +28,7 @@ use super::names::{natural_key, norm_kind};
 use super::policy::{FormatCard, Layout, WeightProbe, WidthChoice};
 use super::tensor::{Adjust, AffineParams, Encoding, Kind, OutputTensor, Recipe, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint, Leaf};
-use crate::quant::mlx_affine::{int8_group_size, AffineSpec};
+use crate::quant::affine::{int8_group_size, AffineSpec};
 use crate::select::selected;
 use anyhow::{bail, Result};
 use safetensors::Dtype;

@@ -3,7 +3,7 @@
 
 use crate::checkpoint::tensor::view;
 use crate::checkpoint::Catalog;
-use crate::quant::mlx_affine::AffineSpec;
+use crate::quant::affine::AffineSpec;
 use anyhow::{bail, Result};
 use safetensors::Dtype;
 use std::collections::HashMap;

@@ -2,7 +2,7 @@
 //! each group's range (a step `s` rounds each non-zero value with a mean squared error of
 //! `s²/12`), or measured by quantizing and dequantizing exactly as the output will be.
 
-use super::mlx_affine::{dequantize_rows, quantize_rows, AffineSpec, BITS};
+use super::affine::{dequantize_rows, quantize_rows, AffineSpec, BITS};
 use safetensors::Dtype;
 
 /// Squared added error at each width of [`BITS`], and the squared norm of the weight, summed
@@ -92,7 +92,7 @@ mod tests {
         let (rows, cols) = (64, 512);
         let mut values: Vec<f32> = (0..rows * cols).map(|_| gauss()).collect();
         values[..cols].fill(0.0); // a pruned row counts for nothing
-        super::super::mlx_affine::round_slice(&mut values, Dtype::BF16);
+        super::super::affine::round_slice(&mut values, Dtype::BF16);
         let (mut est, mut exact) = (WidthErrors::default(), WidthErrors::default());
         est.add_estimate(&values, cols, 64);
         exact.add_exact(&values, cols, 64, Dtype::BF16);
