@@ -74,8 +74,8 @@ pub struct ConvertArgs {
     /// The MTP head (Hugging Face layout: `mtp.*` tensors in the main shards).
     #[arg(long, value_enum, default_value_t = MtpMode::Auto)]
     pub mtp: MtpMode,
-    /// Largest shard, in tensor bytes: e.g. 5GB, 500MB, 2GiB, or a number of bytes (default 5GB;
-    /// 5GiB, mlx-lm's limit, for --format mlx).
+    /// Largest shard, in tensor bytes: e.g. 5GB (or 5G), 500MB, 2GiB, or a number of bytes
+    /// (default 5GB; 5GiB, mlx-lm's limit, for --format mlx).
     #[arg(long, value_parser = parse_size)]
     pub max_shard_size: Option<u64>,
     /// Convert only output tensors whose name matches GLOB (`*` any run, `?` one character); repeatable.
@@ -84,7 +84,7 @@ pub struct ConvertArgs {
     /// Worker threads (default: one per core).
     #[arg(short = 'j', long)]
     pub threads: Option<usize>,
-    /// Replace OUT if it exists and is not empty.
+    /// Replace OUT when it holds an earlier output of this tool (and nothing else).
     #[arg(long)]
     pub force: bool,
     /// Print the plan (every output tensor, shards, sizes, memory estimate) and write nothing.

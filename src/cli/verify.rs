@@ -19,7 +19,8 @@ pub struct VerifyArgs {
     /// Check only tensors whose output name matches GLOB; repeatable.
     #[arg(long, value_name = "GLOB")]
     pub only: Vec<String>,
-    /// Check N evenly spread 128-row output blocks per tensor instead of whole tensors.
+    /// Check N evenly spread 128×128 blocks per tensor (across its experts too) instead of whole
+    /// tensors.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub sample: Option<u64>,
     /// Fail when the ratio of the relative error to the Shannon bound exceeds R.
