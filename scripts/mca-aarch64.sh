@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Static throughput estimates for the aarch64 decode and reconstruction loops, with llvm-mca
-# (docs/perf-aarch64.md explains the method and the figures).
+# (docs/PERFORMANCE.md, section "aarch64 (NEON)", explains the method and the figures).
 #
 #   1. compiles the library for aarch64-unknown-linux-gnu to assembly: once as shipped (release
 #      optimisation, one codegen unit, no LTO so that the library's own assembly is emitted) and
