@@ -13,7 +13,9 @@ use escha_convert::transform::CodedLinear;
 use rayon::prelude::*;
 use safetensors::Dtype;
 use std::hint::black_box;
-use std::time::Instant;
+use timing::{ns_per_weight, Stat};
+
+mod timing;
 
 const IC: usize = 5120;
 const OC: usize = 17408;
@@ -30,34 +32,6 @@ fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
     }
     v.truncate(n);
     v
-}
-
-/// Times `reps` runs of `f` (after one warm-up run), in ns per weight.
-fn ns_per_weight(reps: usize, weights: usize, mut f: impl FnMut()) -> Stat {
-    f(); // warm-up: page faults, lazily built tables, thread pool start
-    let mut times: Vec<f64> = (0..reps)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64() * 1e9 / weights as f64
-        })
-        .collect();
-    times.sort_by(f64::total_cmp);
-    Stat { median: times[reps / 2], min: times[0] }
-}
-
-/// Median and minimum of repeated wall-clock timings; the minimum shows what other load on the
-/// machine hides.
-#[derive(Clone, Copy)]
-struct Stat {
-    median: f64,
-    min: f64,
-}
-
-impl std::fmt::Display for Stat {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        write!(f, "{:6.3} (min {:6.3})", self.median, self.min)
-    }
 }
 
 fn decode_ns(decoder: &dyn TileDecoder, code: &[u8], k: u32, cb: Codebook, reps: usize) -> Stat {

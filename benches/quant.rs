@@ -8,40 +8,14 @@ use escha_convert::quant::affine::{quantize_rows_with, round_slice, AffineSpec, 
 use escha_convert::rng::SplitMix64;
 use safetensors::Dtype;
 use std::hint::black_box;
-use std::time::Instant;
+use timing::ns_per_weight;
+
+mod timing;
 
 const ROWS: usize = 128;
 const COLS: usize = 5120;
 const GROUP_SIZE: usize = 64;
 const REPS: usize = 15;
-
-/// Median and minimum of repeated wall-clock timings; the minimum shows what other load on the
-/// machine hides.
-#[derive(Clone, Copy)]
-struct Stat {
-    median: f64,
-    min: f64,
-}
-
-impl std::fmt::Display for Stat {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        write!(f, "{:6.3} (min {:6.3})", self.median, self.min)
-    }
-}
-
-/// Times `REPS` runs of `f` (after one warm-up run), in ns per weight.
-fn ns_per_weight(weights: usize, mut f: impl FnMut()) -> Stat {
-    f();
-    let mut times: Vec<f64> = (0..REPS)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64() * 1e9 / weights as f64
-        })
-        .collect();
-    times.sort_by(f64::total_cmp);
-    Stat { median: times[REPS / 2], min: times[0] }
-}
 
 /// Sums of four uniforms (a bell curve) of about the spread of real weights, rounded to bf16.
 fn weights(n: usize, seed: u64) -> Vec<f32> {
@@ -60,7 +34,7 @@ fn main() {
     for bits in [2, 3, 4, 5, 6, 8] {
         let spec = AffineSpec::new(bits, GROUP_SIZE).unwrap();
         let mut time = |kernel: Kernel| {
-            ns_per_weight(values.len(), || {
+            ns_per_weight(REPS, values.len(), || {
                 packed.clear();
                 scales.clear();
                 biases.clear();
