@@ -3,7 +3,8 @@
 #
 #   1. set-up, idempotent: the Rust target, the cross gcc/g++ (linker; build.rs compiles the Metal
 #      kernel shim for the tests) and qemu-user, each installed only when missing;
-#   2. the Rust tests, cross-built and run under qemu-user (.cargo/config.toml names the linker and
+#   2. clippy with -D warnings for the target (the NEON code is compiled only there), then the Rust
+#      tests, cross-built and run under qemu-user (.cargo/config.toml names the linker and
 #      the runner): every test except the encoder's (tests/it/encoder.rs), see below;
 #   3. the aarch64 release binary, under qemu-user, converts both bundled fixtures (fixtures/dense,
 #      fixtures/moe) to the same bytes as the native x86_64 release binary, in bf16 and in
@@ -61,6 +62,9 @@ for tool in aarch64-linux-gnu-gcc aarch64-linux-gnu-g++ qemu-aarch64; do
 done
 [[ -e $SYSROOT/lib/ld-linux-aarch64.so.1 ]] || die "no aarch64 C library in $SYSROOT (package libc6-arm64-cross)"
 echo "$(aarch64-linux-gnu-gcc --version | head -n 1); $(qemu-aarch64 --version | head -n 1)"
+
+step "lints of the aarch64-only code (NEON paths): clippy for $TARGET with -D warnings"
+cargo clippy --locked --target "$TARGET" --all-targets -- -D warnings
 
 step "Rust tests for $TARGET under qemu-user (all but the encoder tests)"
 echo "cargo test --locked --target $TARGET -- --skip encoder::"

@@ -265,6 +265,7 @@ mod avx2 {
 #[cfg(target_arch = "aarch64")]
 mod neon {
     use super::{Square, HADAMARD_SIZE, SQUARE_STRIDE};
+    #[allow(clippy::wildcard_imports)] // the intrinsics
     use std::arch::aarch64::*;
 
     /// Half a row, in 4-float vectors.
@@ -291,40 +292,42 @@ mod neon {
         out: *mut f32,
         stride: usize,
     ) {
-        let x = x.as_mut_ptr();
-        let at = |r: usize, c: usize| x.add(r * SQUARE_STRIDE + c);
         const HALF: usize = HADAMARD_SIZE / 2;
-        for rows in (0..HADAMARD_SIZE).step_by(8) {
-            // Pass 1.
-            for r in rows..rows + 8 {
-                row_half(at(r, 0));
-                row_half(at(r, HALF));
-            }
-            // Pass 2.
-            for c in (0..HALF).step_by(4) {
-                let mut a: [float32x4_t; 8] = std::array::from_fn(|m| vld1q_f32(at(rows + m, c)));
-                let mut b: [float32x4_t; 8] = std::array::from_fn(|m| vld1q_f32(at(rows + m, c + HALF)));
-                for (p, q) in a.iter_mut().zip(b.iter_mut()) {
-                    (*p, *q) = (vaddq_f32(*p, *q), vsubq_f32(*p, *q));
+        unsafe {
+            let x = x.as_mut_ptr();
+            let at = |r: usize, c: usize| x.add(r * SQUARE_STRIDE + c);
+            for rows in (0..HADAMARD_SIZE).step_by(8) {
+                // Pass 1.
+                for r in rows..rows + 8 {
+                    row_half(at(r, 0));
+                    row_half(at(r, HALF));
                 }
-                butterflies(&mut a);
-                butterflies(&mut b);
-                for m in 0..8 {
-                    vst1q_f32(at(rows + m, c), a[m]);
-                    vst1q_f32(at(rows + m, c + HALF), b[m]);
+                // Pass 2.
+                for c in (0..HALF).step_by(4) {
+                    let mut a: [float32x4_t; 8] = std::array::from_fn(|m| vld1q_f32(at(rows + m, c)));
+                    let mut b: [float32x4_t; 8] = std::array::from_fn(|m| vld1q_f32(at(rows + m, c + HALF)));
+                    for (p, q) in a.iter_mut().zip(b.iter_mut()) {
+                        (*p, *q) = (vaddq_f32(*p, *q), vsubq_f32(*p, *q));
+                    }
+                    butterflies(&mut a);
+                    butterflies(&mut b);
+                    for m in 0..8 {
+                        vst1q_f32(at(rows + m, c), a[m]);
+                        vst1q_f32(at(rows + m, c + HALF), b[m]);
+                    }
                 }
             }
-        }
-        // Pass 3: rows r0, r0 + 8, …, r0 + 120.
-        for r0 in 0..8 {
-            for c in (0..HADAMARD_SIZE).step_by(4) {
-                let mut v: [float32x4_t; 16] = std::array::from_fn(|m| vld1q_f32(at(r0 + 8 * m, c)));
-                butterflies(&mut v);
-                let cs = vld1q_f32(col_scale.as_ptr().add(c));
-                for (m, w) in v.iter().enumerate() {
-                    let r = r0 + 8 * m;
-                    vst1q_f32(at(r, c), *w);
-                    vst1q_f32(out.add(r * stride + c), vmulq_f32(vmulq_n_f32(*w, row_scale[r]), cs));
+            // Pass 3: rows r0, r0 + 8, …, r0 + 120.
+            for r0 in 0..8 {
+                for c in (0..HADAMARD_SIZE).step_by(4) {
+                    let mut v: [float32x4_t; 16] = std::array::from_fn(|m| vld1q_f32(at(r0 + 8 * m, c)));
+                    butterflies(&mut v);
+                    let cs = vld1q_f32(col_scale.as_ptr().add(c));
+                    for (m, w) in v.iter().enumerate() {
+                        let r = r0 + 8 * m;
+                        vst1q_f32(at(r, c), *w);
+                        vst1q_f32(out.add(r * stride + c), vmulq_f32(vmulq_n_f32(*w, row_scale[r]), cs));
+                    }
                 }
             }
         }
@@ -333,29 +336,33 @@ mod neon {
     /// Pass 1 on 64 consecutive floats: the row stages of strides 1 … 32.
     #[inline(always)]
     unsafe fn row_half(p: *mut f32) {
-        let mut v = [vdupq_n_f32(0.0); HALF_VECS];
-        for i in 0..HALF_VECS / 2 {
-            (v[2 * i], v[2 * i + 1]) = within_pair(vld2q_f32(p.add(8 * i)));
-        }
-        butterflies(&mut v);
-        for (i, w) in v.iter().enumerate() {
-            vst1q_f32(p.add(4 * i), *w);
+        unsafe {
+            let mut v = [vdupq_n_f32(0.0); HALF_VECS];
+            for i in 0..HALF_VECS / 2 {
+                (v[2 * i], v[2 * i + 1]) = within_pair(vld2q_f32(p.add(8 * i)));
+            }
+            butterflies(&mut v);
+            for (i, w) in v.iter().enumerate() {
+                vst1q_f32(p.add(4 * i), *w);
+            }
         }
     }
 
     /// The butterfly stages between the vectors of `v`, strides 1, 2, 4, … (in vectors).
     #[inline(always)]
     unsafe fn butterflies<const N: usize>(v: &mut [float32x4_t; N]) {
-        let mut h = 1;
-        while h < N {
-            for base in (0..N).step_by(2 * h) {
-                for i in base..base + h {
-                    let (a, b) = (v[i], v[i + h]);
-                    v[i] = vaddq_f32(a, b);
-                    v[i + h] = vsubq_f32(a, b);
+        unsafe {
+            let mut h = 1;
+            while h < N {
+                for base in (0..N).step_by(2 * h) {
+                    for i in base..base + h {
+                        let (a, b) = (v[i], v[i + h]);
+                        v[i] = vaddq_f32(a, b);
+                        v[i + h] = vsubq_f32(a, b);
+                    }
                 }
+                h *= 2;
             }
-            h *= 2;
         }
     }
 
@@ -363,14 +370,16 @@ mod neon {
     /// them (`[x0 x2 y0 y2]`, `[x1 x3 y1 y3]`); returns the two vectors in natural order.
     #[inline(always)]
     unsafe fn within_pair(v: float32x4x2_t) -> (float32x4_t, float32x4_t) {
-        // Stride 1: s = [x'0 x'2 y'0 y'2], d = [x'1 x'3 y'1 y'3].
-        let s = vaddq_f32(v.0, v.1);
-        let d = vsubq_f32(v.0, v.1);
-        // Stride 2: p = [x''0 y''0 x''1 y''1], q = [x''2 y''2 x''3 y''3].
-        let (e, o) = (vuzp1q_f32(s, d), vuzp2q_f32(s, d));
-        let p = vaddq_f32(e, o);
-        let q = vsubq_f32(e, o);
-        (vuzp1q_f32(p, q), vuzp2q_f32(p, q))
+        unsafe {
+            // Stride 1: s = [x'0 x'2 y'0 y'2], d = [x'1 x'3 y'1 y'3].
+            let s = vaddq_f32(v.0, v.1);
+            let d = vsubq_f32(v.0, v.1);
+            // Stride 2: p = [x''0 y''0 x''1 y''1], q = [x''2 y''2 x''3 y''3].
+            let (e, o) = (vuzp1q_f32(s, d), vuzp2q_f32(s, d));
+            let p = vaddq_f32(e, o);
+            let q = vsubq_f32(e, o);
+            (vuzp1q_f32(p, q), vuzp2q_f32(p, q))
+        }
     }
 }
 

@@ -2,14 +2,15 @@
 //!
 //! States come eight at a time. Eight consecutive positions span 8K stream bits, exactly K bytes,
 //! so one 16-byte load covers all eight windows; a byte shuffle puts each window's (up to) three
-//! big-endian bytes into its own 32-bit lane and a per-lane shift aligns it. Load offsets and
-//! shuffles are per-K tables built at compile time. The codebooks are then evaluated in integer
+//! big-endian bytes into its own 32-bit lane and a per-lane shift aligns it (the per-K tables
+//! of offsets, shuffles and shifts are in `windows.rs`). The codebooks are then evaluated in integer
 //! and f32 lanes as in the portable decoder, with F16C doing the one fp16 rounding.
 
 use super::portable::{HALF_HIGH_EXP, HALF_LOW_BITS, SIGN};
+use super::windows::{check_sizes, GROUPS, LAYOUTS};
 use crate::codec::codebook::{Codebook, HALVES_XOR, INST_ADD, INST_MUL, MCG_MUL, MUL1_BIAS, MUL1_MUL, MUL1_SCALE};
 use crate::codec::decoder::TileDecoder;
-use crate::codec::tile::{bytes_per_tile, K_RANGE, TILE_LEN};
+use crate::codec::tile::{bytes_per_tile, TILE_LEN};
 #[allow(clippy::wildcard_imports)] // the intrinsics
 use std::arch::x86_64::*;
 
@@ -54,64 +55,6 @@ impl TileDecoder for Avx2Decoder {
     }
 }
 
-/// Number of tiles, after checking that `out` has room for all of them.
-fn check_sizes(bytes: &[u8], k: u32, out_len: usize) -> usize {
-    assert!(K_RANGE.contains(&k), "K={k} out of range");
-    let tiles = bytes.len() / bytes_per_tile(k);
-    assert!(out_len >= tiles * TILE_LEN, "output too short");
-    tiles
-}
-
-/// Groups of 8 states per tile.
-const GROUPS: usize = TILE_LEN / 8;
-
-/// Per-K constants of the window extraction (see the module comment).
-struct Layout {
-    /// Tile byte offset of each group's 16-byte load, word-aligned and never past the tile's end;
-    /// −4 means the tile's last word followed by its first 12 bytes (the wrap-around).
-    base: [isize; GROUPS],
-    /// Each group's byte shuffle: lane `j`, byte `2 − d` ← byte `d` of window `j`.
-    ctrl: [[u8; 32]; GROUPS],
-    /// Right shift of lane `j` that drops the bits behind its window (the same for every group).
-    shift: [u32; 8],
-}
-
-const fn layout(k: usize) -> Layout {
-    let k = k as isize;
-    let n = 32 * k;
-    let mut l = Layout { base: [0; GROUPS], ctrl: [[0x80; 32]; GROUPS], shift: [0; 8] };
-    let mut g = 0;
-    while g < GROUPS as isize {
-        // Window j covers stream bits [start, start + 16) with start = 8gK + (j+1)K − 16; its
-        // bytes are stream bytes start/8 .. start/8 + 2 (the third only if start is not
-        // byte-aligned). The load begins at the word holding the group's first byte, or ends at
-        // the tile's last byte if that would read past it.
-        let first = (8 * g * k + k - 16).div_euclid(8);
-        let base = if 4 * first.div_euclid(4) < n - 16 { 4 * first.div_euclid(4) } else { n - 16 };
-        l.base[g as usize] = base;
-        let mut j = 0;
-        while j < 8 {
-            let start = 8 * g * k + (j + 1) * k - 16;
-            let bytes = if start.rem_euclid(8) == 0 { 2 } else { 3 };
-            let mut d = 0;
-            while d < bytes {
-                // Stream byte q is tile byte q ^ 3 (little-endian u32 words, MSB-first stream);
-                // `base` is word-aligned, so the same holds relative to it.
-                let pos = (start.div_euclid(8) + d - base) ^ 3;
-                assert!(pos >= 0 && pos < 16);
-                l.ctrl[g as usize][(4 * j + 2 - d) as usize] = pos as u8;
-                d += 1;
-            }
-            l.shift[j as usize] = 8 - start.rem_euclid(8) as u32;
-            j += 1;
-        }
-        g += 1;
-    }
-    l
-}
-
-static LAYOUTS: [Layout; 8] = [layout(1), layout(2), layout(3), layout(4), layout(5), layout(6), layout(7), layout(8)];
-
 /// Calls `emit(tile, group, states)` for each group of 8 states of every tile, in order.
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
@@ -144,10 +87,10 @@ unsafe fn tiles_k<const K: usize>(bytes: &[u8], tiles: usize, mut emit: impl FnM
             // Only the first two groups can wrap around.
             for g in 0..2 {
                 let v = if lay.base[g] < 0 { wrapped } else { load16(tile.offset(lay.base[g])) };
-                emit(t, g, windows(v, load32(&lay.ctrl[g]), shift));
+                emit(t, g, windows(v, load32(&lay.shuffle[g]), shift));
             }
             for g in 2..GROUPS {
-                emit(t, g, windows(load16(tile.offset(lay.base[g])), load32(&lay.ctrl[g]), shift));
+                emit(t, g, windows(load16(tile.offset(lay.base[g])), load32(&lay.shuffle[g]), shift));
             }
         }
     }

@@ -9,6 +9,8 @@ mod avx2;
 #[cfg(target_arch = "aarch64")]
 mod neon;
 mod portable;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod windows;
 
 #[cfg(target_arch = "x86_64")]
 pub use avx2::Avx2Decoder;

@@ -4,8 +4,8 @@
 //! span 8K stream bits, exactly K bytes, so one 16-byte load covers all eight windows; two table
 //! lookups (`tbl`) put each window's (up to) three big-endian bytes into a 32-bit lane of one of
 //! two vectors (windows 0–3 and 4–7), and a per-lane shift (`ushl` with negative counts, i.e. a
-//! right shift) aligns it. Load offsets and lookup tables are per-K constants built at compile
-//! time; no load passes the end of a tile and the wrap-around is one `ext`, so nothing is copied.
+//! right shift) aligns it. Load offsets, lookup tables and shifts are the AVX2 decoder's
+//! (`windows.rs`); no load passes the end of a tile and the wrap-around is one `ext`, so nothing is copied.
 //!
 //! Codebooks, four states per vector:
 //! - 3INST/MCG: the masked hash *is* a pair of fp16 values, so `fcvtl`/`fcvtl2` widen both halves
@@ -16,14 +16,16 @@
 //!   and `1024·S + B` are exact in f32, so both are the f32 rounding of the same real number.
 //!
 //! The fp16 conversions are written as inline assembly because their intrinsics need the unstable
-//! `f16` type. They are base AArch64 instructions and round to nearest, ties to even, under the
+//! `f16` type. They are base `AArch64` instructions and round to nearest, ties to even, under the
 //! default FPCR, which Rust code may assume.
 
+use super::windows::{check_sizes, GROUPS, LAYOUTS};
 use crate::codec::codebook::{
     Codebook, HALVES_MASK, HALVES_XOR, INST_ADD, INST_MUL, MCG_MUL, MUL1_BIAS, MUL1_MUL, MUL1_SCALE,
 };
 use crate::codec::decoder::TileDecoder;
-use crate::codec::tile::{bytes_per_tile, K_RANGE, TILE_LEN};
+use crate::codec::tile::{bytes_per_tile, TILE_LEN};
+#[allow(clippy::wildcard_imports)] // the intrinsics
 use std::arch::aarch64::*;
 use std::arch::asm;
 
@@ -43,7 +45,7 @@ impl TileDecoder for NeonDecoder {
         unsafe {
             match cb {
                 Codebook::ThreeInst => {
-                    for_each_tile(bytes, k, tiles, |t, g, w| store_values(out, t, g, inst_values(w)))
+                    for_each_tile(bytes, k, tiles, |t, g, w| store_values(out, t, g, inst_values(w)));
                 }
                 Codebook::Mcg => for_each_tile(bytes, k, tiles, |t, g, w| store_values(out, t, g, mcg_values(w))),
                 Codebook::Mul1 => for_each_tile(bytes, k, tiles, |t, g, w| store_values(out, t, g, mul1_values(w))),
@@ -58,67 +60,6 @@ impl TileDecoder for NeonDecoder {
     }
 }
 
-/// Number of tiles, after checking that `out` has room for all of them.
-fn check_sizes(bytes: &[u8], k: u32, out_len: usize) -> usize {
-    assert!(K_RANGE.contains(&k), "K={k} out of range");
-    let tiles = bytes.len() / bytes_per_tile(k);
-    assert!(out_len >= tiles * TILE_LEN, "output too short");
-    tiles
-}
-
-/// Groups of 8 states per tile.
-const GROUPS: usize = TILE_LEN / 8;
-
-/// Per-K constants of the window extraction (see the module comment).
-struct Layout {
-    /// Tile byte offset of each group's 16-byte load, word-aligned and never past the tile's end;
-    /// −4 means the tile's last word followed by its first 12 bytes (the wrap-around).
-    base: [isize; GROUPS],
-    /// Each group's two lookup tables (windows 0–3, then 4–7): byte `4j + 2 − d` of a vector
-    /// takes byte `d` of window `j`; 0xFF (out of range) gives zero.
-    tbl: [[u8; 32]; GROUPS],
-    /// Per-lane shift of windows 0–3 and 4–7: minus the number of bits behind each window (the
-    /// same for every group).
-    shift: [i32; 8],
-}
-
-const fn layout(k: usize) -> Layout {
-    let k = k as isize;
-    let n = 32 * k;
-    let mut l = Layout { base: [0; GROUPS], tbl: [[0xFF; 32]; GROUPS], shift: [0; 8] };
-    let mut g = 0;
-    while g < GROUPS as isize {
-        // Window j of group g covers stream bits [start, start + 16), start = 8gK + (j+1)K − 16,
-        // that is stream bytes start/8 .. start/8 + 2 (the third only if start is not a multiple
-        // of 8). The load begins at the word holding the group's first byte, or ends at the
-        // tile's last byte where it would otherwise read past it.
-        let first = (8 * g * k + k - 16).div_euclid(8);
-        let aligned = 4 * first.div_euclid(4);
-        let base = if aligned < n - 16 { aligned } else { n - 16 };
-        l.base[g as usize] = base;
-        let mut j = 0;
-        while j < 8 {
-            let start = 8 * g * k + (j + 1) * k - 16;
-            let bytes = if start.rem_euclid(8) == 0 { 2 } else { 3 };
-            let mut d = 0;
-            while d < bytes {
-                // Stream byte q is tile byte q ^ 3 (little-endian u32 words, MSB-first stream);
-                // `base` is a multiple of 4, so this holds relative to it too.
-                let pos = (start.div_euclid(8) + d - base) ^ 3;
-                assert!(pos >= 0 && pos < 16);
-                l.tbl[g as usize][(4 * j + 2 - d) as usize] = pos as u8;
-                d += 1;
-            }
-            l.shift[j as usize] = start.rem_euclid(8) as i32 - 8;
-            j += 1;
-        }
-        g += 1;
-    }
-    l
-}
-
-static LAYOUTS: [Layout; 8] = [layout(1), layout(2), layout(3), layout(4), layout(5), layout(6), layout(7), layout(8)];
-
 /// The eight raw windows of one group: lanes hold the window in their low 16 bits and stray bits
 /// of the window's first byte above.
 #[derive(Clone, Copy)]
@@ -129,36 +70,41 @@ struct Windows([uint32x4_t; 2]);
 /// Safety: `bytes` must hold at least `tiles` tiles of `k` bits per weight.
 #[inline(always)]
 unsafe fn for_each_tile(bytes: &[u8], k: u32, tiles: usize, emit: impl FnMut(usize, usize, Windows)) {
-    debug_assert!(bytes.len() >= tiles * bytes_per_tile(k));
-    match k {
-        1 => tiles_k::<1>(bytes, tiles, emit),
-        2 => tiles_k::<2>(bytes, tiles, emit),
-        3 => tiles_k::<3>(bytes, tiles, emit),
-        4 => tiles_k::<4>(bytes, tiles, emit),
-        5 => tiles_k::<5>(bytes, tiles, emit),
-        6 => tiles_k::<6>(bytes, tiles, emit),
-        7 => tiles_k::<7>(bytes, tiles, emit),
-        8 => tiles_k::<8>(bytes, tiles, emit),
-        _ => unreachable!("K checked by the caller"),
+    unsafe {
+        debug_assert!(bytes.len() >= tiles * bytes_per_tile(k));
+        match k {
+            1 => tiles_k::<1>(bytes, tiles, emit),
+            2 => tiles_k::<2>(bytes, tiles, emit),
+            3 => tiles_k::<3>(bytes, tiles, emit),
+            4 => tiles_k::<4>(bytes, tiles, emit),
+            5 => tiles_k::<5>(bytes, tiles, emit),
+            6 => tiles_k::<6>(bytes, tiles, emit),
+            7 => tiles_k::<7>(bytes, tiles, emit),
+            8 => tiles_k::<8>(bytes, tiles, emit),
+            _ => unreachable!("K checked by the caller"),
+        }
     }
 }
 
 /// [`for_each_tile`] for one K, so that the tile size and the shifts are compile-time constants.
 #[inline(always)]
 unsafe fn tiles_k<const K: usize>(bytes: &[u8], tiles: usize, mut emit: impl FnMut(usize, usize, Windows)) {
-    let n = bytes_per_tile(K as u32);
-    let lay = &LAYOUTS[K - 1];
-    let shift = [vld1q_s32(lay.shift.as_ptr()), vld1q_s32(lay.shift.as_ptr().add(4))];
-    for t in 0..tiles {
-        let tile = bytes.as_ptr().add(t * n);
-        let wrapped = vextq_u8::<12>(vld1q_u8(tile.add(n - 16)), vld1q_u8(tile));
-        // Only the first two groups can wrap around.
-        for g in 0..2 {
-            let v = if lay.base[g] < 0 { wrapped } else { vld1q_u8(tile.offset(lay.base[g])) };
-            emit(t, g, windows(v, &lay.tbl[g], shift));
-        }
-        for g in 2..GROUPS {
-            emit(t, g, windows(vld1q_u8(tile.offset(lay.base[g])), &lay.tbl[g], shift));
+    unsafe {
+        let n = bytes_per_tile(K as u32);
+        let lay = &LAYOUTS[K - 1];
+        // `ushl` shifts right by a negative count.
+        let shift = [vnegq_s32(vld1q_s32(lay.shift.as_ptr())), vnegq_s32(vld1q_s32(lay.shift.as_ptr().add(4)))];
+        for t in 0..tiles {
+            let tile = bytes.as_ptr().add(t * n);
+            let wrapped = vextq_u8::<12>(vld1q_u8(tile.add(n - 16)), vld1q_u8(tile));
+            // Only the first two groups can wrap around.
+            for g in 0..2 {
+                let v = if lay.base[g] < 0 { wrapped } else { vld1q_u8(tile.offset(lay.base[g])) };
+                emit(t, g, windows(v, &lay.shuffle[g], shift));
+            }
+            for g in 2..GROUPS {
+                emit(t, g, windows(vld1q_u8(tile.offset(lay.base[g])), &lay.shuffle[g], shift));
+            }
         }
     }
 }
@@ -166,46 +112,58 @@ unsafe fn tiles_k<const K: usize>(bytes: &[u8], tiles: usize, mut emit: impl FnM
 /// Eight 16-bit windows from 16 stream bytes.
 #[inline(always)]
 unsafe fn windows(v: uint8x16_t, tbl: &[u8; 32], shift: [int32x4_t; 2]) -> Windows {
-    let lanes = |half: usize| {
-        let w = vreinterpretq_u32_u8(vqtbl1q_u8(v, vld1q_u8(tbl.as_ptr().add(16 * half))));
-        vshlq_u32(w, shift[half])
-    };
-    Windows([lanes(0), lanes(1)])
+    unsafe {
+        let lanes = |half: usize| {
+            let w = vreinterpretq_u32_u8(vqtbl1q_u8(v, vld1q_u8(tbl.as_ptr().add(16 * half))));
+            vshlq_u32(w, shift[half])
+        };
+        Windows([lanes(0), lanes(1)])
+    }
 }
 
 /// The eight states of a group, zero-extended to 32-bit lanes.
 #[inline(always)]
 unsafe fn states32(w: Windows) -> [uint32x4_t; 2] {
-    let mask = vdupq_n_u32(0xFFFF);
-    [vandq_u32(w.0[0], mask), vandq_u32(w.0[1], mask)]
+    unsafe {
+        let mask = vdupq_n_u32(0xFFFF);
+        [vandq_u32(w.0[0], mask), vandq_u32(w.0[1], mask)]
+    }
 }
 
 #[inline(always)]
 unsafe fn store_values(out: &mut [f32], tile: usize, group: usize, v: [float32x4_t; 2]) {
-    let p = out.as_mut_ptr().add(tile * TILE_LEN + 8 * group);
-    vst1q_f32(p, v[0]);
-    vst1q_f32(p.add(4), v[1]);
+    unsafe {
+        let p = out.as_mut_ptr().add(tile * TILE_LEN + 8 * group);
+        vst1q_f32(p, v[0]);
+        vst1q_f32(p.add(4), v[1]);
+    }
 }
 
 #[inline(always)]
 unsafe fn store_states(out: &mut [u16], tile: usize, group: usize, w: Windows) {
-    // The low halves of the 32-bit lanes are the states.
-    let s = vuzp1q_u16(vreinterpretq_u16_u32(w.0[0]), vreinterpretq_u16_u32(w.0[1]));
-    vst1q_u16(out.as_mut_ptr().add(tile * TILE_LEN + 8 * group), s);
+    unsafe {
+        // The low halves of the 32-bit lanes are the states.
+        let s = vuzp1q_u16(vreinterpretq_u16_u32(w.0[0]), vreinterpretq_u16_u32(w.0[1]));
+        vst1q_u16(out.as_mut_ptr().add(tile * TILE_LEN + 8 * group), s);
+    }
 }
 
 #[inline(always)]
 unsafe fn inst_values(w: Windows) -> [float32x4_t; 2] {
-    let (mul, add) = (vdupq_n_u32(INST_MUL), vdupq_n_u32(INST_ADD));
-    let s = states32(w);
-    round_to_f16([halves_sum(vmlaq_u32(add, s[0], mul)), halves_sum(vmlaq_u32(add, s[1], mul))])
+    unsafe {
+        let (mul, add) = (vdupq_n_u32(INST_MUL), vdupq_n_u32(INST_ADD));
+        let s = states32(w);
+        round_to_f16([halves_sum(vmlaq_u32(add, s[0], mul)), halves_sum(vmlaq_u32(add, s[1], mul))])
+    }
 }
 
 #[inline(always)]
 unsafe fn mcg_values(w: Windows) -> [float32x4_t; 2] {
-    let mul = vdupq_n_u32(MCG_MUL);
-    let s = states32(w);
-    round_to_f16([halves_sum(vmulq_u32(s[0], mul)), halves_sum(vmulq_u32(s[1], mul))])
+    unsafe {
+        let mul = vdupq_n_u32(MCG_MUL);
+        let s = states32(w);
+        round_to_f16([halves_sum(vmulq_u32(s[0], mul)), halves_sum(vmulq_u32(s[1], mul))])
+    }
 }
 
 /// 3INST/MCG tail before the rounding: mask and xor make each 32-bit lane two fp16 values, both
@@ -213,54 +171,62 @@ unsafe fn mcg_values(w: Windows) -> [float32x4_t; 2] {
 /// whose operands are `lo + hi`; IEEE addition is commutative.
 #[inline(always)]
 unsafe fn halves_sum(y: uint32x4_t) -> float32x4_t {
-    let h = veorq_u32(vandq_u32(y, vdupq_n_u32(HALVES_MASK)), vdupq_n_u32(HALVES_XOR));
-    let (a, b) = widen_f16(h);
-    vpaddq_f32(a, b)
+    unsafe {
+        let h = veorq_u32(vandq_u32(y, vdupq_n_u32(HALVES_MASK)), vdupq_n_u32(HALVES_XOR));
+        let (a, b) = widen_f16(h);
+        vpaddq_f32(a, b)
+    }
 }
 
 /// MUL1: byte sum of the hash, then `(1024 + b)·S + B` as one fused `b·S + C` (module comment).
 #[inline(always)]
 unsafe fn mul1_values(w: Windows) -> [float32x4_t; 2] {
-    const C: f32 = 1024.0 * MUL1_SCALE + MUL1_BIAS;
-    let value = |s: uint32x4_t| {
-        let y = vmulq_u32(s, vdupq_n_u32(MUL1_MUL));
-        let b = vpaddlq_u16(vpaddlq_u8(vreinterpretq_u8_u32(y)));
-        vfmaq_f32(vdupq_n_f32(C), vcvtq_f32_u32(b), vdupq_n_f32(MUL1_SCALE))
-    };
-    let s = states32(w);
-    round_to_f16([value(s[0]), value(s[1])])
+    unsafe {
+        const C: f32 = 1024.0 * MUL1_SCALE + MUL1_BIAS;
+        let value = |s: uint32x4_t| {
+            let y = vmulq_u32(s, vdupq_n_u32(MUL1_MUL));
+            let b = vpaddlq_u16(vpaddlq_u8(vreinterpretq_u8_u32(y)));
+            vfmaq_f32(vdupq_n_f32(C), vcvtq_f32_u32(b), vdupq_n_f32(MUL1_SCALE))
+        };
+        let s = states32(w);
+        round_to_f16([value(s[0]), value(s[1])])
+    }
 }
 
 /// The eight fp16 values of `h`'s lanes (low half first) as f32: lanes 0–1 of `h`, then 2–3.
 #[inline(always)]
 unsafe fn widen_f16(h: uint32x4_t) -> (float32x4_t, float32x4_t) {
-    let (a, b): (float32x4_t, float32x4_t);
-    asm!(
-        "fcvtl {a:v}.4s, {h:v}.4h",
-        "fcvtl2 {b:v}.4s, {h:v}.8h",
-        h = in(vreg) h,
-        a = out(vreg) a,
-        b = out(vreg) b,
-        options(pure, nomem, nostack, preserves_flags),
-    );
-    (a, b)
+    unsafe {
+        let (a, b): (float32x4_t, float32x4_t);
+        asm!(
+            "fcvtl {a:v}.4s, {h:v}.4h",
+            "fcvtl2 {b:v}.4s, {h:v}.8h",
+            h = in(vreg) h,
+            a = out(vreg) a,
+            b = out(vreg) b,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+        (a, b)
+    }
 }
 
 /// Rounds to fp16 (to nearest, ties to even) and widens back, eight values at a time.
 #[inline(always)]
 unsafe fn round_to_f16(v: [float32x4_t; 2]) -> [float32x4_t; 2] {
-    let (lo, hi): (float32x4_t, float32x4_t);
-    asm!(
-        "fcvtn {t:v}.4h, {a:v}.4s",
-        "fcvtn2 {t:v}.8h, {b:v}.4s",
-        "fcvtl {lo:v}.4s, {t:v}.4h",
-        "fcvtl2 {hi:v}.4s, {t:v}.8h",
-        a = in(vreg) v[0],
-        b = in(vreg) v[1],
-        t = out(vreg) _,
-        lo = out(vreg) lo,
-        hi = out(vreg) hi,
-        options(pure, nomem, nostack, preserves_flags),
-    );
-    [lo, hi]
+    unsafe {
+        let (lo, hi): (float32x4_t, float32x4_t);
+        asm!(
+            "fcvtn {t:v}.4h, {a:v}.4s",
+            "fcvtn2 {t:v}.8h, {b:v}.4s",
+            "fcvtl {lo:v}.4s, {t:v}.4h",
+            "fcvtl2 {hi:v}.4s, {t:v}.8h",
+            a = in(vreg) v[0],
+            b = in(vreg) v[1],
+            t = out(vreg) _,
+            lo = out(vreg) lo,
+            hi = out(vreg) hi,
+            options(pure, nomem, nostack, preserves_flags),
+        );
+        [lo, hi]
+    }
 }

@@ -7,7 +7,7 @@
 //!
 //! Codes are four at a time: `(x − bias) / scale` with `fdiv` (IEEE division, as the scalar
 //! `/`), then `fcvtnu`, which rounds to nearest even and saturates to u32 (negatives and NaN give
-//! 0, as the reference's clamp does), and a `min` with n_bins.
+//! 0, as the reference's clamp does), and a `min` with `n_bins`.
 //!
 //! Packing, 32 codes at a time: narrowing gives 16 byte codes per register; three shift-ors
 //! (`u16`, `u32`, `u64`) leave 8 consecutive codes in the low `8b` bits (`b` bytes) of each u64,
@@ -29,7 +29,7 @@ pub(super) fn quantize_groups(
     scales: &mut [f32],
     biases: &mut [f32],
 ) {
-    assert!(group_size > 0 && group_size % 32 == 0, "group size {group_size} is not a multiple of 32");
+    assert!(group_size > 0 && group_size.is_multiple_of(32), "group size {group_size} is not a multiple of 32");
     let groups = values.len() / group_size;
     assert_eq!(groups * group_size, values.len(), "values are not whole groups");
     assert!(scales.len() >= groups && biases.len() >= groups, "room for every scale and bias");
