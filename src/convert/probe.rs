@@ -2,7 +2,7 @@
 //! chooses widths from them): the same rows the work units will read, in parallel.
 
 use super::rows::Reader;
-use super::units::{dims, lead_runs, ELEMENTS_PER_UNIT};
+use super::units::{bulk_input, dims, lead_runs, ELEMENTS_PER_UNIT};
 use crate::layout::{Adjust, RowSource, WeightProbe};
 use crate::quant::affine::round_slice;
 use crate::quant::affine_error::WidthErrors;
@@ -39,7 +39,8 @@ impl WeightProbe for Probe<'_> {
             runs = (0..k).map(|i| runs[(2 * i + 1) * runs.len() / (2 * k)].clone()).collect();
         }
         let none = || (WidthErrors::default(), exact.then(WidthErrors::default));
-        runs.par_iter()
+        let errors = runs
+            .par_iter()
             .map_init(Vec::new, |values, rows| -> Result<Errors> {
                 self.reader.f32_rows(source, rows.clone(), values)?;
                 self.reader.adjust(adjust, source, rows.clone(), cols, values)?;
@@ -51,6 +52,12 @@ impl WeightProbe for Probe<'_> {
                 }
                 Ok((estimate, measured))
             })
-            .try_reduce(none, |a, b| Ok((a.0.merge(b.0), a.1.zip(b.1).map(|(x, y)| x.merge(y)))))
+            .try_reduce(none, |a, b| Ok((a.0.merge(b.0), a.1.zip(b.1).map(|(x, y)| x.merge(y)))))?;
+        // As in the conversion, a tensor's pages go once it is read, so that probing a model
+        // never holds it all in memory (the conversion reads them again).
+        let ck = self.reader.ck;
+        let inputs = (0..leads).filter_map(|lead| bulk_input(source, lead, self.reader.cat));
+        ck.release_all(inputs.map(|name| ck.entry(name)).collect::<Result<Vec<_>>>()?);
+        Ok(errors)
     }
 }

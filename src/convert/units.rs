@@ -109,7 +109,7 @@ pub fn lead_runs(source: &RowSource, n: usize, per_unit: usize) -> Vec<Range<usi
 }
 
 /// The large input tensor lead `lead` of a source reads: codes, int8 weights or a plain tensor.
-fn bulk_input<'a>(source: &'a RowSource, lead: usize, cat: &'a Catalog) -> Option<&'a str> {
+pub(super) fn bulk_input<'a>(source: &'a RowSource, lead: usize, cat: &'a Catalog) -> Option<&'a str> {
     match source {
         RowSource::Coded { module, .. } => cat.coded[*module].tensor(Leaf::Code),
         RowSource::Int8(i) => Some(&cat.int8[*i].weight),

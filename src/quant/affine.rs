@@ -381,27 +381,33 @@ pub fn repack_int8_rows(
     }
 }
 
-/// Reads the codes of one packed row (`cols` values) back from its little-endian U32 bytes.
-pub fn unpack_row(packed: &[u8], cols: usize, bits: u32) -> Vec<u32> {
+/// The codes of a packed row, in order: `bits` at a time from the low end of each little-endian
+/// U32 word, a code that straddles two words taking its high bits from the second.
+fn codes(packed: &[u8], bits: u32) -> impl Iterator<Item = u32> + '_ {
     let mask = (1u64 << bits) - 1;
-    let mut out = Vec::with_capacity(cols);
-    let mut acc = 0u64;
-    let mut nacc = 0u32;
     let mut words = packed.chunks_exact(4).map(|b| u32::from_le_bytes(b.try_into().unwrap()));
-    for _ in 0..cols {
+    let (mut acc, mut nacc) = (0u64, 0u32);
+    std::iter::from_fn(move || {
         if nacc < bits {
-            acc |= (words.next().expect("enough packed words") as u64) << nacc;
+            acc |= u64::from(words.next()?) << nacc;
             nacc += 32;
         }
-        out.push((acc & mask) as u32);
+        let q = (acc & mask) as u32;
         acc >>= bits;
         nacc -= bits;
-    }
+        Some(q)
+    })
+}
+
+/// Reads the codes of one packed row (`cols` values) back from its little-endian U32 bytes.
+pub fn unpack_row(packed: &[u8], cols: usize, bits: u32) -> Vec<u32> {
+    let out: Vec<u32> = codes(packed, bits).take(cols).collect();
+    assert_eq!(out.len(), cols, "too few packed words for {cols} codes");
     out
 }
 
-/// Dequantizes rows (for tests and checks): `scale·q + bias` in f32 from the stored scales and
-/// biases (`scale_dtype` bytes).
+/// Dequantizes rows (for tests and checks) into `out`: `scale·q + bias` in f32 from the stored
+/// scales and biases (`scale_dtype` bytes).
 pub fn dequantize_rows(
     packed: &[u8],
     scales: &[u8],
@@ -409,7 +415,8 @@ pub fn dequantize_rows(
     cols: usize,
     spec: AffineSpec,
     scale_dtype: Dtype,
-) -> Vec<f32> {
+    out: &mut Vec<f32>,
+) {
     let read = |bytes: &[u8]| -> Vec<f32> {
         let mut v = Vec::new();
         crate::checkpoint::tensor::floats_to_f32(bytes, scale_dtype, &mut v).expect("a float dtype");
@@ -417,15 +424,16 @@ pub fn dequantize_rows(
     };
     let (s, b) = (read(scales), read(biases));
     let row_bytes = spec.packed_cols(cols) * 4;
-    let groups = spec.groups(cols);
-    let mut out = Vec::with_capacity(packed.len() / row_bytes * cols);
-    for (r, row) in packed.chunks_exact(row_bytes).enumerate() {
-        for (i, q) in unpack_row(row, cols, spec.bits).into_iter().enumerate() {
-            let g = r * groups + i / spec.group_size;
-            out.push(s[g] * q as f32 + b[g]);
+    out.clear();
+    out.reserve(packed.len() / row_bytes * cols);
+    let mut group = s.iter().zip(&b);
+    for row in packed.chunks_exact(row_bytes) {
+        let mut q = codes(row, spec.bits);
+        for _ in 0..spec.groups(cols) {
+            let (&scale, &bias) = group.next().expect("a scale and a bias per group");
+            out.extend(q.by_ref().take(spec.group_size).map(|q| scale * q as f32 + bias));
         }
     }
-    out
 }
 
 #[cfg(test)]
@@ -565,7 +573,8 @@ mod tests {
                 let (mut p, mut s, mut b) = (Vec::new(), Vec::new(), Vec::new());
                 quantize_rows(&vals, 256, spec, Dtype::F32, &mut p, &mut s, &mut b);
                 assert_eq!(p.len(), 4 * spec.packed_cols(256) * 4);
-                let back = dequantize_rows(&p, &s, &b, 256, spec, Dtype::F32);
+                let mut back = Vec::new();
+                dequantize_rows(&p, &s, &b, 256, spec, Dtype::F32, &mut back);
                 let sf: Vec<f32> = s.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
                 for (i, (&a, &v)) in back.iter().zip(&vals).enumerate() {
                     let step = sf[i / gs].abs();
@@ -585,7 +594,8 @@ mod tests {
         assert_eq!(gs, 128);
         let (mut p, mut s, mut b) = (Vec::new(), Vec::new(), Vec::new());
         repack_int8_rows(&w8, &row_scales, cols, gs, Dtype::F32, &mut p, &mut s, &mut b);
-        let back = dequantize_rows(&p, &s, &b, cols, AffineSpec::new(8, gs).unwrap(), Dtype::F32);
+        let mut back = Vec::new();
+        dequantize_rows(&p, &s, &b, cols, AffineSpec::new(8, gs).unwrap(), Dtype::F32, &mut back);
         for (i, (&got, &q)) in back.iter().zip(&w8).enumerate() {
             assert_eq!(got, q as i8 as f32 * row_scales[i / cols], "element {i}");
         }

@@ -64,14 +64,14 @@ impl WidthErrors {
             return;
         }
         self.norm_sq += live.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>();
-        let (mut packed, mut scales, mut biases) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut packed, mut scales, mut biases, mut back) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         for (sq, bits) in self.sq.iter_mut().zip(BITS) {
             let spec = AffineSpec { bits, group_size: gs };
             packed.clear();
             scales.clear();
             biases.clear();
             quantize_rows(&live, cols, spec, scale_dtype, &mut packed, &mut scales, &mut biases);
-            let back = dequantize_rows(&packed, &scales, &biases, cols, spec, scale_dtype);
+            dequantize_rows(&packed, &scales, &biases, cols, spec, scale_dtype, &mut back);
             *sq += back.iter().zip(&live).map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2)).sum::<f64>();
         }
     }
