@@ -1,6 +1,6 @@
 //! The conversion engine: checkpoint → catalogue → layout → plan → parallel work units →
 //! finished directory. It knows output formats only through [`Layout`] and containers only
-//! through [`Container`].
+//! through the `container::Container` trait.
 //!
 //! A work unit is a run of output rows of one tensor: one 128-row block of a coded linear (or of
 //! one expert), or a bounded run of rows of anything else. Each unit reads its rows from the
