@@ -459,7 +459,7 @@ fn validate_coded(
                 to_f32_vec(ck.bytes(&ck.tensors[s]), ck.tensors[s].dtype)?,
             );
             if let Some(i) = rv.iter().zip(&sv).position(|(a, b)| !(a * b).is_finite()) {
-                bail!(err(s, format!("{what} overflows f32 at index {i} ({} × {})", rv[i], sv[i])));
+                bail!(err(s, format!("{what} overflows f32 at index {i} ({:e} × {:e})", rv[i], sv[i])));
             }
         }
     }

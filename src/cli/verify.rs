@@ -29,7 +29,8 @@ pub struct VerifyArgs {
     /// Fail when the element-wise correlation is below C (default 0.8 for K≤2, 0.9 for K≥3).
     #[arg(long, value_name = "C", value_parser = number(check_min_corr))]
     pub min_corr: Option<f64>,
-    /// Pass even when tensors of IN are missing from BASE, or no coded tensor could be checked.
+    /// Pass even when tensors of IN are missing from BASE (at least one coded tensor must still be
+    /// checked).
     #[arg(long)]
     pub allow_missing: bool,
     /// Worker threads (default: one per core).
@@ -94,7 +95,8 @@ pub fn run(a: &VerifyArgs) -> ExitCode {
     let printed = if a.json { print_json(&report) } else { print_out(&render(&report)) };
     if let Some(path) = &a.html {
         if let Err(e) = write_html(&report, path) {
-            return fail(&e, USAGE);
+            // The checks ran; what failed is writing their record (a full disk, a vanished folder).
+            return fail(&e, FAILURE);
         }
     }
     if !report.passed {

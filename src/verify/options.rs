@@ -25,7 +25,7 @@ pub struct VerifyOptions {
     /// Minimum correlation; `None`: 0.8 for K ≤ 2, 0.9 above.
     pub min_corr: Option<f64>,
     pub threads: Option<usize>,
-    /// Pass even when tensors of IN are missing from BASE.
+    /// Pass even when tensors of IN are missing from BASE (never when no coded tensor was checked).
     pub allow_missing: bool,
 }
 
