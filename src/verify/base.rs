@@ -171,8 +171,10 @@ impl Base {
                 || s[s.len() - 1] != first.shape[first.shape.len() - 1]
             {
                 bail!(
-                    "tensors {} and {} are parts of one weight but disagree in shape ({:?} vs {:?})",
+                    "{}: tensor {} and {}: tensor {} are parts of one weight but disagree in shape ({:?} vs {:?})",
+                    self.ck.file_of(first).display(),
                     pieces[0].name,
+                    self.ck.file_of(p.entry).display(),
                     p.name,
                     first.shape,
                     s

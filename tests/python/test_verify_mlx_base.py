@@ -55,3 +55,16 @@ def test_an_hf_checkpoint_passed_where_mlx_norms_are_expected_fails(escha_conver
     assert code == 1
     failing = [n["tensor"] for n in report["norms"] if n["failures"]]
     assert failing and all(t.endswith("input_layernorm.weight") for t in failing)
+
+
+def test_switch_mlp_pieces_that_disagree_are_an_error_naming_file_and_tensors(escha_convert, repo_root, tmp_path):
+    """gate_proj and up_proj make one fused weight; a base where their widths differ is not read."""
+    base = mlx_layout_copy(repo_root / "fixtures" / "moe-base", tmp_path / "mlx-base")
+    weights = mx.load(str(base / "model.safetensors"))
+    up = next(k for k in weights if k.endswith("switch_mlp.up_proj.weight"))
+    weights[up] = weights[up][..., :-1]
+    mx.save_safetensors(str(base / "model.safetensors"), weights, metadata={"format": "mlx"})
+    p = subprocess.run([str(escha_convert), "verify", str(repo_root / "fixtures" / "moe"), "--base", str(base)], capture_output=True, text=True)
+    assert p.returncode == 2, p.stderr
+    assert "model.safetensors" in p.stderr and up in p.stderr and "disagree in shape" in p.stderr, p.stderr
+    assert "panicked" not in p.stderr
