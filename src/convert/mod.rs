@@ -116,11 +116,8 @@ fn prove(opts: &ConvertOptions, request: &VerifyRequest, decoder: &dyn TileDecod
         sampled_blocks: request.sample,
     };
     if !r.passed {
-        let first = r.problems.first().cloned().or_else(|| {
-            let row = r.coded.iter().find(|c| !c.failures.is_empty())?;
-            Some(format!("{}: {}", row.tensor, row.failures.join("; ")))
-        });
-        bail!("--verify-base: {}; {}; nothing was written", summary.line(), first.unwrap_or_default());
+        let why = r.first_failure().unwrap_or_default();
+        bail!("--verify-base: {}; {why}; nothing was written", summary.line());
     }
     Ok(summary)
 }

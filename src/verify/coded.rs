@@ -9,7 +9,7 @@
 //! done, an expert's codes when its last unit is.
 
 use super::base::{BaseMatrix, BaseRow};
-use super::findings::{CodedFigures, CodedRow};
+use super::findings::{CodedFigures, CodedRow, ExpertRow};
 use super::options::VerifyOptions;
 use super::stats::{correlation, finite, Bf16Bytes, PairSums, RowSums};
 use crate::checkpoint::{Checkpoint, CodedModule, ExpertLinear, Leaf};
@@ -213,10 +213,9 @@ fn close_expert(
     row: &mut CodedRow,
 ) -> Result<()> {
     let figures = figures(m, sums, &expert.linear.su, 2f64.powi(-(m.k as i32)));
-    for f in failures(&figures, m.k, opts) {
-        row.failures.push(format!("expert {e}: {f}"));
-    }
-    row.per_expert.push(figures);
+    let failures = failures(&figures, m.k, opts);
+    row.failures.extend(failures.iter().map(|f| format!("expert {e}: {f}")));
+    row.per_expert.push(ExpertRow { expert: e, figures, failures });
     if let Some(code) = m.tensor(Leaf::Code) {
         let entry = ck.entry(code)?;
         let per_expert = entry.byte_len() / m.expert_count();

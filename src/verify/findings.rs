@@ -32,7 +32,18 @@ pub struct CodedRow {
     pub experts: Option<usize>,
     #[serde(flatten)]
     pub figures: CodedFigures,
-    pub per_expert: Vec<CodedFigures>,
+    /// The experts of a stack that were checked (all of them, or those a sample reached).
+    pub per_expert: Vec<ExpertRow>,
+    /// Every failure of the tensor; an expert's are prefixed `expert E: `.
+    pub failures: Vec<String>,
+}
+
+/// One expert of a stack: its index in the stack, its figures and its own failures.
+#[derive(Clone, Debug, Serialize)]
+pub struct ExpertRow {
+    pub expert: usize,
+    #[serde(flatten)]
+    pub figures: CodedFigures,
     pub failures: Vec<String>,
 }
 
@@ -85,6 +96,18 @@ impl VerifyReport {
     /// The correlation a K-bit linear had to reach.
     pub fn min_corr_for(&self, k: u32) -> f64 {
         min_corr_for(self.min_corr, k)
+    }
+
+    /// The first reason the run failed: a problem of the run, else the first failing tensor of
+    /// any kind with its failures.
+    pub fn first_failure(&self) -> Option<String> {
+        let rows = self.coded.iter().map(|r| (&r.tensor, r.failures()));
+        let rows = rows.chain(self.int8.iter().map(|r| (&r.tensor, r.failures())));
+        let mut rows = rows.chain(self.norms.iter().map(|r| (&r.tensor, r.failures())));
+        self.problems.first().cloned().or_else(|| {
+            let (tensor, failures) = rows.find(|(_, f)| !f.is_empty())?;
+            Some(format!("{tensor}: {}", failures.join("; ")))
+        })
     }
 }
 

@@ -140,11 +140,6 @@ fn kind_rank(kind: &str) -> (usize, String) {
     (KIND_ORDER.iter().position(|k| *k == kind).unwrap_or(KIND_ORDER.len()), kind.to_string())
 }
 
-/// Expert indices named by "expert N: …" failure messages.
-fn failing_experts(row: &CodedRow) -> BTreeSet<usize> {
-    row.failures.iter().filter_map(|f| f.strip_prefix("expert ")?.split_once(':')?.0.parse().ok()).collect()
-}
-
 // ---------------------------------------------------------------------------------------------
 // SVG helpers
 
@@ -482,11 +477,13 @@ fn expert_chart(s: &mut String, r: &VerifyReport, stacks: &[&CodedRow]) {
     let bottom = top + ROW * stacks.len() as f64;
     let dots = stacks.iter().map(|c| c.per_expert.len()).sum::<usize>() <= 6000;
     let cap = r.max_ratio.max(1.0) * 4.0;
-    let ratios = stacks.iter().flat_map(|c| c.per_expert.iter().chain([&c.figures]).filter_map(|f| f.ratio));
+    let ratios =
+        stacks.iter().flat_map(|c| c.per_expert.iter().map(|e| &e.figures).chain([&c.figures]).filter_map(|f| f.ratio));
     let (rlo, rhi) = range_of(ratios.map(|v| v.min(cap)), &[1.0]);
     let floors: BTreeSet<u64> = stacks.iter().map(|c| r.min_corr_for(c.k).to_bits()).collect();
     let floors: Vec<f64> = floors.into_iter().map(f64::from_bits).collect();
-    let corrs = stacks.iter().flat_map(|c| c.per_expert.iter().chain([&c.figures]).filter_map(|f| f.corr));
+    let corrs =
+        stacks.iter().flat_map(|c| c.per_expert.iter().map(|e| &e.figures).chain([&c.figures]).filter_map(|f| f.corr));
     let (clo, chi) = range_of(corrs, &[]);
     let panels = [
         (
@@ -545,21 +542,20 @@ fn expert_chart(s: &mut String, r: &VerifyReport, stacks: &[&CodedRow]) {
         }
         for (i, c) in stacks.iter().enumerate() {
             let cy = top + ROW * (i as f64 + 0.5);
-            let bad = failing_experts(c);
-            let indexed = c.experts == Some(c.per_expert.len());
+            let bad: BTreeSet<usize> =
+                c.per_expert.iter().filter(|e| !e.failures.is_empty()).map(|e| e.expert).collect();
             let values: Vec<(usize, f64)> =
-                c.per_expert.iter().enumerate().filter_map(|(e, f)| Some((e, get(f)?))).collect();
+                c.per_expert.iter().filter_map(|e| Some((e.expert, get(&e.figures)?))).collect();
             let Some(sp) = spread(&values) else { continue };
-            let who = |e: usize| if indexed { format!("expert {e}") } else { format!("sample {e}") };
             let _ = write!(s, "<g><title>{}", Esc(&c.tensor));
             let _ = write!(
                 s,
-                "\n{name}: min {:.4} ({}), median {:.4}, max {:.4} ({}) over {} experts</title>",
+                "\n{name}: min {:.4} (expert {}), median {:.4}, max {:.4} (expert {}) over {} experts</title>",
                 sp.min.0,
-                who(sp.min.1),
+                sp.min.1,
                 sp.median,
                 sp.max.0,
-                who(sp.max.1),
+                sp.max.1,
                 values.len()
             );
             line(s, x.at(sp.min.0), cy, x.at(sp.max.0), cy, "#555555", 1.2, "");
@@ -573,11 +569,11 @@ fn expert_chart(s: &mut String, r: &VerifyReport, stacks: &[&CodedRow]) {
             line(s, x.at(sp.median), cy - 8.0, x.at(sp.median), cy + 8.0, INK, 2.0, "");
             s.push_str("</g>");
             for &(e, v) in &values {
-                let failing = indexed && bad.contains(&e);
+                let failing = bad.contains(&e);
                 if dots || failing {
                     let (r, fill) = if failing { (4.0, FAIL) } else { (2.2, "#0072B2") };
                     let title =
-                        format!("{}\n{}: {name} {v:.4}{}", c.tensor, who(e), if failing { " — FAIL" } else { "" });
+                        format!("{}\nexpert {e}: {name} {v:.4}{}", c.tensor, if failing { " — FAIL" } else { "" });
                     marker(s, 0, x.at(v), cy, r, fill, "none", 0.0, &title);
                 }
             }
@@ -773,7 +769,7 @@ fn coded_table(s: &mut String, r: &VerifyReport) {
     for c in &r.coded {
         let f = &c.figures;
         let stacked = |get: fn(&CodedFigures) -> Option<f64>| match c.experts {
-            Some(_) => mean(c.per_expert.iter().filter_map(get)),
+            Some(_) => mean(c.per_expert.iter().filter_map(|e| get(&e.figures))),
             None => get(f),
         };
         tr_open(s, !c.failures.is_empty());
@@ -808,17 +804,11 @@ fn expert_table(s: &mut String, stacks: &[&CodedRow]) -> bool {
     cols.push(("verdict", false, "failures of this expert, if any"));
     table_head(s, "expert-table", "experts of the MoE stacks", &cols);
     for c in stacks {
-        let indexed = c.experts == Some(c.per_expert.len());
-        for (e, f) in c.per_expert.iter().enumerate() {
-            let prefix = format!("expert {e}: ");
-            let failures: Vec<String> = if indexed {
-                c.failures.iter().filter_map(|m| m.strip_prefix(&prefix)).map(str::to_string).collect()
-            } else {
-                Vec::new()
-            };
-            tr_open(s, !failures.is_empty());
+        for e in &c.per_expert {
+            let f = &e.figures;
+            tr_open(s, !e.failures.is_empty());
             td_name(s, &c.tensor);
-            td_num(s, indexed.then_some(e as f64), 0);
+            td_num(s, Some(e.expert as f64), 0);
             td_num(s, f.corr, 4);
             td_num(s, f.cosine, 4);
             td_num(s, f.rel_err, 4);
@@ -827,7 +817,7 @@ fn expert_table(s: &mut String, stacks: &[&CodedRow]) -> bool {
             td_counts(s, f);
             td_num(s, f.corr_rout_row_norm, 4);
             td_num(s, f.corr_rin_col_norm, 4);
-            td_verdict(s, &failures);
+            td_verdict(s, &e.failures);
             s.push_str("</tr>\n");
         }
     }

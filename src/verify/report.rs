@@ -46,7 +46,7 @@ pub fn render(r: &VerifyReport) -> String {
             let pruned = format!("{}/{}", f.pruned_channels, f.pruned_channels + f.live_channels);
             let rout_corr = match (&c.experts, f.corr_rout_row_norm) {
                 (Some(_), _) => {
-                    let v: Vec<f64> = c.per_expert.iter().filter_map(|e| e.corr_rout_row_norm).collect();
+                    let v: Vec<f64> = c.per_expert.iter().filter_map(|e| e.figures.corr_rout_row_norm).collect();
                     (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
                 }
                 (None, v) => v,

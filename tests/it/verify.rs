@@ -81,6 +81,18 @@ fn assert_fails_with(model: &str, base: &str, edit: impl FnOnce(&mut Vec<T>), te
     assert!(f.iter().any(|l| l.starts_with(tensor) && l.contains(check)), "expected {tensor} to fail {check}: {f:#?}");
     // Only the broken tensor fails.
     assert!(f.iter().all(|l| l.starts_with(tensor)), "{f:#?}");
+    // A stack's expert failures are listed on the tensor and on the expert itself, by index.
+    for row in r["coded"].as_array().unwrap() {
+        let on_row: Vec<&str> = row["failures"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+        let mut on_experts = Vec::new();
+        for e in row["per_expert"].as_array().unwrap() {
+            for f in e["failures"].as_array().unwrap() {
+                on_experts.push(format!("expert {}: {}", e["expert"], f.as_str().unwrap()));
+            }
+        }
+        assert!(on_experts.iter().all(|f| on_row.contains(&f.as_str())), "{on_experts:#?} vs {on_row:#?}");
+        assert_eq!(on_experts.len(), on_row.iter().filter(|f| f.starts_with("expert ")).count());
+    }
 }
 
 #[test]
@@ -182,22 +194,36 @@ fn swapping_gate_and_up_halves_fails_correlation() {
     );
 }
 
+/// Adds 1 to every element of the f16 tensor `name`.
+fn shift_by_one(ts: &mut [T], name: &str) {
+    for v in data(ts, name).chunks_exact_mut(2) {
+        let x = half::f16::from_le_bytes([v[0], v[1]]).to_f32() + 1.0;
+        v.copy_from_slice(&half::f16::from_f32(x).to_le_bytes());
+    }
+}
+
 #[test]
 fn a_norm_shifted_by_one_fails_the_norm_offset_check() {
     let n = "model.language_model.layers.2.input_layernorm.weight";
-    assert_fails_with(
-        "dense",
-        "dense-base",
-        |ts| {
-            let bytes = data(ts, n);
-            for v in bytes.chunks_exact_mut(2) {
-                let x = half::f16::from_le_bytes([v[0], v[1]]).to_f32() + 1.0;
-                v.copy_from_slice(&half::f16::from_f32(x).to_le_bytes());
-            }
-        },
-        n,
-        "norm offset",
-    );
+    assert_fails_with("dense", "dense-base", |ts| shift_by_one(ts, n), n, "norm offset");
+}
+
+#[test]
+fn convert_with_verify_base_names_a_failing_norm_and_writes_nothing() {
+    let n = "model.language_model.layers.2.input_layernorm.weight";
+    let (tmp, dir) = broken_copy("dense", |ts| shift_by_one(ts, n));
+    let out = tmp.path().join("out");
+    let o = crate::common::escha_convert()
+        .arg(&dir)
+        .arg(&out)
+        .args(["--quiet", "--verify-base"])
+        .arg(fixture("dense-base"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(&format!("{n}: norm offset")), "{err}");
+    assert!(!out.exists());
 }
 
 #[test]
@@ -248,5 +274,13 @@ fn sampling_checks_n_squares_per_tensor() {
         assert_eq!(row["tiles_checked"], 3 * 64, "{}", row["tensor"]);
         let ratio = row["ratio"].as_f64().unwrap();
         assert!((1.0..=1.3).contains(&ratio), "{} ratio {ratio}", row["tensor"]);
+        // A stack lists the experts the samples reached, each by its index in the stack.
+        if let Some(experts) = row["experts"].as_u64() {
+            let reached: Vec<u64> =
+                row["per_expert"].as_array().unwrap().iter().map(|e| e["expert"].as_u64().unwrap()).collect();
+            assert!(!reached.is_empty() && reached.len() <= 3, "{reached:?}");
+            assert!(reached.windows(2).all(|w| w[0] < w[1]) && reached.iter().all(|&e| e < experts), "{reached:?}");
+            assert!(reached.iter().any(|&e| e > 0), "spread over the stack: {reached:?}");
+        }
     }
 }
