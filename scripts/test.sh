@@ -70,5 +70,5 @@ phase_done "Python venv and packages"
 cargo test --locked
 phase_done "cargo test"
 # The binary cargo test built (the test profile is optimised): no second, release build.
-ESCHA_CONVERT="$PWD/target/debug/escha-convert" "$VENV/bin/python" -m pytest tests/python -q
+ESCHA_CONVERT="${CARGO_TARGET_DIR:-$PWD/target}/debug/escha-convert" "$VENV/bin/python" -m pytest tests/python -q
 phase_done "pytest"

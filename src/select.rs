@@ -2,19 +2,25 @@
 
 /// Whether `name` matches any of `globs` (an empty list matches everything).
 pub fn selected(name: &str, globs: &[String]) -> bool {
-    globs.is_empty() || globs.iter().any(|g| glob_match(g.as_bytes(), name.as_bytes()))
+    if globs.is_empty() {
+        return true;
+    }
+    // Characters, not bytes: `?` stands for one character of a name however it is encoded.
+    let text: Vec<char> = name.chars().collect();
+    globs.iter().any(|g| glob_match(&g.chars().collect::<Vec<_>>(), &text))
 }
 
-fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
+/// Wildcard match with one backtrack point (the last `*`): at most pattern × name steps.
+fn glob_match(pattern: &[char], text: &[char]) -> bool {
     let (mut p, mut t) = (0, 0);
     let mut backtrack: Option<(usize, usize)> = None;
     while t < text.len() {
         match pattern.get(p) {
-            Some(b'*') => {
+            Some('*') => {
                 backtrack = Some((p, t));
                 p += 1;
             }
-            Some(&c) if c == b'?' || c == text[t] => {
+            Some(&c) if c == '?' || c == text[t] => {
                 p += 1;
                 t += 1;
             }
@@ -28,7 +34,7 @@ fn glob_match(pattern: &[u8], text: &[u8]) -> bool {
             },
         }
     }
-    pattern[p..].iter().all(|&c| c == b'*')
+    pattern[p..].iter().all(|&c| c == '*')
 }
 
 #[cfg(test)]
@@ -44,5 +50,6 @@ mod tests {
         assert!(selected("lm_head.weight", &g("lm_head.weigh?")));
         assert!(!selected("lm_head.weight", &g("lm_head")));
         assert!(selected("anything", &[]));
+        assert!(selected("model.blöck.weight", &g("model.bl?ck.*")));
     }
 }

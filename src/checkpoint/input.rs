@@ -112,7 +112,10 @@ impl Checkpoint {
             for e in std::fs::read_dir(root).with_context(|| format!("{}: cannot list directory", root.display()))? {
                 let path = e.with_context(|| format!("{}: cannot list directory", root.display()))?.path();
                 if path.extension().is_some_and(|e| e == "safetensors") {
-                    let resolved = boundary.file(&path)?.expect("listed just now");
+                    // Listed a moment ago: a shard that is gone now means IN is changing under us.
+                    let resolved = boundary.file(&path)?.with_context(|| {
+                        format!("{}: vanished while the checkpoint was being opened", path.display())
+                    })?;
                     files.push((path, resolved));
                 }
             }

@@ -30,7 +30,10 @@ impl Shard {
         // output; any other change is caught by `check_unchanged` before the output is committed.
         let mmap = unsafe { Mmap::map(&file) }.with_context(|| format!("{}: cannot map", path.display()))?;
         signals::register_mapping(mmap.as_ptr(), mmap.len(), path);
-        let (_, meta) = SafeTensors::read_metadata(&mmap).map_err(|e| describe(path, mmap.len(), e))?;
+        // Owned from here on, so that an invalid header still unregisters the mapping (Drop).
+        let shard = Self { path: path.to_path_buf(), mmap, file, opened };
+        let mmap = &shard.mmap;
+        let (_, meta) = SafeTensors::read_metadata(mmap).map_err(|e| describe(path, mmap.len(), e))?;
         let header_len = 8 + u64::from_le_bytes(mmap[..8].try_into().unwrap()) as usize;
         let mut entries: Vec<(String, TensorEntry)> = meta
             .tensors()
@@ -47,7 +50,7 @@ impl Shard {
             })
             .collect();
         entries.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok((Self { path: path.to_path_buf(), mmap, file, opened }, entries))
+        Ok((shard, entries))
     }
 
     pub fn bytes(&self) -> &[u8] {
