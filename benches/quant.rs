@@ -4,7 +4,7 @@
 //! linear) of Gaussian-like weights rounded to bf16, quantized at group size 64 with BF16 scales,
 //! single-threaded: the scalar reference and the kernel `quantize_rows` dispatches to.
 
-use escha_convert::quant::affine::{quantize_rows_with, round_slice, AffineSpec, Kernel};
+use escha_convert::quant::affine::{quantize_rows_with, round_slice, AffineOut, AffineSpec, Kernel};
 use escha_convert::rng::SplitMix64;
 use safetensors::Dtype;
 use std::hint::black_box;
@@ -38,16 +38,8 @@ fn main() {
                 packed.clear();
                 scales.clear();
                 biases.clear();
-                quantize_rows_with(
-                    kernel,
-                    black_box(&values),
-                    COLS,
-                    spec,
-                    Dtype::BF16,
-                    &mut packed,
-                    &mut scales,
-                    &mut biases,
-                );
+                let out = &mut AffineOut { packed: &mut packed, scales: &mut scales, biases: &mut biases };
+                quantize_rows_with(kernel, black_box(&values), COLS, spec, Dtype::BF16, out);
                 black_box((&packed, &scales, &biases));
             })
         };

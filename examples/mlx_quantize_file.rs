@@ -13,7 +13,7 @@
 
 use anyhow::{bail, Context, Result};
 use escha_convert::checkpoint::tensor::floats_to_f32;
-use escha_convert::quant::affine::{int8_group_size, quantize_rows, repack_int8_rows, AffineSpec};
+use escha_convert::quant::affine::{int8_group_size, quantize_rows, repack_int8_rows, AffineOut, AffineSpec};
 use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use std::collections::BTreeMap;
@@ -56,7 +56,8 @@ fn main() -> Result<()> {
             floats_to_f32(scale.data(), scale.dtype(), &mut values)?;
             let gs = int8_group_size(cols).with_context(|| format!("{name}: no group size divides {cols}"))?;
             let (mut p, mut s, mut b) = (Vec::new(), Vec::new(), Vec::new());
-            repack_int8_rows(view.data(), &values, cols, gs, scale_dtype, &mut p, &mut s, &mut b);
+            let sink = &mut AffineOut { packed: &mut p, scales: &mut s, biases: &mut b };
+            repack_int8_rows(view.data(), &values, cols, gs, scale_dtype, sink);
             out.insert(format!("{path}.weight"), (Dtype::U32, vec![rows, cols / 4], p));
             out.insert(format!("{path}.scales"), (scale_dtype, vec![rows, cols / gs], s.clone()));
             out.insert(format!("{path}.biases"), (scale_dtype, vec![rows, cols / gs], b));
@@ -70,7 +71,13 @@ fn main() -> Result<()> {
         values.clear();
         floats_to_f32(view.data(), view.dtype(), &mut values)?;
         let (mut p, mut s, mut b) = (Vec::new(), Vec::new(), Vec::new());
-        quantize_rows(&values, cols, spec, view.dtype(), &mut p, &mut s, &mut b);
+        quantize_rows(
+            &values,
+            cols,
+            spec,
+            view.dtype(),
+            &mut AffineOut { packed: &mut p, scales: &mut s, biases: &mut b },
+        );
         out.insert(format!("{name}.weight"), (Dtype::U32, vec![rows, spec.packed_cols(cols)], p));
         out.insert(format!("{name}.scales"), (view.dtype(), vec![rows, spec.groups(cols)], s));
         out.insert(format!("{name}.biases"), (view.dtype(), vec![rows, spec.groups(cols)], b));

@@ -7,7 +7,8 @@ use super::units::{dims, units, Unit, Units};
 use crate::layout::{Adjust, Encoding, Recipe};
 use crate::output::{ShardFiles, WriteQueue};
 use crate::plan::Plan;
-use crate::quant::{affine, dense};
+use crate::quant::affine::{self, AffineOut};
+use crate::quant::dense;
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -195,7 +196,8 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
             reader.adjust(*adjust, source, rows.clone(), cols, &mut s.values)?;
             // The values a model in the scales' dtype holds are what gets quantized.
             let [scales, biases] = &mut s.params;
-            affine::round_and_quantize_rows(&mut s.values, cols, *spec, scale_dtype, &mut s.bytes, scales, biases);
+            let out = &mut AffineOut { packed: &mut s.bytes, scales, biases };
+            affine::round_and_quantize_rows(&mut s.values, cols, *spec, scale_dtype, out);
             if s.params.iter().any(|p| dense::first_non_finite(p, scale_dtype).is_some()) {
                 bail!("rows from {first}: a group's scale or bias is not finite in {scale_dtype:?}");
             }
@@ -208,16 +210,8 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
             let scale_dtype = params_dtype.context("int8 repack without scales")?;
             reader.int8_rows(source, rows, &mut s.codes, &mut s.row_scales)?;
             let [scales, biases] = &mut s.params;
-            affine::repack_int8_rows(
-                &s.codes,
-                &s.row_scales,
-                cols,
-                *group_size,
-                scale_dtype,
-                &mut s.bytes,
-                scales,
-                biases,
-            );
+            let out = &mut AffineOut { packed: &mut s.bytes, scales, biases };
+            affine::repack_int8_rows(&s.codes, &s.row_scales, cols, *group_size, scale_dtype, out);
             Ok(Placed {
                 offset: first * cols as u64,
                 params_offset: first * (cols / group_size) as u64 * size(scale_dtype),

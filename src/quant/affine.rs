@@ -130,14 +130,22 @@ fn rint_clamped(v: f32) -> f32 {
     (c + MAGIC) - MAGIC
 }
 
-/// Appends `v` rounded (RNE) to `dtype` (BF16, F16 or F32), little-endian.
-pub fn push_float(v: f32, dtype: Dtype, out: &mut Vec<u8>) {
+/// Appends every value rounded (RNE) to `dtype` (BF16, F16 or F32), little-endian.
+fn extend_floats(values: &[f32], dtype: Dtype, out: &mut Vec<u8>) {
     match dtype {
-        Dtype::BF16 => out.extend_from_slice(&bf16_bits(v).to_le_bytes()),
-        Dtype::F16 => out.extend_from_slice(&f16::from_f32(v).to_le_bytes()),
-        Dtype::F32 => out.extend_from_slice(&v.to_le_bytes()),
+        Dtype::BF16 => out.extend(values.iter().flat_map(|&v| bf16_bits(v).to_le_bytes())),
+        Dtype::F16 => out.extend(values.iter().flat_map(|&v| f16::from_f32(v).to_le_bytes())),
+        Dtype::F32 => out.extend(values.iter().flat_map(|&v| v.to_le_bytes())),
         other => panic!("scales cannot be stored as {other:?}"),
     }
+}
+
+/// Where quantized rows are appended, as little-endian bytes: the packed U32 words, and one
+/// scale and one bias per group in the scales' dtype.
+pub struct AffineOut<'a> {
+    pub packed: &'a mut Vec<u8>,
+    pub scales: &'a mut Vec<u8>,
+    pub biases: &'a mut Vec<u8>,
 }
 
 /// `v` rounded (RNE) to `dtype` and widened back to f32.
@@ -185,36 +193,25 @@ pub fn pack_row(codes: &[u32], bits: u32, out: &mut Vec<u8>) {
 }
 
 /// Quantizes `values` (`rows × cols`, row-major) as `mx.quantize(values, group_size, bits)`
-/// does on the CPU, appending the packed U32 words, the scales and the biases (each in
-/// `scale_dtype`) as little-endian bytes. `cols` must be a multiple of the group size.
+/// does on the CPU, appending the packed words, the scales and the biases (in `scale_dtype`) to
+/// `out`. `cols` must be a multiple of the group size.
 ///
 /// `values` are the inputs as MLX would see them: for a bf16 model, pass bf16 values widened to
 /// f32 (see [`round_to`]). Runs [`Kernel::best`].
-#[allow(clippy::too_many_arguments)]
-pub fn quantize_rows(
-    values: &[f32],
-    cols: usize,
-    spec: AffineSpec,
-    scale_dtype: Dtype,
-    packed: &mut Vec<u8>,
-    scales: &mut Vec<u8>,
-    biases: &mut Vec<u8>,
-) {
-    quantize_rows_with(Kernel::best(), values, cols, spec, scale_dtype, packed, scales, biases);
+pub fn quantize_rows(values: &[f32], cols: usize, spec: AffineSpec, scale_dtype: Dtype, out: &mut AffineOut) {
+    quantize_rows_with(Kernel::best(), values, cols, spec, scale_dtype, out);
 }
 
 /// [`quantize_rows`] on a given kernel; every kernel appends the same bytes.
-#[allow(clippy::too_many_arguments)]
 pub fn quantize_rows_with(
     kernel: Kernel,
     values: &[f32],
     cols: usize,
     spec: AffineSpec,
     scale_dtype: Dtype,
-    packed: &mut Vec<u8>,
-    scales: &mut Vec<u8>,
-    biases: &mut Vec<u8>,
+    out: &mut AffineOut,
 ) {
+    let AffineOut { packed, scales, biases } = out;
     assert!(spec.fits(cols), "row length {cols} is not a multiple of group size {}", spec.group_size);
     assert_eq!(values.len() % cols, 0, "values are not whole rows of {cols}");
     let rows = values.len() / cols;
@@ -228,8 +225,8 @@ pub fn quantize_rows_with(
         for row in values.chunks_exact(cols) {
             for (g, c) in row.chunks_exact(spec.group_size).zip(codes.chunks_exact_mut(spec.group_size)) {
                 let (s, b) = quantize_group(g, spec.bits, c);
-                push_float(s, scale_dtype, scales);
-                push_float(b, scale_dtype, biases);
+                extend_floats(&[s], scale_dtype, scales);
+                extend_floats(&[b], scale_dtype, biases);
             }
             pack_row(&codes, spec.bits, packed);
         }
@@ -262,21 +259,18 @@ pub fn quantize_rows_with(
 
 /// [`round_slice`] to `scale_dtype` (the values MLX sees for a model in that dtype), then
 /// [`quantize_rows`], a row at a time so that each row is quantized while still in cache.
-#[allow(clippy::too_many_arguments)]
 pub fn round_and_quantize_rows(
     values: &mut [f32],
     cols: usize,
     spec: AffineSpec,
     scale_dtype: Dtype,
-    packed: &mut Vec<u8>,
-    scales: &mut Vec<u8>,
-    biases: &mut Vec<u8>,
+    out: &mut AffineOut,
 ) {
     assert!(cols > 0 && values.len().is_multiple_of(cols), "values are not whole rows of {cols}");
     let kernel = Kernel::best();
     for row in values.chunks_exact_mut(cols) {
         round_slice(row, scale_dtype);
-        quantize_rows_with(kernel, row, cols, spec, scale_dtype, packed, scales, biases);
+        quantize_rows_with(kernel, row, cols, spec, scale_dtype, out);
     }
 }
 
@@ -285,16 +279,6 @@ const GROUPS_PER_CALL: usize = 64;
 
 /// Bytes past the packed output that a kernel may overwrite (and [`quantize_rows_with`] drops).
 const PACK_SLACK: usize = 16;
-
-/// Appends every value rounded (RNE) to `dtype` (BF16, F16 or F32), little-endian.
-fn extend_floats(values: &[f32], dtype: Dtype, out: &mut Vec<u8>) {
-    match dtype {
-        Dtype::BF16 => out.extend(values.iter().flat_map(|&v| bf16_bits(v).to_le_bytes())),
-        Dtype::F16 => out.extend(values.iter().flat_map(|&v| f16::from_f32(v).to_le_bytes())),
-        Dtype::F32 => out.extend(values.iter().flat_map(|&v| v.to_le_bytes())),
-        other => panic!("scales cannot be stored as {other:?}"),
-    }
-}
 
 /// One implementation of [`quantize_rows`]: the scalar reference or a SIMD kernel. A SIMD kernel
 /// can only be obtained on a CPU that runs it.
@@ -355,17 +339,15 @@ pub fn int8_group_size(cols: usize) -> Option<usize> {
 /// groups and `bias = −128·scale`. The bias is computed from the *stored* scale, so
 /// `scale·q + bias = w8·scale` holds for the stored values whatever `scale_dtype` is; with F32
 /// (or F16 for F16 row scales) the stored scale is the row scale exactly.
-#[allow(clippy::too_many_arguments)]
 pub fn repack_int8_rows(
     w8: &[u8],
     row_scales: &[f32],
     cols: usize,
     group_size: usize,
     scale_dtype: Dtype,
-    packed: &mut Vec<u8>,
-    scales: &mut Vec<u8>,
-    biases: &mut Vec<u8>,
+    out: &mut AffineOut,
 ) {
+    let AffineOut { packed, scales, biases } = out;
     assert!(
         cols > 0 && cols.is_multiple_of(group_size),
         "row length {cols} is not a multiple of group size {group_size}"
@@ -375,8 +357,8 @@ pub fn repack_int8_rows(
     for &s in row_scales {
         let stored = round_to(s, scale_dtype);
         for _ in 0..cols / group_size {
-            push_float(stored, scale_dtype, scales);
-            push_float(-128.0 * stored, scale_dtype, biases);
+            extend_floats(&[stored], scale_dtype, scales);
+            extend_floats(&[-128.0 * stored], scale_dtype, biases);
         }
     }
 }
@@ -446,7 +428,14 @@ mod tests {
 
     fn quantize_f32(values: &[f32], cols: usize, bits: u32, gs: usize) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
         let (mut p, mut s, mut b) = (Vec::new(), Vec::new(), Vec::new());
-        quantize_rows(values, cols, AffineSpec::new(bits, gs).unwrap(), Dtype::F32, &mut p, &mut s, &mut b);
+        let spec = AffineSpec::new(bits, gs).unwrap();
+        quantize_rows(
+            values,
+            cols,
+            spec,
+            Dtype::F32,
+            &mut AffineOut { packed: &mut p, scales: &mut s, biases: &mut b },
+        );
         let f = |v: &[u8]| v.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
         (words(&p), f(&s), f(&b))
     }
@@ -571,7 +560,13 @@ mod tests {
             for gs in GROUP_SIZES {
                 let spec = AffineSpec::new(bits, gs).unwrap();
                 let (mut p, mut s, mut b) = (Vec::new(), Vec::new(), Vec::new());
-                quantize_rows(&vals, 256, spec, Dtype::F32, &mut p, &mut s, &mut b);
+                quantize_rows(
+                    &vals,
+                    256,
+                    spec,
+                    Dtype::F32,
+                    &mut AffineOut { packed: &mut p, scales: &mut s, biases: &mut b },
+                );
                 assert_eq!(p.len(), 4 * spec.packed_cols(256) * 4);
                 let mut back = Vec::new();
                 dequantize_rows(&p, &s, &b, 256, spec, Dtype::F32, &mut back);
@@ -593,7 +588,14 @@ mod tests {
         let gs = int8_group_size(cols).unwrap();
         assert_eq!(gs, 128);
         let (mut p, mut s, mut b) = (Vec::new(), Vec::new(), Vec::new());
-        repack_int8_rows(&w8, &row_scales, cols, gs, Dtype::F32, &mut p, &mut s, &mut b);
+        repack_int8_rows(
+            &w8,
+            &row_scales,
+            cols,
+            gs,
+            Dtype::F32,
+            &mut AffineOut { packed: &mut p, scales: &mut s, biases: &mut b },
+        );
         let mut back = Vec::new();
         dequantize_rows(&p, &s, &b, cols, AffineSpec::new(8, gs).unwrap(), Dtype::F32, &mut back);
         for (i, (&got, &q)) in back.iter().zip(&w8).enumerate() {

@@ -2,7 +2,7 @@
 //! each group's range (a step `s` rounds each non-zero value with a mean squared error of
 //! `s²/12`), or measured by quantizing and dequantizing exactly as the output will be.
 
-use super::affine::{dequantize_rows, quantize_rows, AffineSpec, BITS};
+use super::affine::{dequantize_rows, quantize_rows, AffineOut, AffineSpec, BITS};
 use safetensors::Dtype;
 
 /// Squared added error at each width of [`BITS`], and the squared norm of the weight, summed
@@ -70,7 +70,8 @@ impl WidthErrors {
             packed.clear();
             scales.clear();
             biases.clear();
-            quantize_rows(&live, cols, spec, scale_dtype, &mut packed, &mut scales, &mut biases);
+            let out = &mut AffineOut { packed: &mut packed, scales: &mut scales, biases: &mut biases };
+            quantize_rows(&live, cols, spec, scale_dtype, out);
             dequantize_rows(&packed, &scales, &biases, cols, spec, scale_dtype, &mut back);
             *sq += back.iter().zip(&live).map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2)).sum::<f64>();
         }

@@ -15,7 +15,14 @@ fn fast_kernels() -> Vec<Kernel> {
 /// Packed bytes, scales and biases from `kernel`, appended after a few bytes already there.
 fn run(kernel: Kernel, values: &[f32], cols: usize, spec: AffineSpec, dtype: Dtype) -> [Vec<u8>; 3] {
     let (mut p, mut s, mut b) = (vec![0xA5; 3], vec![0x5A; 1], vec![7; 2]);
-    quantize_rows_with(kernel, values, cols, spec, dtype, &mut p, &mut s, &mut b);
+    quantize_rows_with(
+        kernel,
+        values,
+        cols,
+        spec,
+        dtype,
+        &mut AffineOut { packed: &mut p, scales: &mut s, biases: &mut b },
+    );
     [p, s, b]
 }
 
@@ -246,7 +253,8 @@ fn rounding_row_by_row_equals_rounding_then_quantizing() {
             let want = run(Kernel::REFERENCE, &rounded, cols, spec, dtype);
             let mut values = raw.clone();
             let (mut p, mut s, mut b) = (vec![0xA5; 3], vec![0x5A; 1], vec![7; 2]);
-            round_and_quantize_rows(&mut values, cols, spec, dtype, &mut p, &mut s, &mut b);
+            let out = &mut AffineOut { packed: &mut p, scales: &mut s, biases: &mut b };
+            round_and_quantize_rows(&mut values, cols, spec, dtype, out);
             assert_eq!([p, s, b], want, "bits {bits}, {dtype:?}");
             assert_eq!(values, rounded);
         }
