@@ -379,6 +379,11 @@ pub fn finite(v: f64) -> Option<f64> {
 mod tests {
     use super::*;
 
+    /// Every running sum's bits: two accumulations agree only if these are equal.
+    fn sum_bits(p: &PairSums) -> [u64; 6] {
+        [p.sx, p.sy, p.sxx, p.syy, p.sxy, p.sdd].map(f64::to_bits)
+    }
+
     #[test]
     fn blocked_sums_agree_with_one_at_a_time() {
         let x: Vec<f32> = (0..1000).map(|i| ((i * 7919) % 997) as f32 / 500.0 - 1.0).collect();
@@ -406,18 +411,8 @@ mod tests {
             let c1 = (c0 + 128).min(300);
             row.add(&x[c0..c1], &Bf16Bytes(&bytes[2 * c0..2 * c1]), &mut col_sq[c0..c1], &w[c0..c1]);
         }
-        let p = row.pair;
-        for (a, b) in [
-            (whole.sx, p.sx),
-            (whole.sy, p.sy),
-            (whole.sxx, p.sxx),
-            (whole.syy, p.syy),
-            (whole.sxy, p.sxy),
-            (whole.sdd, p.sdd),
-        ] {
-            assert_eq!(a.to_bits(), b.to_bits());
-        }
-        assert_eq!(whole.n, p.n);
+        assert_eq!(sum_bits(&whole), sum_bits(&row.pair));
+        assert_eq!(whole.n, row.pair.n);
         assert!(row.nonzero);
         let want: f64 = y.iter().zip(&w).map(|(&v, &w)| (v as f64).powi(2) * w as f64).sum();
         assert!((row.weighted - want).abs() < 1e-6 * want);
@@ -430,17 +425,8 @@ mod tests {
         accumulate::<_, true, false>(&mut p, &mut r, &x, &Bf16Bytes(&bytes), &mut c, &w);
         let (mut q, mut s, mut d) = (PairSums::default(), RowSums::default(), vec![0f32; 300]);
         dispatch::<_, true>(&mut q, &mut s, &x, &Bf16Bytes(&bytes), &mut d, &w);
-        for (a, b) in [
-            (p.sx, q.sx),
-            (p.sy, q.sy),
-            (p.sxx, q.sxx),
-            (p.syy, q.syy),
-            (p.sxy, q.sxy),
-            (p.sdd, q.sdd),
-            (r.weighted, s.weighted),
-        ] {
-            assert_eq!(a.to_bits(), b.to_bits());
-        }
+        assert_eq!(sum_bits(&p), sum_bits(&q));
+        assert_eq!(r.weighted.to_bits(), s.weighted.to_bits());
         assert_eq!(c, d);
         assert!(!RowSums::default().nonzero);
         let zeros = vec![0u8; 600];
