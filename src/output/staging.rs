@@ -155,7 +155,8 @@ fn check_destination(dest: &Path, force: bool) -> Result<()> {
 }
 
 /// Removes staging directories of runs whose process no longer exists (killed with -9, or by
-/// the OOM killer), when they hold nothing but what this tool writes.
+/// the OOM killer), when they hold nothing but what this tool writes; one holding anything else
+/// is kept and named, for its owner to look at.
 fn remove_stale_staging(parent: &Path, notes: &mut Vec<String>) {
     let Ok(entries) = std::fs::read_dir(parent) else { return };
     for e in entries.flatten() {
@@ -165,12 +166,20 @@ fn remove_stale_staging(parent: &Path, notes: &mut Vec<String>) {
             continue;
         }
         let path = e.path();
-        let ours = e.file_type().is_ok_and(|t| t.is_dir()) && matches!(first_foreign_entry(&path), Ok(None));
-        if ours && std::fs::remove_dir_all(&path).is_ok() {
-            notes.push(format!(
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        match first_foreign_entry(&path) {
+            Ok(None) if std::fs::remove_dir_all(&path).is_ok() => notes.push(format!(
                 "removed {}, a staging directory left by an earlier run (process {pid} no longer exists)",
                 path.display()
-            ));
+            )),
+            Ok(Some(foreign)) => notes.push(format!(
+                "kept {}, named like a staging directory of an earlier run (process {pid} no longer exists): \
+                 it holds {foreign:?}, which this tool does not write; remove it yourself if it is not needed",
+                path.display()
+            )),
+            _ => {}
         }
     }
 }

@@ -231,6 +231,7 @@ fn staging_left_by_a_killed_run_is_removed_and_reported() {
     assert!(!stale.exists());
     assert!(stderr(&o).contains("left by an earlier run"), "{}", stderr(&o));
     assert!(foreign.join("notes.txt").is_file());
+    assert!(stderr(&o).contains(&format!("kept {}", foreign.display())) && stderr(&o).contains("notes.txt"));
 }
 
 #[test]
