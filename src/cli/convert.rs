@@ -230,9 +230,10 @@ impl TryFrom<ConvertArgs> for ConvertRun {
     }
 }
 
-/// The command line the model card records: the options that shape the output, IN and BASE by
-/// their last component (a card names no path of the machine that ran the job), OUT as `OUT`. How the run went
-/// (-j, --quiet, --json, --force, --backend, --part) changes no byte and is left out.
+/// The command line the model card records: every option that shapes the output, defaults
+/// spelled out, IN and BASE by their last component (a card names no path of the machine that ran
+/// the job), OUT as `OUT`. How the run went (-j, --quiet, --json, --force, --backend, --part)
+/// changes no byte and is left out.
 fn command_line(a: &ConvertArgs, format: &OutputFormat) -> String {
     let name = |p: &std::path::Path| {
         p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned())
@@ -261,7 +262,8 @@ fn command_line(a: &ConvertArgs, format: &OutputFormat) -> String {
     }
     flags.push(("--bias", Some(if a.bias == BiasArg::Keep { "keep" } else { "drop" }.into())));
     flags.extend(a.max_shard_size.map(|s| ("--max-shard-size", Some(s.to_string()))));
-    flags.extend(a.only.iter().map(|g| ("--only", Some(format!("'{g}'")))));
+    // Quoted for a POSIX shell, a `'` inside included.
+    flags.extend(a.only.iter().map(|g| ("--only", Some(format!("'{}'", g.replace('\'', r"'\''"))))));
     if a.checksums {
         flags.push(("--checksums", None));
     }
@@ -269,7 +271,7 @@ fn command_line(a: &ConvertArgs, format: &OutputFormat) -> String {
         flags.push(("--verify-base", Some(name(base))));
         flags.push(match a.verify_sample {
             _ if a.verify_full => ("--verify-full", None),
-            n => ("--verify-sample", Some(n.map_or(VERIFY_SAMPLE as u64, |n| n).to_string())),
+            n => ("--verify-sample", Some(n.unwrap_or(VERIFY_SAMPLE as u64).to_string())),
         });
     }
     // OUT is named by role: the parts of a split job write to differently named directories.

@@ -107,6 +107,11 @@ fn the_model_card_names_no_path_and_says_how_it_was_made() {
     ] {
         assert!(card.contains(needle), "{needle}: {card}");
     }
+    // --only globs are quoted so that the line runs as written in a POSIX shell.
+    let out = tmp.path().join("only");
+    convert(&fixture("moe"), &out, &["--only", "*", "--only", "it's*"]);
+    let card = std::fs::read_to_string(out.join("README.md")).unwrap();
+    assert!(card.contains(r"--only '*' --only 'it'\''s*'"), "{card}");
     let out = tmp.path().join("none");
     convert(&fixture("moe"), &out, &["--no-card"]);
     assert!(!out.join("README.md").exists());
