@@ -4,10 +4,9 @@ use crate::checkpoint::tensor::{floats_to_f32, is_float};
 use crate::checkpoint::{catalog, Checkpoint, CodedSource, Leaf};
 use crate::codec::best_decoder;
 use crate::convert::{planned_tensor_bytes, ConvertOptions};
-use crate::layout::mlx::{self, AutoBits, Int8Mode, MlxOptions};
-use crate::layout::OutputFormat;
+use crate::layout::mlx::{AutoBits, MlxOptions};
 use crate::layout::{norm_kind, NormKind};
-use crate::quant::affine::AffineSpec;
+use crate::layout::{DenseDtype, MtpMode, OutputFormat};
 use crate::text::{escape_controls, human_bytes, shape};
 use anyhow::Result;
 use serde::Serialize;
@@ -152,23 +151,6 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
         problems.push(format!("{} vision-tower tensors (dropped on conversion)", cat.vision.len()));
     }
 
-    let dense_bytes = |el: u64| -> u64 {
-        let coded: u64 = cat.coded.iter().map(|m| (m.weights_per_expert() * m.expert_count()) as u64 * el).sum();
-        let int8: u64 = cat.int8.iter().map(|m| m.shape.iter().product::<usize>() as u64 * el).sum();
-        let plain: u64 = cat
-            .plain
-            .iter()
-            .map(|p| {
-                let e = &ck.tensors[&p.name];
-                if matches!(e.dtype, safetensors::Dtype::F16 | safetensors::Dtype::BF16) {
-                    e.numel() as u64 * el
-                } else {
-                    e.byte_len() as u64
-                }
-            })
-            .sum();
-        coded + int8 + plain
-    };
     let input_bytes = ck.shards.iter().map(|s| s.bytes().len() as u64).sum();
     let biases: Vec<&CodedReport> = coded.iter().filter(|c| c.has_bias).collect();
 
@@ -196,9 +178,9 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
         mtp: ck.mtp_dir.is_some() || ck.tensors.keys().any(|n| n.starts_with("mtp.")),
         sizes: Sizes {
             input_bytes,
-            bf16_bytes: dense_bytes(2),
-            f16_bytes: dense_bytes(2),
-            mlx_4bit_bytes: mlx_bytes(&ck, &cat),
+            bf16_bytes: output_bytes(&ck, &cat, dense(DenseDtype::Bf16)).unwrap_or(0),
+            f16_bytes: output_bytes(&ck, &cat, dense(DenseDtype::F16)).unwrap_or(0),
+            mlx_4bit_bytes: output_bytes(&ck, &cat, OutputFormat::Mlx(MlxOptions::DEFAULT)),
             mlx_auto_bytes: mlx_auto_bytes(path),
         },
         coded,
@@ -206,10 +188,15 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
     })
 }
 
-/// The exact output size of `--format mlx` at its defaults, from the MLX layout planner.
-fn mlx_bytes(ck: &Checkpoint, cat: &crate::checkpoint::Catalog) -> Option<u64> {
-    let opts = MlxOptions { spec: AffineSpec { bits: 4, group_size: 64 }, int8: Int8Mode::Exact, auto: None };
-    let (tensors, _) = mlx::tensors(ck, cat, opts, false).ok()?;
+/// A dense format at its defaults.
+fn dense(dtype: DenseDtype) -> OutputFormat {
+    OutputFormat::Dense { dtype, mtp: MtpMode::Auto }
+}
+
+/// The exact tensor bytes `format` writes with no other flag, from its own layout (`None` when
+/// the layout refuses the checkpoint).
+fn output_bytes(ck: &Checkpoint, cat: &crate::checkpoint::Catalog, format: OutputFormat) -> Option<u64> {
+    let tensors = format.layout().tensors(ck, cat, false, &mut Vec::new()).ok()?;
     Some(tensors.iter().map(|t| t.byte_len() as u64).sum())
 }
 
@@ -219,12 +206,10 @@ const AUTO_SAMPLE: usize = 4;
 /// The size `--format mlx --bits auto` would write (tensor bytes), its widths estimated from a
 /// few sampled blocks per coded linear.
 fn mlx_auto_bytes(input: &Path) -> Option<u64> {
-    let spec = AffineSpec { bits: 4, group_size: 64 };
-    let auto = Some(AutoBits { max_added_error: 0.5, exact: false });
     let opts = ConvertOptions {
         input: input.to_path_buf(),
         output: PathBuf::new(),
-        format: OutputFormat::Mlx(MlxOptions { spec, int8: Int8Mode::Exact, auto }),
+        format: OutputFormat::Mlx(MlxOptions { auto: Some(AutoBits::DEFAULT), ..MlxOptions::DEFAULT }),
         keep_bias: false,
         max_shard_size: None,
         only: Vec::new(),

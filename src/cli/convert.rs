@@ -192,15 +192,18 @@ impl TryFrom<ConvertArgs> for ConvertRun {
                 return Err(usage("--mtp keep: the MLX layout carries no MTP head (mlx-lm has none)".into()));
             }
             FormatArg::Mlx => {
+                let default = MlxOptions::DEFAULT;
                 let fixed = match a.bits {
                     Some(Bits::Fixed(b)) => b,
                     // Layers that are not coded linears (int8 with --int8 requant, plain weights).
-                    Some(Bits::Auto) | None => 4,
+                    Some(Bits::Auto) | None => default.spec.bits,
                 };
-                let spec = AffineSpec::new(fixed, a.group_size.unwrap_or(64)).map_err(usage)?;
-                let auto = (a.bits == Some(Bits::Auto))
-                    .then(|| AutoBits { max_added_error: a.max_added_error.unwrap_or(0.5), exact: a.measure_error });
-                OutputFormat::Mlx(MlxOptions { spec, int8: a.int8.unwrap_or(Int8Mode::Exact), auto })
+                let spec = AffineSpec::new(fixed, a.group_size.unwrap_or(default.spec.group_size)).map_err(usage)?;
+                let auto = (a.bits == Some(Bits::Auto)).then(|| AutoBits {
+                    max_added_error: a.max_added_error.unwrap_or(AutoBits::DEFAULT.max_added_error),
+                    exact: a.measure_error,
+                });
+                OutputFormat::Mlx(MlxOptions { spec, int8: a.int8.unwrap_or(default.int8), auto })
             }
         };
         Ok(ConvertRun {

@@ -54,6 +54,12 @@ pub struct MlxOptions {
     pub auto: Option<AutoBits>,
 }
 
+impl MlxOptions {
+    /// `--format mlx` with no other flag: 4 bits, group size 64, int8 repacked exactly.
+    pub const DEFAULT: MlxOptions =
+        MlxOptions { spec: AffineSpec { bits: 4, group_size: 64 }, int8: Int8Mode::Exact, auto: None };
+}
+
 /// `--bits auto`: each coded linear gets the smallest width whose added error is at most
 /// `max_added_error · 2^-K`, K its trellis bits.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -61,6 +67,11 @@ pub struct AutoBits {
     pub max_added_error: f64,
     /// Measure every width's error exactly instead of estimating it.
     pub exact: bool,
+}
+
+impl AutoBits {
+    /// `--bits auto` with no other flag: R = 0.5 (at most +12% error in total), estimated.
+    pub const DEFAULT: AutoBits = AutoBits { max_added_error: 0.5, exact: false };
 }
 
 /// Scales and biases of exactly repacked int8 modules: F32 keeps the repack exact.

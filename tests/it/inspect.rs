@@ -34,14 +34,28 @@ fn dense_fixture_facts() {
     assert!(r["norm_convention"].as_str().unwrap().starts_with("zero-centred"));
     assert_eq!(r["mtp"], true);
     assert!(r["problems"].as_array().unwrap().is_empty());
+}
 
-    // The predicted bf16 size is what a conversion writes (tensor bytes, main part).
+#[test]
+fn predicted_sizes_are_what_each_format_writes() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = tmp.path().join("out");
-    assert!(crate::common::escha_convert().arg(fixture("dense")).arg(&out).arg("--quiet").status().unwrap().success());
-    let index: Value =
-        serde_json::from_slice(&std::fs::read(out.join("model.safetensors.index.json")).unwrap()).unwrap();
-    assert_eq!(r["sizes"]["bf16_bytes"], index["metadata"]["total_size"]);
+    for model in ["dense", "moe"] {
+        let r = inspect(model);
+        for (format, key) in [("bf16", "bf16_bytes"), ("f16", "f16_bytes"), ("mlx", "mlx_4bit_bytes")] {
+            let out = tmp.path().join(format!("{model}-{format}"));
+            let ok = crate::common::escha_convert()
+                .arg(fixture(model))
+                .arg(&out)
+                .args(["--quiet", "--format", format])
+                .status()
+                .unwrap()
+                .success();
+            assert!(ok);
+            let index: Value =
+                serde_json::from_slice(&std::fs::read(out.join("model.safetensors.index.json")).unwrap()).unwrap();
+            assert_eq!(r["sizes"][key], index["metadata"]["total_size"], "{model} {format}");
+        }
+    }
 }
 
 #[test]
