@@ -12,10 +12,9 @@ mod verify;
 
 pub use convert::ConvertArgs;
 pub use inspect::InspectArgs;
-pub use size::parse_size;
 pub use verify::VerifyArgs;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use std::ffi::OsString;
 use std::process::ExitCode;
 
@@ -59,14 +58,36 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 /// which convert then explains); a bare word is left to clap, which suggests the subcommand a typo
 /// meant.
 pub fn with_default_command(mut args: Vec<OsString>) -> Vec<OsString> {
-    const KNOWN: &[&str] = &["convert", "inspect", "verify", "help"];
     if let Some(first) = args.get(1) {
         let text = first.to_string_lossy();
+        let subcommand = text == "help" || Cli::command().find_subcommand(text.as_ref()).is_some();
         let path = std::path::Path::new(first);
         let path_like = path.exists() || text.contains(['/', '.']);
-        if !text.starts_with('-') && !KNOWN.contains(&text.as_ref()) && path_like {
+        if !text.starts_with('-') && !subcommand && path_like {
             args.insert(1, "convert".into());
         }
     }
     args
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(args: &[&str]) -> Vec<String> {
+        let args = args.iter().map(OsString::from).collect();
+        with_default_command(args).into_iter().map(|a| a.to_string_lossy().into_owned()).collect()
+    }
+
+    #[test]
+    fn in_out_is_short_for_convert_and_subcommands_stay_themselves() {
+        assert_eq!(words(&["e", "fixtures/dense", "out"]), ["e", "convert", "fixtures/dense", "out"]);
+        assert_eq!(words(&["e", "org/name", "out"]), ["e", "convert", "org/name", "out"]);
+        for sub in ["convert", "inspect", "verify", "help"] {
+            assert_eq!(words(&["e", sub, "x/y"]), ["e", sub, "x/y"]);
+        }
+        // A bare word is left to clap, which suggests the subcommand a typo meant.
+        assert_eq!(words(&["e", "verfy", "x/y"]), ["e", "verfy", "x/y"]);
+        assert_eq!(words(&["e", "--help"]), ["e", "--help"]);
+    }
 }
