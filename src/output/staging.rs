@@ -144,8 +144,13 @@ fn resolve_to_be(path: &Path) -> Result<PathBuf> {
 
 /// Refuses an OUT that exists and may not be replaced.
 fn check_destination(dest: &Path, force: bool) -> Result<()> {
-    let Ok(meta) = std::fs::symlink_metadata(dest) else { return Ok(()) };
-    if meta.is_dir() && std::fs::read_dir(dest)?.next().is_none() {
+    let meta = match std::fs::symlink_metadata(dest) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("{}: cannot look at the output path", dest.display())),
+    };
+    let listing = || std::fs::read_dir(dest).with_context(|| format!("{}: cannot list", dest.display()));
+    if meta.is_dir() && listing()?.next().is_none() {
         return Ok(());
     }
     if !force {
