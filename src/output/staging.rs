@@ -149,8 +149,9 @@ fn check_destination(dest: &Path, force: bool) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e).with_context(|| format!("{}: cannot look at the output path", dest.display())),
     };
-    let listing = || std::fs::read_dir(dest).with_context(|| format!("{}: cannot list", dest.display()));
-    if meta.is_dir() && listing()?.next().is_none() {
+    if meta.is_dir()
+        && std::fs::read_dir(dest).with_context(|| format!("{}: cannot list", dest.display()))?.next().is_none()
+    {
         return Ok(());
     }
     if !force {

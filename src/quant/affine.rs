@@ -399,11 +399,7 @@ pub fn dequantize_rows(
     scale_dtype: Dtype,
     out: &mut Vec<f32>,
 ) {
-    let read = |bytes: &[u8]| -> Vec<f32> {
-        let mut v = Vec::new();
-        crate::checkpoint::tensor::floats_to_f32(bytes, scale_dtype, &mut v).expect("a float dtype");
-        v
-    };
+    let read = |bytes| crate::checkpoint::tensor::to_f32_vec(bytes, scale_dtype).expect("a float dtype");
     let (s, b) = (read(scales), read(biases));
     let row_bytes = spec.packed_cols(cols) * 4;
     out.clear();
