@@ -5,6 +5,7 @@
 
 use crate::checkpoint::Checkpoint;
 use crate::layout::FormatCard;
+use crate::text::escape_controls;
 use serde_json::Value;
 use std::fmt::Write;
 use std::path::Path;
@@ -22,7 +23,7 @@ pub struct Card {
     pub format: FormatCard,
     /// One line each: what happened to biases, int8 layers and the MTP head.
     pub notes: Vec<(&'static str, String)>,
-    /// The verify summary, when the conversion was proved against a base model.
+    /// The verify summary (Markdown), when the conversion was proved against a base model.
     pub verified: Option<String>,
 }
 
@@ -88,6 +89,38 @@ fn front_matter_value(fm: &str, key: &str) -> Option<String> {
     None
 }
 
+/// `s` as Markdown text: what Markdown or HTML would act on is escaped, control characters are
+/// written as escapes, so a directory name cannot add markup, links or HTML to the card.
+fn md_text(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in escape_controls(s).chars() {
+        match c {
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '&' => out.push_str("&amp;"),
+            '\\' | '`' | '*' | '_' | '[' | ']' | '|' | '~' | '#' | '!' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// `s` as a Markdown code span that no backtick inside it can end (its fence is longer than any
+/// run of backticks in it); in a table cell a `|` is escaped, which the table removes again.
+pub fn md_code(s: &str, in_table: bool) -> String {
+    let mut text = escape_controls(s).into_owned();
+    if in_table {
+        text = text.replace('|', "\\|");
+    }
+    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest + 1);
+    let pad = if text.starts_with('`') || text.ends_with('`') { " " } else { "" };
+    format!("{fence}{pad}{text}{pad}{fence}")
+}
+
 /// A YAML scalar, quoted.
 fn yaml(s: &str) -> String {
     serde_json::to_string(s).expect("a string serialises")
@@ -110,17 +143,17 @@ impl Card {
             let _ = writeln!(s, "- {}", yaml(&t));
         }
         s.push_str("---\n\n");
-        let _ = writeln!(s, "# {} ({})\n", self.source, self.format.tags.join(", "));
-        let revision = self.revision.as_ref().map_or(String::new(), |r| format!(" at revision `{r}`"));
+        let _ = writeln!(s, "# {} ({})\n", md_text(&self.source), self.format.tags.join(", "));
+        let revision = self.revision.as_ref().map_or(String::new(), |r| format!(" at revision {}", md_code(r, false)));
         let _ = writeln!(
             s,
-            "Converted from the Escha-W2 (EXL3 trellis) checkpoint `{}`{revision} by escha-convert {}: every \
+            "Converted from the Escha-W2 (EXL3 trellis) checkpoint {}{revision} by escha-convert {}: every \
              trellis tile decoded exactly, channel scales folded in, each weight rounded once.\n",
-            self.source,
+            md_code(&self.source, false),
             env!("CARGO_PKG_VERSION")
         );
         s.push_str("| | |\n|---|---|\n");
-        let _ = writeln!(s, "| command | `{}` |", self.command);
+        let _ = writeln!(s, "| command | {} |", md_code(&self.command, true));
         let _ = writeln!(s, "| format | {} |", self.format.description);
         for (what, note) in &self.notes {
             let _ = writeln!(s, "| {what} | {note} |");
@@ -144,6 +177,15 @@ mod tests {
         let fm = "license: apache-2.0\nbase_model:\n- Qwen/Qwen3.5-27B\ntags:\n- x";
         assert_eq!(front_matter_value(fm, "license").as_deref(), Some("apache-2.0"));
         assert_eq!(front_matter_value(fm, "base_model").as_deref(), Some("Qwen/Qwen3.5-27B"));
+    }
+
+    #[test]
+    fn names_cannot_add_markup() {
+        assert_eq!(md_code("a`b", false), "``a`b``");
+        assert_eq!(md_code("`x", false), "`` `x ``");
+        assert_eq!(md_code("a|b", true), "`a\\|b`");
+        assert_eq!(md_text("<img src=x onerror=alert(1)>"), "&lt;img src=x onerror=alert(1)&gt;");
+        assert_eq!(md_text("[x](y)\n"), "\\[x\\](y)\\\\n");
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! `inspect`: what a user asks first about a checkpoint, without decoding any weight.
 
-use crate::checkpoint::tensor::{floats_to_f32, is_float};
+use crate::checkpoint::tensor::{floats_to_f32, is_float, scan_chunks};
 use crate::checkpoint::{catalog, Checkpoint, CodedSource, Leaf};
 use crate::codec::best_decoder;
 use crate::convert::{planned_tensor_bytes, ConvertOptions};
@@ -74,7 +74,7 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
     let config = ck.config.as_ref();
     let text = ck.text_config();
     let str_of = |v: Option<&Value>| v.and_then(Value::as_str).map(String::from);
-    let mut problems = Vec::new();
+    let mut problems = cat.notes();
     let mut scratch = Vec::new();
 
     let mut coded = Vec::new();
@@ -116,9 +116,13 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
         if !is_float(e.dtype) {
             continue;
         }
-        scratch.clear();
-        floats_to_f32(ck.bytes(e), e.dtype, &mut scratch)?;
-        let bad = scratch.iter().filter(|v| !v.is_finite()).count();
+        let (mut bad, mut sum) = (0usize, 0f64);
+        for chunk in scan_chunks(e.numel()) {
+            scratch.clear();
+            ck.elements_f32(&p.name, chunk, &mut scratch)?;
+            bad += scratch.iter().filter(|v| !v.is_finite()).count();
+            sum += scratch.iter().map(|&v| v as f64).sum::<f64>();
+        }
         if bad > 0 {
             problems.push(format!("{}: {bad} non-finite values (conversion refuses them)", p.name));
         }
@@ -127,7 +131,7 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
             unknown |= kind == NormKind::ZeroCentred;
             continue;
         }
-        let mean = scratch.iter().map(|&v| v as f64).sum::<f64>() / scratch.len().max(1) as f64;
+        let mean = sum / e.numel().max(1) as f64;
         if kind == NormKind::ZeroCentred {
             zc += 1;
             zc_mean_sum += mean;
@@ -215,7 +219,8 @@ fn mlx_auto_bytes(input: &Path) -> Option<u64> {
         only: Vec::new(),
         part: None,
         checksums: false,
-        card_command: None,
+        shaping_flags: String::new(),
+        card: false,
         verify: None,
         threads: None,
         force: false,

@@ -1,7 +1,11 @@
 //! What happens when a run is cut short by a signal. SIGINT, SIGTERM and SIGHUP remove the staging
-//! directory and the output lock, then exit with 130. SIGBUS, which a memory-mapped input raises
-//! when its file shrinks under the reader, removes them too, names the input file that changed
-//! and exits with 1, so neither ends in a half-written output left behind.
+//! directory and the output lock, then exit with 130; they wait for a section marked
+//! [`uninterrupted`] (the swap of an old output for a new one) to finish first. SIGBUS, which a
+//! memory-mapped input raises when its file shrinks under the reader, removes them too, names the
+//! input file that changed and exits with 1; SIGABRT (an allocation that failed) removes them and
+//! aborts. SIGXFSZ is ignored, so a file-size limit (`ulimit -f`) fails the write that reaches it
+//! with an error naming the file instead of killing the run. None ends in a half-written output
+//! left behind.
 //!
 //! Paths to remove and mapped input ranges are registered here before they exist; the SIGBUS
 //! handler only makes system calls (no allocation), so it cannot deadlock on a lock a worker
@@ -9,12 +13,46 @@
 
 use std::ffi::CString;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
 /// Staging directories and lock files of this process, removed on a fatal signal.
 static LIVE: Mutex<Vec<CString>> = Mutex::new(Vec::new());
 /// Memory-mapped input files: (start address, length, path).
 static MAPPED: Mutex<Vec<(usize, usize, CString)>> = Mutex::new(Vec::new());
+/// Held while a section must not be cut in half by Ctrl-C, SIGTERM or SIGHUP.
+static UNINTERRUPTED: Mutex<()> = Mutex::new(());
+/// Set as soon as Ctrl-C, SIGTERM or SIGHUP arrives.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+/// Runs `f` with Ctrl-C, SIGTERM and SIGHUP held off: one arriving meanwhile takes effect once
+/// `f` is done (`f` may ask [`interrupted`] and undo its work first).
+pub fn uninterrupted<T>(f: impl FnOnce() -> T) -> T {
+    let _held = UNINTERRUPTED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    f()
+}
+
+/// Whether Ctrl-C, SIGTERM or SIGHUP has arrived (the run ends as soon as nothing holds it off).
+pub fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// Waits for the handler of a signal that has arrived ([`interrupted`]) to end the run: once
+/// work has been undone for it, nothing else may race it to the exit.
+pub fn await_interruption() -> ! {
+    loop {
+        std::thread::park();
+    }
+}
+
+/// In test builds, stops for three seconds at `point` when `ESCHA_CONVERT_PAUSE` names it, so a
+/// test can deliver a signal exactly there. Release builds have no such stop.
+pub fn pause_point(point: &str) {
+    if cfg!(debug_assertions) && std::env::var_os("ESCHA_CONVERT_PAUSE").is_some_and(|p| p == point) {
+        eprintln!("escha-convert: paused at {point}");
+        std::thread::sleep(std::time::Duration::from_secs(3));
+    }
+}
 
 fn c_path(path: &Path) -> Option<CString> {
     use std::os::unix::ffi::OsStrExt;
@@ -52,7 +90,9 @@ pub fn install() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let _ = ctrlc::set_handler(|| {
-            // Runs on its own thread, not in a signal handler: it may wait for the lock.
+            // Runs on its own thread, not in a signal handler: it may wait for the locks.
+            INTERRUPTED.store(true, Ordering::SeqCst);
+            let _held = UNINTERRUPTED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let live = LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             for p in live.iter() {
                 // SAFETY: `p` is a valid C string.
@@ -61,18 +101,22 @@ pub fn install() {
             eprintln!("escha-convert: interrupted; partial output removed");
             std::process::exit(130);
         });
-        install_sigbus();
+        install_handler(libc::SIGBUS, on_sigbus as *const () as usize);
+        install_handler(libc::SIGABRT, on_sigabrt as *const () as usize);
+        // SAFETY: ignoring a signal is a plain system call.
+        unsafe { libc::signal(libc::SIGXFSZ, libc::SIG_IGN) };
     });
 }
 
-fn install_sigbus() {
+/// Installs `handler` (of the SA_SIGINFO signature) for `signal`.
+fn install_handler(signal: libc::c_int, handler: usize) {
     // SAFETY: a plain sigaction call with a handler of the SA_SIGINFO signature.
     unsafe {
         let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = on_sigbus as *const () as usize;
-        action.sa_flags = libc::SA_SIGINFO;
+        action.sa_sigaction = handler;
+        action.sa_flags = libc::SA_SIGINFO | libc::SA_RESETHAND;
         libc::sigemptyset(&raw mut action.sa_mask);
-        libc::sigaction(libc::SIGBUS, &raw const action, std::ptr::null_mut());
+        libc::sigaction(signal, &raw const action, std::ptr::null_mut());
     }
 }
 
@@ -99,6 +143,14 @@ extern "C" fn on_sigbus(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc
     remove_registered();
     // SAFETY: _exit is async-signal-safe.
     unsafe { libc::_exit(1) };
+}
+
+extern "C" fn on_sigabrt(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
+    say(b"escha-convert: aborted (out of memory?); partial output removed\n");
+    remove_registered();
+    // The handler was reset when it ran: abort again with the default action.
+    // SAFETY: raise is async-signal-safe.
+    unsafe { libc::raise(libc::SIGABRT) };
 }
 
 #[cfg(target_os = "linux")]

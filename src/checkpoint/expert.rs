@@ -74,18 +74,21 @@ impl Int8Module {
         &self,
         ck: &Checkpoint,
         rows: Range<usize>,
+        cols: Range<usize>,
         codes: &mut Vec<u8>,
         scales: &mut Vec<f32>,
     ) -> Result<()> {
         ck.elements_f32(&self.scale, rows.clone(), scales)?;
-        ck.rows_bytes(&self.weight, 0, rows, self.shape[1], codes)
+        ck.rows_bytes(&self.weight, 0, rows, cols, codes)
     }
 
-    /// Rows `rows` as f32, appended to `out`: `w8 · scale`, exact in f32 (8 × 11 bits).
-    pub fn dequantize_rows(&self, ck: &Checkpoint, rows: Range<usize>, out: &mut Vec<f32>) -> Result<()> {
+    /// Rows `rows` (columns `cols`) as f32, appended to `out`: `w8 · scale`, exact in f32 (8 × 11
+    /// bits).
+    pub fn dequantize_rows(&self, ck: &Checkpoint, rows: Range<usize>, cols: Range<usize>, out: &mut Vec<f32>) -> Result<()> {
         let (mut codes, mut scales) = (Vec::new(), Vec::new());
-        self.raw_rows(ck, rows, &mut codes, &mut scales)?;
-        for (row, &scale) in codes.chunks_exact(self.shape[1].max(1)).zip(&scales) {
+        let width = cols.len().max(1);
+        self.raw_rows(ck, rows, cols, &mut codes, &mut scales)?;
+        for (row, &scale) in codes.chunks_exact(width).zip(&scales) {
             out.extend(row.iter().map(|&q| q as i8 as f32 * scale));
         }
         Ok(())

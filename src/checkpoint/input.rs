@@ -1,7 +1,8 @@
 //! An opened input checkpoint: its shards (memory-mapped), the index, config.json and the side
 //! files, with typed access to the values of any tensor.
 
-use super::boundary::{read_text, Boundary};
+use super::boundary::{input_extent, read_text, Boundary};
+use crate::paths::parent_dir;
 use super::shard::{self, Shard};
 use super::tensor::{floats_to_f32, view, TensorEntry};
 use anyhow::{bail, Context, Result};
@@ -44,6 +45,9 @@ pub struct Checkpoint {
     /// The `mtp/` subdirectory (the 27B's separate MTP head), when present, resolved; its
     /// `mtp.*` tensors are part of [`Checkpoint::tensors`].
     pub mtp_dir: Option<PathBuf>,
+    /// Where IN physically is (its directory and a Hub snapshot's `blobs/`, or the one file):
+    /// nothing this tool writes may overlap it.
+    pub extent: Vec<PathBuf>,
 }
 
 impl Checkpoint {
@@ -52,12 +56,17 @@ impl Checkpoint {
         if meta.is_file() {
             shard::require_safetensors_name(root)?;
             refuse_lone_shard(root)?;
+            // A single file follows the rules of its directory (a Hub snapshot's links included).
+            let boundary = Boundary::of_file(root)?;
+            let resolved = boundary.file(root)?.with_context(|| format!("{}: vanished", root.display()))?;
             let mut ck = Checkpoint::empty(root);
-            ck.add_shard(root, None)?;
+            ck.add_shard(&resolved, None)?;
+            ck.extent = input_extent(root)?;
             return Ok(ck);
         }
         let boundary = Boundary::of_dir(root)?;
         let mut ck = Self::open_dir(root, &boundary)?;
+        ck.extent = boundary.extent();
         if let Some(dir) = &ck.mtp_dir {
             let mtp = Self::open_dir(dir, &boundary)?;
             ck.absorb_mtp(mtp)?;
@@ -94,6 +103,7 @@ impl Checkpoint {
             quantize_config: None,
             card_front_matter: None,
             mtp_dir: None,
+            extent: Vec::new(),
         }
     }
 
@@ -210,8 +220,15 @@ impl Checkpoint {
     }
 
     /// Rows `rows` of lead `lead` of a tensor viewed as `[leads, rows, width]`, each cut to its
-    /// first `cols` columns, widened to f32 and appended to `out` (`rows × cols` values).
-    pub fn rows_f32(&self, name: &str, lead: usize, rows: Range<usize>, cols: usize, out: &mut Vec<f32>) -> Result<()> {
+    /// columns `cols`, widened to f32 and appended to `out` (`rows × cols` values).
+    pub fn rows_f32(
+        &self,
+        name: &str,
+        lead: usize,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
         for run in self.row_runs(name, lead, rows, cols)? {
             self.elements_f32(name, run, out)?;
         }
@@ -224,7 +241,7 @@ impl Checkpoint {
         name: &str,
         lead: usize,
         rows: Range<usize>,
-        cols: usize,
+        cols: Range<usize>,
         out: &mut Vec<u8>,
     ) -> Result<()> {
         for run in self.row_runs(name, lead, rows, cols)? {
@@ -245,14 +262,14 @@ impl Checkpoint {
         name: &str,
         lead: usize,
         rows: Range<usize>,
-        cols: usize,
+        cols: Range<usize>,
     ) -> Result<impl Iterator<Item = Range<usize>>> {
         let (leads, height, width) = view(&self.entry(name)?.shape);
-        if lead >= leads || rows.start > rows.end || rows.end > height || cols > width {
-            bail!("tensor {name}: rows {rows:?} × {cols} columns of lead {lead} are outside its {leads}×{height}×{width} view");
+        if lead >= leads || rows.start > rows.end || rows.end > height || cols.start > cols.end || cols.end > width {
+            bail!("tensor {name}: rows {rows:?} × columns {cols:?} of lead {lead} are outside its {leads}×{height}×{width} view");
         }
-        let first = (lead * height + rows.start) * width;
-        let (runs, len) = if cols == width { (1, rows.len() * width) } else { (rows.len(), cols) };
+        let first = (lead * height + rows.start) * width + cols.start;
+        let (runs, len) = if cols.len() == width { (1, rows.len() * width) } else { (rows.len(), cols.len()) };
         Ok((0..runs).map(move |r| first + r * width..first + r * width + len))
     }
 
@@ -344,7 +361,7 @@ fn refuse_lone_shard(file: &Path) -> Result<()> {
         .and_then(|s| s.rsplit_once("-of-"))
         .and_then(|(_, n)| n.parse::<u64>().ok())
         .filter(|&n| n > 1);
-    let dir = file.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = parent_dir(file);
     if of_n.is_some() || dir.join(INDEX_FILE).is_file() {
         let shards = of_n.map_or_else(|| "a checkpoint with an index".into(), |n| format!("{n} shards"));
         bail!("{}: one shard of {shards}; pass the directory {} instead", file.display(), dir.display());

@@ -3,13 +3,14 @@
 
 mod boundary;
 mod expert;
+mod fingerprint;
 pub mod fp8;
 mod input;
 mod modules;
 mod shard;
 pub mod tensor;
 
-pub use boundary::open_regular;
+pub use boundary::{input_extent, kind as file_kind, open_regular};
 pub use expert::ExpertLinear;
 pub use input::{Checkpoint, COPIED_FILES};
 pub use modules::{catalog, Catalog, CodedModule, CodedSource, Int8Module, Leaf, PlainTensor};

@@ -134,10 +134,11 @@ pub fn catalog(ck: &Checkpoint) -> Result<Catalog> {
         anyhow::anyhow!("{file}: tensor {name}: {what}")
     };
 
-    // Unknown escha_* leaves would decode as confident noise with the fixed Hadamard: refuse them.
+    // Unknown escha_* leaves, in any case (`escHa_s_out` is one flipped bit away from a scale), would
+    // decode as confident noise with the fixed Hadamard: refuse them.
     for name in ck.tensors.keys() {
         let (_, leaf) = split_leaf(name);
-        if leaf.starts_with("escha_") && !ESCHA_LEAVES.iter().any(|(l, _)| *l == leaf) {
+        if leaf.to_ascii_lowercase().starts_with("escha") && !ESCHA_LEAVES.iter().any(|(l, _)| *l == leaf) {
             bail!(err(
                 name,
                 format!("unknown Escha leaf \"{leaf}\"; refusing to decode a format this tool does not know")
@@ -178,6 +179,26 @@ pub fn catalog(ck: &Checkpoint) -> Result<Catalog> {
                 claimed.insert(ck.tensors.get_key_value(name).unwrap().0.as_str());
             }
             cat.coded.push(module);
+        }
+    }
+
+    // Anything else beside a coded linear's leaves is a leaf this tool does not know (a damaged
+    // name of one it does): passed through as a plain tensor, it would leave the linear without it.
+    let coded_paths: BTreeSet<&str> = cat.coded.iter().map(|m| m.path.as_str()).collect();
+    for name in ck.tensors.keys() {
+        let (path, leaf) = split_leaf(name);
+        // (`P.weight` is named as a second source of the output `P.weight` instead.)
+        if coded_paths.contains(path) && !claimed.contains(name.as_str()) && leaf != "weight" {
+            let m = cat.coded.iter().find(|m| m.path == path).expect("a coded path");
+            let known = match m.source {
+                CodedSource::Escha => ESCHA_LEAVES,
+                CodedSource::Exl3 => EXL3_LEAVES,
+            };
+            let known: Vec<&str> = known.iter().map(|(l, _)| *l).collect();
+            bail!(err(
+                name,
+                format!("unknown leaf \"{leaf}\" of coded linear {path} (known: {}); refusing to guess", known.join(", "))
+            ));
         }
     }
 
@@ -236,6 +257,24 @@ pub fn catalog(ck: &Checkpoint) -> Result<Catalog> {
 }
 
 impl Catalog {
+    /// What is decodable but unusual enough to say: codebooks no Escha release uses.
+    pub fn notes(&self) -> Vec<String> {
+        self.coded
+            .iter()
+            .filter(|m| m.source == CodedSource::Escha && m.codebook != Codebook::Mcg)
+            .map(|m| {
+                format!(
+                    "{}: escha_config names codebook {} ({}), which no Escha release uses (every release is MCG) and \
+                     the vendor runtime rejects; decoded as {} all the same",
+                    m.path,
+                    m.codebook.name(),
+                    m.codebook.id(),
+                    m.codebook.name()
+                )
+            })
+            .collect()
+    }
+
     /// Refuses what cannot be converted: a model (`model`: not a separate MTP head) without a
     /// single coded tensor, saying what it looks like instead; plain tensors that hold quantized
     /// values, which would pass through as garbage.

@@ -34,6 +34,14 @@ pub fn view(shape: &[usize]) -> (usize, usize, usize) {
     }
 }
 
+/// Values read at once when a whole tensor is scanned: memory stays bounded whatever its size.
+pub const SCAN_CHUNK: usize = 1 << 20;
+
+/// The element ranges a scan of `numel` values reads, [`SCAN_CHUNK`] at a time.
+pub fn scan_chunks(numel: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    (0..numel).step_by(SCAN_CHUNK).map(move |s| s..(s + SCAN_CHUNK).min(numel))
+}
+
 /// Whether `dtype` is a float type this tool reads as numbers.
 pub fn is_float(dtype: Dtype) -> bool {
     matches!(dtype, Dtype::F16 | Dtype::BF16 | Dtype::F32)

@@ -220,7 +220,8 @@ impl TryFrom<ConvertArgs> for ConvertRun {
                 progress: !a.quiet && !a.json,
                 part: a.part,
                 checksums: a.checksums,
-                card_command: (!a.no_card).then(|| command_line(&a, &format)),
+                shaping_flags: shaping_flags(&a, &format),
+                card: !a.no_card,
                 verify: a.verify_base.clone().map(|base| VerifyRequest {
                     base,
                     sample: (!a.verify_full).then(|| a.verify_sample.map_or(VERIFY_SAMPLE, |n| n as usize)),
@@ -233,14 +234,10 @@ impl TryFrom<ConvertArgs> for ConvertRun {
     }
 }
 
-/// The command line the model card records: every option that shapes the output, defaults
-/// spelled out, IN and BASE by their last component (a card names no path of the machine that ran
-/// the job), OUT as `OUT`. How the run went (-j, --quiet, --json, --force, --backend, --part)
-/// changes no byte and is left out.
-fn command_line(a: &ConvertArgs, format: &OutputFormat) -> String {
-    let name = |p: &std::path::Path| {
-        p.file_name().map_or_else(|| p.display().to_string(), |n| n.to_string_lossy().into_owned())
-    };
+/// The flags that shape the output, defaults spelled out, BASE by its directory name (a card names
+/// no path of the machine that ran the job). How the run went (-j, --quiet, --json, --force,
+/// --backend, --part) changes no byte and is left out.
+fn shaping_flags(a: &ConvertArgs, format: &OutputFormat) -> String {
     let mut flags: Vec<(&str, Option<String>)> = Vec::new();
     match format {
         OutputFormat::Dense { dtype, mtp } => {
@@ -271,14 +268,13 @@ fn command_line(a: &ConvertArgs, format: &OutputFormat) -> String {
         flags.push(("--checksums", None));
     }
     if let Some(base) = &a.verify_base {
-        flags.push(("--verify-base", Some(name(base))));
+        flags.push(("--verify-base", Some(crate::card::source_name(base).0)));
         flags.push(match a.verify_sample {
             _ if a.verify_full => ("--verify-full", None),
             n => ("--verify-sample", Some(n.unwrap_or(VERIFY_SAMPLE as u64).to_string())),
         });
     }
-    // OUT is named by role: the parts of a split job write to differently named directories.
-    let mut words = vec!["escha-convert".to_string(), name(&a.input), "OUT".to_string()];
+    let mut words = Vec::new();
     for (flag, value) in flags {
         words.push(flag.into());
         words.extend(value);

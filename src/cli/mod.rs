@@ -7,11 +7,13 @@
 mod convert;
 mod exit;
 mod inspect;
+mod merge;
 mod size;
 mod verify;
 
 pub use convert::ConvertArgs;
 pub use inspect::InspectArgs;
+pub use merge::MergeArgs;
 pub use verify::VerifyArgs;
 
 use clap::{CommandFactory, Parser, Subcommand};
@@ -41,6 +43,8 @@ pub enum Command {
     Inspect(InspectArgs),
     /// Check a decode against the unquantized base model (exit 0 pass, 1 fail, 2 nothing checked).
     Verify(VerifyArgs),
+    /// Check and join the parts of a split conversion copied into one directory; writes SHA256SUMS.
+    Merge(MergeArgs),
 }
 
 /// Parses `args` (the program name first) and runs the command.
@@ -50,6 +54,7 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Command::Convert(a) => convert::run(a),
         Command::Inspect(a) => inspect::run(&a),
         Command::Verify(a) => verify::run(&a),
+        Command::Merge(a) => merge::run(&a),
     }
 }
 
@@ -83,7 +88,7 @@ mod tests {
     fn in_out_is_short_for_convert_and_subcommands_stay_themselves() {
         assert_eq!(words(&["e", "fixtures/dense", "out"]), ["e", "convert", "fixtures/dense", "out"]);
         assert_eq!(words(&["e", "org/name", "out"]), ["e", "convert", "org/name", "out"]);
-        for sub in ["convert", "inspect", "verify", "help"] {
+        for sub in ["convert", "inspect", "verify", "merge", "help"] {
             assert_eq!(words(&["e", sub, "x/y"]), ["e", sub, "x/y"]);
         }
         // A bare word is left to clap, which suggests the subcommand a typo meant.

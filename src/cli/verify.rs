@@ -4,7 +4,10 @@ use super::exit::{fail, print_json, print_out, warn, FAILURE, USAGE};
 use crate::backend::{Backend, BackendKind};
 use crate::verify::{check_max_ratio, check_min_corr, render, verify, write_html, VerifyOptions, DEFAULT_MAX_RATIO};
 use clap::Args;
-use std::path::PathBuf;
+use crate::checkpoint::input_extent;
+use crate::output::file::check_destination;
+use anyhow::Context;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
@@ -48,17 +51,21 @@ pub struct VerifyArgs {
     pub html: Option<PathBuf>,
 }
 
-/// `--html FILE`: refused at once when FILE could not be written at the end of a long check.
+/// `--html FILE`: a file name (where it may go is checked against IN and BASE before the run).
 fn html_destination(s: &str) -> Result<PathBuf, String> {
     let p = PathBuf::from(s);
-    let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    if p.file_name().is_none() || p.is_dir() {
+    if p.file_name().is_none() {
         return Err(format!("{s}: not a file name"));
     }
-    if !dir.is_dir() {
-        return Err(format!("{}: no such directory", dir.display()));
-    }
     Ok(p)
+}
+
+/// Where `--html` writes, checked before any check runs: outside IN and BASE, a regular file or
+/// nothing, in a directory that takes a new file.
+fn html_target(a: &VerifyArgs, path: &Path) -> anyhow::Result<PathBuf> {
+    let mut inputs = input_extent(&a.input)?;
+    inputs.extend(input_extent(&a.base)?);
+    check_destination(path, &inputs).context("--html")
 }
 
 /// A value parser for a number that `check` accepts.
@@ -83,6 +90,10 @@ impl From<&VerifyArgs> for VerifyOptions {
 
 pub fn run(a: &VerifyArgs) -> ExitCode {
     // Exit 1 is reserved for failed checks: a run that could not check anything is 2.
+    let html = match a.html.as_deref().map(|p| html_target(a, p)).transpose() {
+        Ok(t) => t,
+        Err(e) => return fail(&e, USAGE),
+    };
     let backend = match Backend::new(a.backend) {
         Ok(b) => b,
         Err(e) => return fail(&e.into(), USAGE),
@@ -93,7 +104,7 @@ pub fn run(a: &VerifyArgs) -> ExitCode {
     };
     report.warnings.iter().for_each(|w| warn(w));
     let printed = if a.json { print_json(&report) } else { print_out(&render(&report)) };
-    if let Some(path) = &a.html {
+    if let Some(path) = &html {
         if let Err(e) = write_html(&report, path) {
             // The checks ran; what failed is writing their record (a full disk, a vanished folder).
             return fail(&e, FAILURE);

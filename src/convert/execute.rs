@@ -57,7 +57,7 @@ pub fn write_shards(plan: &Plan, reader: &Reader, dir: &Path, owned: &[bool], pr
         units.iter().filter_map(|u| u.input).for_each(|i| n[i] += 1);
         n.into_iter().map(AtomicUsize::new).collect()
     };
-    let batches = batches(plan, &units);
+    let batches = batches(&units);
     let computed = batches.par_iter().try_for_each_init(Scratch::default, |scratch, batch| -> Result<()> {
         let mut out = Gather { queue: &queue, progress, owned, runs: Vec::new() };
         let mut done = Vec::new();
@@ -88,13 +88,11 @@ pub fn write_shards(plan: &Plan, reader: &Reader, dir: &Path, owned: &[bool], pr
 }
 
 /// Consecutive units in batches of about [`BATCH_BYTES`] of output.
-fn batches(plan: &Plan, units: &[Unit]) -> Vec<Range<usize>> {
+fn batches(units: &[Unit]) -> Vec<Range<usize>> {
     let mut batches = Vec::new();
     let (mut start, mut bytes) = (0, 0u64);
     for (i, u) in units.iter().enumerate() {
-        let t = &plan.tensors[u.tensor].tensor;
-        let rows: usize = t.shape[..t.shape.len().saturating_sub(1)].iter().product();
-        bytes += t.byte_len() as u64 * u.rows.len() as u64 / rows.max(1) as u64;
+        bytes += u.bytes;
         if bytes >= BATCH_BYTES {
             batches.push(start..i + 1);
             (start, bytes) = (i + 1, 0);
@@ -165,8 +163,12 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
         bail!("a companion tensor has no units of its own");
     };
     let cols = dims(source, reader.ck, reader.cat)?.2;
-    let rows = unit.rows.clone();
-    let first = rows.start as u64;
+    let span = &unit.span;
+    let width = span.cols.len();
+    // Offsets within the tensor (and its scales), in values: the span's first row and column.
+    let (first_row, first_col) = (span.rows.start as u64, span.cols.start as u64);
+    let first = first_row * cols as u64 + first_col;
+    let at = |i: usize| (span.rows.start + i / width.max(1), span.cols.start + i % width.max(1));
     let size = |dtype: safetensors::Dtype| (dtype.bitsize() / 8) as u64;
     let params_dtype = planned.params.map(|[scales, _]| plan.tensors[scales].tensor.dtype);
     s.bytes.clear();
@@ -176,46 +178,49 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
     }
     match encoding {
         Encoding::Float => {
-            reader.f32_rows(source, rows.clone(), &mut s.values)?;
-            reader.adjust(*adjust, source, rows.clone(), cols, &mut s.values)?;
+            reader.f32_rows(source, span, &mut s.values)?;
+            reader.adjust(*adjust, source, span, &mut s.values)?;
             // The one rounding is to the output dtype.
             dense::encode(&s.values, tensor.dtype, &mut s.bytes);
             if let Some(i) = dense::first_non_finite(&s.bytes, tensor.dtype) {
                 let reason = dense::non_finite_reason(s.values[i], tensor.dtype);
-                bail!("row {}, column {}: {reason}", first as usize + i / cols.max(1), i % cols.max(1));
+                let (row, col) = at(i);
+                bail!("row {row}, column {col}: {reason}");
             }
-            Ok(Placed { offset: first * cols as u64 * size(tensor.dtype), params_offset: 0 })
+            Ok(Placed { offset: first * size(tensor.dtype), params_offset: 0 })
         }
         Encoding::Bytes => {
-            reader.byte_rows(source, rows, &mut s.bytes)?;
-            Ok(Placed { offset: first * cols as u64 * size(tensor.dtype), params_offset: 0 })
+            reader.byte_rows(source, span, &mut s.bytes)?;
+            // Floats this tool does not compute with (F64) pass through, finite or refused alike.
+            if let Some(i) = dense::first_non_finite(&s.bytes, tensor.dtype) {
+                let (row, col) = at(i);
+                bail!("row {row}, column {col}: the value is not finite");
+            }
+            Ok(Placed { offset: first * size(tensor.dtype), params_offset: 0 })
         }
         Encoding::Affine { spec, .. } => {
             let scale_dtype = params_dtype.context("affine tensor without scales")?;
-            reader.f32_rows(source, rows.clone(), &mut s.values)?;
-            reader.adjust(*adjust, source, rows.clone(), cols, &mut s.values)?;
+            reader.f32_rows(source, span, &mut s.values)?;
+            reader.adjust(*adjust, source, span, &mut s.values)?;
             // The values a model in the scales' dtype holds are what gets quantized.
             let [scales, biases] = &mut s.params;
             let out = &mut AffineOut { packed: &mut s.bytes, scales, biases };
-            affine::round_and_quantize_rows(&mut s.values, cols, *spec, scale_dtype, out);
+            affine::round_and_quantize_rows(&mut s.values, width, *spec, scale_dtype, out);
             if s.params.iter().any(|p| dense::first_non_finite(p, scale_dtype).is_some()) {
-                bail!("rows from {first}: a group's scale or bias is not finite in {scale_dtype:?}");
+                bail!("rows from {first_row}: a group's scale or bias is not finite in {scale_dtype:?}");
             }
-            Ok(Placed {
-                offset: first * spec.packed_cols(cols) as u64 * 4,
-                params_offset: first * spec.groups(cols) as u64 * size(scale_dtype),
-            })
+            let packed_words = first_row * spec.packed_cols(cols) as u64 + first_col * u64::from(spec.bits) / 32;
+            let groups = first_row * spec.groups(cols) as u64 + first_col / spec.group_size as u64;
+            Ok(Placed { offset: packed_words * 4, params_offset: groups * size(scale_dtype) })
         }
         Encoding::Int8Affine { group_size, .. } => {
             let scale_dtype = params_dtype.context("int8 repack without scales")?;
-            reader.int8_rows(source, rows, &mut s.codes, &mut s.row_scales)?;
+            reader.int8_rows(source, span, &mut s.codes, &mut s.row_scales)?;
             let [scales, biases] = &mut s.params;
             let out = &mut AffineOut { packed: &mut s.bytes, scales, biases };
-            affine::repack_int8_rows(&s.codes, &s.row_scales, cols, *group_size, scale_dtype, out);
-            Ok(Placed {
-                offset: first * cols as u64,
-                params_offset: first * (cols / group_size) as u64 * size(scale_dtype),
-            })
+            affine::repack_int8_rows(&s.codes, &s.row_scales, width, *group_size, scale_dtype, out);
+            let groups = first_row * (cols / group_size) as u64 + first_col / *group_size as u64;
+            Ok(Placed { offset: first, params_offset: groups * size(scale_dtype) })
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The files around the shards: the index, config.json and the copied side files.
+//! The files around the shards: the marker, the index, config.json, the copied side files and the
+//! model card.
 
 use super::job::Job;
 use super::options::ConvertOptions;
@@ -7,45 +8,65 @@ use crate::card::{self, Card};
 use crate::checkpoint::{open_regular, Leaf};
 use crate::layout::mtp::is_mtp;
 use crate::layout::Layout;
+use crate::output::checksums::{sha256_hex, SUMS_FILE};
+use crate::output::{Marker, MARKER_FILE};
 use anyhow::{Context, Result};
+use std::collections::BTreeMap;
 use std::path::Path;
+
+/// Writes `text` as file `name` of `dir`, naming the file when it fails (a full disk, say).
+pub fn write(dir: &Path, name: &str, text: &str) -> Result<()> {
+    let path = dir.join(name);
+    std::fs::write(&path, text).with_context(|| format!("{}: cannot write", path.display()))
+}
 
 /// Writes the index and config.json and copies the side files into `dir`; returns the names
 /// written.
 pub fn write_side_files(job: &Job, dir: &Path) -> Result<Vec<String>> {
-    let write = |name: &str, text: &str| {
-        std::fs::write(dir.join(name), text).with_context(|| format!("{}: cannot write", dir.join(name).display()))
-    };
     if let Some((name, text)) = &job.plan.index {
-        write(name, text)?;
+        write(dir, name, text)?;
     }
     let mut written = Vec::new();
     for (name, src) in &job.ck.copied_files {
         let mut from = open_regular(src)?;
         let target = dir.join(name);
         let mut to = std::fs::File::create(&target).with_context(|| format!("{}: cannot create", target.display()))?;
-        std::io::copy(&mut from, &mut to).with_context(|| format!("{}: cannot copy", src.display()))?;
+        std::io::copy(&mut from, &mut to)
+            .with_context(|| format!("{}: cannot write (copying {})", target.display(), src.display()))?;
         written.push(name.clone());
     }
     if let Some(config) = &job.config {
-        write("config.json", config)?;
+        write(dir, "config.json", config)?;
         written.push("config.json".into());
     }
     Ok(written)
+}
+
+/// The marker of the output `job` writes: the input's fingerprint, the options' and every file of
+/// the complete output (every part's shards included).
+pub fn marker(job: &Job, opts: &ConvertOptions) -> Marker {
+    let mut files: BTreeMap<String, Option<u64>> =
+        job.plan.shards.iter().map(|s| (s.file_name.clone(), Some(s.len))).collect();
+    let side = job.ck.copied_files.iter().map(|(name, _)| name.as_str());
+    let index = job.plan.index.iter().map(|(name, _)| name.as_str());
+    let config = job.config.iter().map(|_| "config.json");
+    let card = opts.card.then_some(CARD_FILE);
+    let sums = opts.checksums.then_some(SUMS_FILE);
+    for name in side.chain(index).chain(config).chain(card).chain(sums).chain([MARKER_FILE]) {
+        files.insert(name.to_string(), None);
+    }
+    let options = format!("{} {}", opts.format.layout().name(), opts.shaping_flags);
+    Marker::new(job.ck.fingerprint(), sha256_hex(options.as_bytes()), files)
 }
 
 /// The model card's file name in OUT.
 pub const CARD_FILE: &str = "README.md";
 
 /// The model card of `job`.
-pub fn card(
-    job: &Job,
-    layout: &dyn Layout,
-    opts: &ConvertOptions,
-    command: &str,
-    verify: Option<&VerifySummary>,
-) -> Card {
+pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Option<&VerifySummary>) -> Card {
     let (source, revision) = card::source_name(&opts.input);
+    // OUT is named by role: the parts of a split job write to differently named directories.
+    let command = format!("escha-convert {source} OUT {}", opts.shaping_flags);
     let mut notes = Vec::new();
     if job.cat.coded.iter().any(|m| m.tensor(Leaf::Bias).is_some()) {
         let bias = if opts.keep_bias {
@@ -74,9 +95,9 @@ pub fn card(
         revision,
         base_model: card::base_model(&job.ck),
         license: card::license(&job.ck),
-        command: command.to_string(),
+        command,
         format: layout.card(job.mtp_written),
         notes,
-        verified: verify.map(VerifySummary::line),
+        verified: verify.map(|v| v.line_quoting(|base| card::md_code(base, true))),
     }
 }

@@ -38,6 +38,7 @@ impl Job {
     ) -> Result<Job> {
         let cat = catalog(&ck)?;
         cat.check_convertible(&ck, true)?;
+        warnings.extend(cat.notes());
         if !cat.vision.is_empty() {
             warnings.push(format!("{}: dropped {} vision-tower tensors", ck.root.display(), cat.vision.len()));
         }

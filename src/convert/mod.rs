@@ -25,7 +25,7 @@ use crate::checkpoint::Checkpoint;
 use crate::codec::TileDecoder;
 use crate::container::{Container, Safetensors};
 use crate::layout::{Encoding, Layout};
-use crate::output::{checksums, Staging};
+use crate::output::{checksums, Destination, Staging, MARKER_FILE};
 use crate::plan::Plan;
 use crate::transform::hadamard::HADAMARD_SIZE;
 use crate::verify::{verify, VerifyOptions, DEFAULT_MAX_RATIO};
@@ -46,20 +46,23 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
     let owned = job.plan.owned_shards(opts.part);
 
     let mut report = plan_report(opts, layout.as_ref(), &job, &owned, decoder, pool.current_num_threads());
+    let inputs = protected_inputs(&job, opts)?;
+    let out = Destination { path: &opts.output, inputs: &inputs, force: opts.force };
     if opts.dry_run {
-        report.would_refuse = Staging::check(&opts.output, &opts.input, opts.force).err().map(|e| format!("{e:#}"));
+        report.would_refuse = Staging::check(&out).err().map(|e| format!("{e:#}"));
         report.warnings = warnings;
         return Ok(report);
     }
 
-    let staging = Staging::prepare(&opts.output, &opts.input, opts.force, &mut warnings)?;
+    let marker = files::marker(&job, opts);
+    let staging = Staging::prepare(&out, &marker.to_text(), &mut warnings)?;
     let progress = progress::Progress::new(opts.progress, report.bytes_written);
     let dir = staging.path();
     let reader = rows::Reader { ck: &job.ck, cat: &job.cat, decoder };
     pool.install(|| execute::write_shards(&job.plan, &reader, dir, &owned, &progress))
         .with_context(|| format!("{}: cannot write the output", opts.output.display()))?;
     progress.finish();
-    let mut written = Vec::new();
+    let mut written = vec![MARKER_FILE.to_string()];
     for (i, shard) in job.plan.shards.iter().enumerate().filter(|(i, _)| owned[*i]) {
         let tensors: Vec<_> = job.plan.shard_tensors(i).map(|p| &p.tensor).collect();
         container.check_written(&dir.join(&shard.file_name), &tensors)?;
@@ -72,9 +75,9 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
         let summary = prove(opts, request, decoder)?;
         report.verify = Some(summary);
     }
-    if let Some(command) = &opts.card_command {
-        let card = files::card(&job, layout.as_ref(), opts, command, report.verify.as_ref());
-        std::fs::write(dir.join(files::CARD_FILE), card.render())?;
+    if opts.card {
+        let card = files::card(&job, layout.as_ref(), opts, report.verify.as_ref());
+        files::write(dir, files::CARD_FILE, &card.render())?;
         written.push(files::CARD_FILE.into());
     }
     report.files = match opts.part.filter(|_| opts.checksums) {
@@ -90,6 +93,15 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
     report.weights_per_s = report.weights as f64 / report.seconds;
     report.warnings = warnings;
     Ok(report)
+}
+
+/// Where the inputs physically are (IN, and BASE for `--verify-base`): OUT must not overlap them.
+fn protected_inputs(job: &Job, opts: &ConvertOptions) -> Result<Vec<std::path::PathBuf>> {
+    let mut inputs = job.ck.extent.clone();
+    if let Some(request) = &opts.verify {
+        inputs.extend(crate::checkpoint::input_extent(&request.base)?);
+    }
+    Ok(inputs)
 }
 
 /// Runs verify for `--verify-base`; a failed check is an error, so nothing is moved into place.

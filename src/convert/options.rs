@@ -19,8 +19,11 @@ pub struct ConvertOptions {
     pub part: Option<PartSpec>,
     /// Write `SHA256SUMS` (a part's own `SHA256SUMS.part-I-of-N`).
     pub checksums: bool,
-    /// The command line the model card records; `None`: write no card.
-    pub card_command: Option<String>,
+    /// The options that shape the output bytes, as command-line flags with defaults spelled out:
+    /// the model card records them and the marker fingerprints them.
+    pub shaping_flags: String,
+    /// Write the model card (`README.md`).
+    pub card: bool,
     /// Prove the decode against a base model before the output is moved into place.
     pub verify: Option<VerifyRequest>,
     pub threads: Option<usize>,

@@ -2,14 +2,13 @@
 //! chooses widths from them): the same rows the work units will read, in parallel.
 
 use super::rows::Reader;
-use super::units::{bulk_input, dims, lead_runs, ELEMENTS_PER_UNIT};
+use super::units::{bulk_input, dims, spans, Span};
 use crate::layout::{Adjust, RowSource, WeightProbe};
 use crate::quant::affine::round_slice;
 use crate::quant::affine_error::WidthErrors;
 use anyhow::Result;
 use rayon::prelude::*;
 use safetensors::Dtype;
-use std::ops::Range;
 
 pub struct Probe<'a> {
     pub reader: &'a Reader<'a>,
@@ -29,26 +28,22 @@ impl WeightProbe for Probe<'_> {
         exact: bool,
     ) -> Result<Errors> {
         let (leads, n, cols) = dims(source, self.reader.ck, self.reader.cat)?;
-        let per_unit = (ELEMENTS_PER_UNIT / cols.max(1)).max(1);
-        let mut runs: Vec<Range<usize>> = (0..leads)
-            .flat_map(|lead| {
-                lead_runs(source, n, per_unit).into_iter().map(move |r| lead * n + r.start..lead * n + r.end)
-            })
-            .collect();
-        if let Some(k) = self.sample.filter(|&k| k < runs.len()) {
-            runs = (0..k).map(|i| runs[(2 * i + 1) * runs.len() / (2 * k)].clone()).collect();
+        let mut spans: Vec<Span> = spans(source, (leads, n, cols), false).into_iter().map(|(_, s)| s).collect();
+        if let Some(k) = self.sample.filter(|&k| k < spans.len()) {
+            spans = (0..k).map(|i| spans[(2 * i + 1) * spans.len() / (2 * k)].clone()).collect();
         }
         let none = || (WidthErrors::default(), exact.then(WidthErrors::default));
-        let errors = runs
+        let errors = spans
             .par_iter()
-            .map_init(Vec::new, |values, rows| -> Result<Errors> {
-                self.reader.f32_rows(source, rows.clone(), values)?;
-                self.reader.adjust(adjust, source, rows.clone(), cols, values)?;
+            .map_init(Vec::new, |values, span| -> Result<Errors> {
+                self.reader.f32_rows(source, span, values)?;
+                self.reader.adjust(adjust, source, span, values)?;
                 round_slice(values, scale_dtype);
+                let width = span.cols.len();
                 let (mut estimate, mut measured) = none();
-                estimate.add_estimate(values, cols, gs);
+                estimate.add_estimate(values, width, gs);
                 if let Some(m) = &mut measured {
-                    m.add_exact(values, cols, gs, scale_dtype);
+                    m.add_exact(values, width, gs, scale_dtype);
                 }
                 Ok((estimate, measured))
             })

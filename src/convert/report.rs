@@ -48,14 +48,19 @@ pub struct VerifySummary {
 }
 
 impl VerifySummary {
-    /// One line for the model card and the summary.
+    /// One line for the summary.
     pub fn line(&self) -> String {
+        self.line_quoting(|base| format!("`{base}`"))
+    }
+
+    /// The line with the base's name written by `quote` (the model card escapes it as Markdown).
+    pub fn line_quoting(&self, quote: impl Fn(&str) -> String) -> String {
         let blocks =
             self.sampled_blocks.map_or("every block".into(), |n| format!("{n} sampled 128×128 blocks per tensor"));
         format!(
-            "{} against `{}`: {} checked ({} coded, {} int8, {} norms), {} failed; {blocks}",
+            "{} against {}: {} checked ({} coded, {} int8, {} norms), {} failed; {blocks}",
             if self.passed { "PASS" } else { "FAIL" },
-            self.base,
+            quote(&self.base),
             self.checked,
             self.coded,
             self.int8,

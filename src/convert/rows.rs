@@ -1,6 +1,6 @@
 //! Reading the rows of a row source, and adjusting them: the engine's one way into the input.
 
-use super::units::dims;
+use super::units::{dims, Span};
 use crate::checkpoint::tensor::view;
 use crate::checkpoint::{Catalog, Checkpoint};
 use crate::codec::TileDecoder;
@@ -17,48 +17,53 @@ pub struct Reader<'a> {
 }
 
 impl Reader<'_> {
-    /// Output rows `rows` of `source` as f32, `rows × cols` values, replacing `out`.
-    pub fn f32_rows(&self, source: &RowSource, rows: Range<usize>, out: &mut Vec<f32>) -> Result<()> {
+    /// Span `span` of `source` as f32, `rows × cols` values, replacing `out`.
+    pub fn f32_rows(&self, source: &RowSource, span: &Span, out: &mut Vec<f32>) -> Result<()> {
+        let Span { rows, cols } = span.clone();
         match source {
             RowSource::Coded { module, rows: all } => {
-                let [(lead, r)] = lead_runs(all.len(), rows).try_into().map_err(|_| spans())?;
+                let [(lead, r)] = lead_runs(all.len(), rows).try_into().map_err(|_| several_leads())?;
+                if cols != (0..self.cat.coded[*module].in_features) {
+                    bail!("{}: a coded row is reconstructed whole, not columns {cols:?}", self.cat.coded[*module].path);
+                }
                 // Reconstructed in place: `out` keeps its size from one block to the next.
                 self.coded_rows(*module, lead, all.start + r.start..all.start + r.end, out)
             }
             RowSource::Stack(members) => {
                 let n = dims(source, self.ck, self.cat)?.1;
-                let [(lead, r)] = lead_runs(n, rows).try_into().map_err(|_| spans())?;
-                self.f32_rows(&members[lead], r, out)
+                let [(lead, r)] = lead_runs(n, rows).try_into().map_err(|_| several_leads())?;
+                self.f32_rows(&members[lead], &Span { rows: r, cols }, out)
             }
             RowSource::Int8(i) => {
                 out.clear();
-                self.cat.int8[*i].dequantize_rows(self.ck, rows, out)
+                self.cat.int8[*i].dequantize_rows(self.ck, rows, cols, out)
             }
-            RowSource::Tensor { name, rows: all, cols } => {
+            RowSource::Tensor { name, rows: all, cols: width } => {
                 out.clear();
-                if self.is_whole(name, all, *cols)? {
+                if self.is_whole(name, all, *width)? && cols.len() == *width {
                     // Leads follow each other: output rows are the tensor's rows in order.
-                    return self.ck.elements_f32(name, rows.start * cols..rows.end * cols, out);
+                    return self.ck.elements_f32(name, rows.start * width..rows.end * width, out);
                 }
                 for (lead, r) in lead_runs(all.len(), rows) {
-                    self.ck.rows_f32(name, lead, all.start + r.start..all.start + r.end, *cols, out)?;
+                    self.ck.rows_f32(name, lead, all.start + r.start..all.start + r.end, cols.clone(), out)?;
                 }
                 Ok(())
             }
         }
     }
 
-    /// Output rows `rows` of a tensor source as stored bytes, replacing `out`.
-    pub fn byte_rows(&self, source: &RowSource, rows: Range<usize>, out: &mut Vec<u8>) -> Result<()> {
-        let RowSource::Tensor { name, rows: all, cols } = source else {
+    /// Span `span` of a tensor source as stored bytes, replacing `out`.
+    pub fn byte_rows(&self, source: &RowSource, span: &Span, out: &mut Vec<u8>) -> Result<()> {
+        let RowSource::Tensor { name, rows: all, cols: width } = source else {
             bail!("only input tensors can be copied as bytes");
         };
+        let Span { rows, cols } = span.clone();
         out.clear();
-        if self.is_whole(name, all, *cols)? {
-            return self.ck.element_bytes(name, rows.start * cols..rows.end * cols, out);
+        if self.is_whole(name, all, *width)? && cols.len() == *width {
+            return self.ck.element_bytes(name, rows.start * width..rows.end * width, out);
         }
         for (lead, r) in lead_runs(all.len(), rows) {
-            self.ck.rows_bytes(name, lead, all.start + r.start..all.start + r.end, *cols, out)?;
+            self.ck.rows_bytes(name, lead, all.start + r.start..all.start + r.end, cols.clone(), out)?;
         }
         Ok(())
     }
@@ -69,18 +74,12 @@ impl Reader<'_> {
         Ok(*rows == (0..height) && cols == width)
     }
 
-    /// Rows `rows` of an int8 source as stored: codes and row scales, replacing both.
-    pub fn int8_rows(
-        &self,
-        source: &RowSource,
-        rows: Range<usize>,
-        codes: &mut Vec<u8>,
-        scales: &mut Vec<f32>,
-    ) -> Result<()> {
+    /// Span `span` of an int8 source as stored: codes and row scales, replacing both.
+    pub fn int8_rows(&self, source: &RowSource, span: &Span, codes: &mut Vec<u8>, scales: &mut Vec<f32>) -> Result<()> {
         let RowSource::Int8(i) = source else { bail!("only int8 pairs are repacked") };
         codes.clear();
         scales.clear();
-        self.cat.int8[*i].raw_rows(self.ck, rows, codes, scales)
+        self.cat.int8[*i].raw_rows(self.ck, span.rows.clone(), span.cols.clone(), codes, scales)
     }
 
     /// Rows `rows` (within one 128-row block) of expert `lead` of a coded module, reconstructed.
@@ -105,15 +104,8 @@ impl Reader<'_> {
         Ok(())
     }
 
-    /// Applies `adjust` to `values`, output rows `rows` of `source` (`cols` wide).
-    pub fn adjust(
-        &self,
-        adjust: Adjust,
-        source: &RowSource,
-        rows: Range<usize>,
-        cols: usize,
-        values: &mut [f32],
-    ) -> Result<()> {
+    /// Applies `adjust` to `values`, span `span` of `source`.
+    pub fn adjust(&self, adjust: Adjust, source: &RowSource, span: &Span, values: &mut [f32]) -> Result<()> {
         if adjust.plus_one {
             for v in values.iter_mut() {
                 *v += 1.0;
@@ -123,16 +115,22 @@ impl Reader<'_> {
             let n = dims(source, self.ck, self.cat)?.1;
             let gate_up = &self.cat.coded[g];
             let half = gate_up.out_features / 2;
+            let width = span.cols.len();
             let mut start = 0;
-            for (lead, r) in lead_runs(n, rows) {
+            for (lead, r) in lead_runs(n, span.rows.clone()) {
                 let sv = gate_up.output_scales(self.ck, lead)?;
-                let dead: Vec<usize> = (0..cols.min(half)).filter(|&c| sv[c] == 0.0 && sv[half + c] == 0.0).collect();
-                let run = &mut values[start * cols..(start + r.len()) * cols];
+                let dead: Vec<usize> = span
+                    .cols
+                    .clone()
+                    .filter(|&c| c < half && sv[c] == 0.0 && sv[half + c] == 0.0)
+                    .map(|c| c - span.cols.start)
+                    .collect();
+                let run = &mut values[start * width..(start + r.len()) * width];
                 start += r.len();
                 if dead.is_empty() {
                     continue;
                 }
-                for row in run.chunks_exact_mut(cols) {
+                for row in run.chunks_exact_mut(width) {
                     for &c in &dead {
                         row[c] = 0.0;
                     }
@@ -143,7 +141,7 @@ impl Reader<'_> {
     }
 }
 
-fn spans() -> anyhow::Error {
+fn several_leads() -> anyhow::Error {
     anyhow::anyhow!("a work unit of a coded or stacked source spans several leads")
 }
 

@@ -13,11 +13,21 @@ use std::ops::Range;
 /// Elements per work unit for sources that are not coded (bounded memory, enough work per unit).
 pub const ELEMENTS_PER_UNIT: usize = 1 << 20;
 
-/// Output rows `rows` of plan tensor `tensor`. A unit of a coded source lies within one 128-row
-/// block of one lead.
+/// A piece of a source's output: rows (global, lead-major), and columns within each row. Only a
+/// row too wide for one unit is cut into column pieces, one row each.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Span {
+    pub rows: Range<usize>,
+    pub cols: Range<usize>,
+}
+
+/// A span of plan tensor `tensor`. A unit of a coded source lies within one 128-row block of one
+/// lead.
 pub struct Unit {
     pub tensor: usize,
-    pub rows: Range<usize>,
+    pub span: Span,
+    /// Its share of the tensor's bytes (for batching).
+    pub bytes: u64,
     /// The large input tensor it reads, as an index into [`Units::inputs`].
     pub input: Option<usize>,
 }
@@ -48,11 +58,9 @@ pub fn units(plan: &Plan, ck: &Checkpoint, cat: &Catalog) -> Result<Units> {
     let mut input_ids: HashMap<String, usize> = HashMap::new();
     for (t, p) in plan.tensors.iter().enumerate() {
         let Some(recipe) = &p.tensor.recipe else { continue };
-        let (leads, n, cols) = dims(&recipe.source, ck, cat)?;
-        let per_unit = (ELEMENTS_PER_UNIT / cols.max(1)).max(1);
-        if n == 0 {
-            continue;
-        }
+        let dims = dims(&recipe.source, ck, cat)?;
+        // A source read whole from one input tensor: its leads follow each other there, so units
+        // may span them.
         let contiguous = match &recipe.source {
             RowSource::Int8(_) => true,
             RowSource::Tensor { name, rows, cols } => {
@@ -61,28 +69,49 @@ pub fn units(plan: &Plan, ck: &Checkpoint, cat: &Catalog) -> Result<Units> {
             }
             RowSource::Coded { .. } | RowSource::Stack(_) => false,
         };
-        if contiguous {
-            // Leads follow each other in the input: units may span them.
-            let input = bulk_input(&recipe.source, 0, cat).map(|name| id(&mut input_ids, &mut out.inputs, name));
-            for start in (0..leads * n).step_by(per_unit) {
-                out.units.push(Unit { tensor: t, rows: start..(start + per_unit).min(leads * n), input });
-            }
-            continue;
-        }
-        for lead in 0..leads {
+        let values = (dims.0 * dims.1 * dims.2).max(1) as u64;
+        for (lead, span) in spans(&recipe.source, dims, contiguous) {
             let input = bulk_input(&recipe.source, lead, cat).map(|name| id(&mut input_ids, &mut out.inputs, name));
-            for rows in lead_runs(&recipe.source, n, per_unit) {
-                let rows = lead * n + rows.start..lead * n + rows.end;
-                out.units.push(Unit { tensor: t, rows, input });
-            }
+            let bytes = p.tensor.byte_len() as u64 * (span.rows.len() * span.cols.len()) as u64 / values;
+            out.units.push(Unit { tensor: t, span, bytes, input });
         }
     }
     Ok(out)
 }
 
+/// The spans a source of `(leads, n, cols)` is cut into, each with the lead it reads: per lead,
+/// 128-row blocks of a coded module, else runs of about [`ELEMENTS_PER_UNIT`] values (across
+/// leads when `contiguous`); a row wider than that is cut into column pieces of that many values
+/// (a multiple of every block and group size), so memory per unit is bounded whatever the shape.
+pub fn spans(source: &RowSource, (leads, n, cols): (usize, usize, usize), contiguous: bool) -> Vec<(usize, Span)> {
+    let per_unit = (ELEMENTS_PER_UNIT / cols.max(1)).max(1);
+    let runs: Vec<(usize, Range<usize>)> = if contiguous {
+        (0..leads * n).step_by(per_unit).map(|s| (0, s..(s + per_unit).min(leads * n))).collect()
+    } else {
+        (0..leads)
+            .flat_map(|lead| {
+                lead_runs(source, n, per_unit).into_iter().map(move |r| (lead, lead * n + r.start..lead * n + r.end))
+            })
+            .collect()
+    };
+    let mut out = Vec::with_capacity(runs.len());
+    for (lead, rows) in runs {
+        if cols <= ELEMENTS_PER_UNIT {
+            out.push((lead, Span { rows, cols: 0..cols }));
+            continue;
+        }
+        for row in rows {
+            for c in (0..cols).step_by(ELEMENTS_PER_UNIT) {
+                out.push((lead, Span { rows: row..row + 1, cols: c..(c + ELEMENTS_PER_UNIT).min(cols) }));
+            }
+        }
+    }
+    out
+}
+
 /// The runs of one lead's `n` rows (`0..n`) that units cover: 128-row blocks of a coded module,
 /// else `per_unit` rows at a time.
-pub fn lead_runs(source: &RowSource, n: usize, per_unit: usize) -> Vec<Range<usize>> {
+fn lead_runs(source: &RowSource, n: usize, per_unit: usize) -> Vec<Range<usize>> {
     let coded_start = match source {
         RowSource::Coded { rows, .. } => Some(rows.start),
         RowSource::Stack(members) => match &members[0] {

@@ -59,7 +59,17 @@ pub fn missing(names: &HashSet<&str>, config: Option<&Value>) -> Vec<String> {
     let experts = text.and_then(|t| t.get("num_experts")).and_then(Value::as_u64).unwrap_or(0);
     let has = |n: &str| names.contains(n);
     let mut out: Vec<String> = HEAD.iter().map(|n| format!("mtp.{n}.weight")).filter(|n| !has(n)).collect();
-    for i in 0..declared_layers(config) {
+    // The config's count is only a claim: layers beyond the last one present are named as a range,
+    // never enumerated (a count of 10^15 must not build 10^15 names).
+    let declared = declared_layers(config);
+    let present = names.iter().filter_map(|n| mtp_layer(n)).max().map_or(0, |l| l + 1).min(declared);
+    if present < declared {
+        out.push(match declared - present {
+            1 => format!("mtp.layers.{present}"),
+            _ => format!("mtp.layers.{present} to mtp.layers.{}", declared - 1),
+        });
+    }
+    for i in 0..present {
         let l = format!("mtp.layers.{i}");
         let mlp = if experts == 0 { DENSE_MLP } else { MOE_MLP };
         out.extend(LAYER.iter().chain(mlp).map(|leaf| format!("{l}.{leaf}.weight")).filter(|n| !has(n)));
@@ -75,6 +85,11 @@ pub fn missing(names: &HashSet<&str>, config: Option<&Value>) -> Vec<String> {
         }
     }
     out
+}
+
+/// The MTP layer index of a Hugging Face name `mtp.layers.<i>.…`.
+fn mtp_layer(name: &str) -> Option<u64> {
+    name.strip_prefix("mtp.layers.")?.split('.').next()?.parse().ok()
 }
 
 /// Applies `mode` to the output tensors of a checkpoint with config `config`; says what was

@@ -1,6 +1,7 @@
 //! An advisory lock on OUT, held for the whole run: a second run into the same OUT fails at once
 //! instead of racing the first to the final rename.
 
+use crate::checkpoint::file_kind as kind;
 use crate::signals;
 use anyhow::{bail, Context, Result};
 use std::ffi::OsStr;
@@ -8,11 +9,13 @@ use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
 /// A hidden sibling of OUT named after it: `.NAME.TAG`, kept within the file-name limit for any
-/// valid NAME (a long name is cut and a hash of the whole name keeps it unique).
+/// valid NAME (a long name is cut and a hash of the whole name keeps it unique). The `.NAME.` part
+/// is the same for every tag of at most [`MAX_TAG`] bytes, so a staging directory names its lock.
 pub fn sibling_name(name: &OsStr, tag: &str) -> String {
     const KEEP: usize = 150;
+    debug_assert!(tag.len() <= MAX_TAG, "{tag}");
     let name = name.to_string_lossy();
-    if name.len() + tag.len() + 2 <= 255 {
+    if name.len() + MAX_TAG + 2 <= 255 {
         return format!(".{name}.{tag}");
     }
     let mut cut = KEEP;
@@ -24,6 +27,9 @@ pub fn sibling_name(name: &OsStr, tag: &str) -> String {
     format!(".{}~{hash:016x}.{tag}", &name[..cut])
 }
 
+/// The longest tag of a sibling (`partial-` and a process id).
+const MAX_TAG: usize = 24;
+
 /// The lock file `.NAME.lock` beside OUT, locked with `flock`; removed when dropped.
 pub struct OutputLock {
     path: PathBuf,
@@ -31,32 +37,53 @@ pub struct OutputLock {
 }
 
 impl OutputLock {
+    /// Locks OUT (`dest`, named `name` in `parent`) for this run; fails at once when another run
+    /// holds it.
     pub fn acquire(dest: &Path, parent: &Path, name: &OsStr) -> Result<OutputLock> {
-        use std::os::fd::AsRawFd;
         let path = parent.join(sibling_name(name, "lock"));
+        OutputLock::try_lock(&path)?.with_context(|| {
+            format!(
+                "{}: another escha-convert run is writing it (lock {}); wait for it to finish or choose another OUT",
+                dest.display(),
+                path.display()
+            )
+        })
+    }
+
+    /// The lock file at `path`, locked; `None` when another process holds it. Only a regular file
+    /// (or nothing) may be at `path`: a link, FIFO or device there is refused, never opened.
+    pub fn try_lock(path: &Path) -> Result<Option<OutputLock>> {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::OpenOptionsExt;
         loop {
             let file = OpenOptions::new()
                 .create(true)
                 .truncate(false)
                 .write(true)
-                .open(&path)
-                .with_context(|| format!("{}: cannot create the output lock", path.display()))?;
+                .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                .open(path)
+                .map_err(|e| match std::fs::symlink_metadata(path) {
+                    Ok(m) if !m.is_file() => {
+                        anyhow::anyhow!("{}: {} is in the way of the output lock; not touching it", path.display(), kind(&m))
+                    }
+                    _ => anyhow::Error::new(e).context(format!("{}: cannot create the output lock", path.display())),
+                })?;
+            let meta = file.metadata().with_context(|| format!("{}: cannot read", path.display()))?;
+            if !meta.is_file() {
+                bail!("{}: {} is in the way of the output lock; not touching it", path.display(), kind(&meta));
+            }
             // SAFETY: flock on a descriptor we own.
             if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
                 let e = std::io::Error::last_os_error();
                 if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                    bail!(
-                        "{}: another escha-convert run is writing it (lock {}); wait for it to finish or choose another OUT",
-                        dest.display(),
-                        path.display()
-                    );
+                    return Ok(None);
                 }
                 return Err(e).with_context(|| format!("{}: cannot lock", path.display()));
             }
             // A run that just finished may have removed the file we opened: lock the one at `path`.
-            if same_file(&file, &path) {
-                signals::remove_on_signal(&path);
-                return Ok(OutputLock { path, _file: file });
+            if same_file(&file, path) {
+                signals::remove_on_signal(path);
+                return Ok(Some(OutputLock { path: path.to_path_buf(), _file: file }));
             }
         }
     }
@@ -89,5 +116,12 @@ mod tests {
         let s = sibling_name(OsStr::new(&long), "partial-4194304");
         assert!(s.len() <= 255, "{}", s.len());
         assert_ne!(s, sibling_name(OsStr::new(&format!("{long}x")), "partial-4194304"));
+        // Every tag shares the prefix, at every length.
+        for n in 200..=255 {
+            let name = "o".repeat(n);
+            let lock = sibling_name(OsStr::new(&name), "lock");
+            assert_eq!(lock.strip_suffix("lock"), sibling_name(OsStr::new(&name), "partial-4294967295").strip_suffix("partial-4294967295"));
+            assert!(lock.len() <= 255);
+        }
     }
 }

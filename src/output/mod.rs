@@ -3,12 +3,14 @@
 //! files preallocated then filled by positioned writes.
 
 pub mod checksums;
+pub mod file;
 mod files;
 mod lock;
-mod ours;
+pub mod ours;
 mod queue;
 mod staging;
 
 pub use files::ShardFiles;
 pub use queue::WriteQueue;
-pub use staging::Staging;
+pub use ours::{Marker, MARKER_FILE};
+pub use staging::{Destination, Staging};

@@ -1,14 +1,18 @@
 //! The staging directory: output is written to a hidden sibling of OUT and renamed into place at
 //! the end, so an interrupted or failed run never leaves something that looks finished.
 //!
-//! Rules: nothing is created inside IN; OUT is replaced only when it is empty, or holds nothing
-//! but what this tool writes and `--force` is given; a second run into the same OUT fails at once
-//! (an advisory lock); OUT is checked again at the final rename, so something that appeared during
-//! the run is never deleted without `--force`; a staging directory left by a run that was killed
-//! is removed by the next run into the same parent.
+//! Rules: OUT is resolved to where it physically is (links followed, `..` applied) before anything
+//! is created, and refused when it overlaps an input; OUT is replaced only when it is empty, or
+//! when `--force` is given and its marker shows that this tool wrote everything in it; a second
+//! run into the same OUT fails at once (an advisory lock); OUT is checked again at the final
+//! rename, so something that appeared during the run is never deleted without `--force`, and the
+//! swap of an old output for the new one is never cut in half by a signal; a staging directory
+//! left by a killed run is removed by a later run only when its lock is free and its marker shows
+//! it is ours.
 
 use super::lock::{sibling_name, OutputLock};
-use super::ours::{check_replaceable, first_foreign_entry};
+use super::ours::{check_replaceable, first_foreign_entry, MARKER_FILE};
+use crate::paths::{overlaps, physical_destination};
 use crate::signals;
 use anyhow::{bail, Context, Result};
 use std::ffi::OsStr;
@@ -19,42 +23,49 @@ const PARTIAL: &str = "partial-";
 
 pub struct Staging {
     tmp: PathBuf,
+    /// OUT where it physically is, and as the user spelled it (for messages).
     dest: PathBuf,
+    shown: PathBuf,
     force: bool,
     _lock: OutputLock,
     committed: bool,
 }
 
+/// Where OUT is and what it must not touch.
+pub struct Destination<'a> {
+    /// OUT as the user gave it.
+    pub path: &'a Path,
+    /// The physical places of the inputs (IN, BASE), which OUT must not overlap.
+    pub inputs: &'a [PathBuf],
+    pub force: bool,
+}
+
 impl Staging {
-    /// Checks that `dest` may be written and locks it, then creates the staging directory beside
-    /// it. Stale staging directories it removes are reported in `notes`.
-    pub fn prepare(dest: &Path, input: &Path, force: bool, notes: &mut Vec<String>) -> Result<Staging> {
-        let Some(name) = dest.file_name() else {
-            bail!("{}: not a usable output path", dest.display());
-        };
-        let parent = match dest.parent() {
-            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-            _ => PathBuf::from("."),
-        };
-        check_outside(dest, input)?;
-        std::fs::create_dir_all(&parent).with_context(|| format!("{}: cannot create", parent.display()))?;
-        let lock = OutputLock::acquire(dest, &parent, name)?;
-        check_destination(dest, force)?;
-        remove_stale_staging(&parent, notes);
+    /// Checks that OUT may be written and locks it, then creates the staging directory beside it
+    /// holding `marker` (the text of [`MARKER_FILE`]). Stale staging directories it removes or
+    /// keeps are reported in `notes`.
+    pub fn prepare(out: &Destination, marker: &str, notes: &mut Vec<String>) -> Result<Staging> {
+        let dest = resolve(out)?;
+        let (parent, name) = split(&dest, out.path)?;
+        std::fs::create_dir_all(parent).with_context(|| format!("{}: cannot create", parent.display()))?;
+        let lock = OutputLock::acquire(out.path, parent, name)?;
+        check_destination(&dest, out)?;
+        let own = sibling_name(name, "");
+        remove_stale_staging(parent, &own, notes);
         let tmp = parent.join(sibling_name(name, &format!("{PARTIAL}{}", std::process::id())));
-        if tmp.exists() {
-            std::fs::remove_dir_all(&tmp).with_context(|| format!("{}: cannot clear stale staging", tmp.display()))?;
-        }
         signals::remove_on_signal(&tmp);
+        // create_dir fails on anything already there: a staging directory is always new.
         std::fs::create_dir(&tmp).with_context(|| format!("{}: cannot create", tmp.display()))?;
-        Ok(Staging { tmp, dest: dest.to_path_buf(), force, _lock: lock, committed: false })
+        let staging = Staging { tmp, dest, shown: out.path.to_path_buf(), force: out.force, _lock: lock, committed: false };
+        let marker_path = staging.tmp.join(MARKER_FILE);
+        std::fs::write(&marker_path, marker).with_context(|| format!("{}: cannot write", marker_path.display()))?;
+        Ok(staging)
     }
 
     /// The checks of [`Staging::prepare`] that need no lock and create nothing: what a dry run
     /// reports.
-    pub fn check(dest: &Path, input: &Path, force: bool) -> Result<()> {
-        check_outside(dest, input)?;
-        check_destination(dest, force)
+    pub fn check(out: &Destination) -> Result<()> {
+        check_destination(&resolve(out)?, out)
     }
 
     /// Where files are written until [`Staging::commit`].
@@ -64,11 +75,11 @@ impl Staging {
 
     /// Moves the finished staging directory to OUT, checking OUT again first.
     pub fn commit(mut self) -> Result<()> {
-        let dest = &self.dest;
+        let (dest, shown) = (&self.dest, &self.shown);
         let appeared = || {
             format!(
                 "{}: something was written there during the run; not replacing it (run again{})",
-                dest.display(),
+                shown.display(),
                 if self.force { "" } else { ", with --force if it is an earlier output" }
             )
         };
@@ -82,26 +93,48 @@ impl Staging {
             }
             Ok(_) if !self.force => bail!(appeared()),
             Ok(_) => {
-                check_replaceable(dest)?;
-                let parent = self.tmp.parent().expect("staging has a parent");
-                let old = parent
-                    .join(sibling_name(dest.file_name().unwrap_or_default(), &format!("old-{}", std::process::id())));
-                signals::remove_on_signal(&old);
-                std::fs::rename(dest, &old)
-                    .with_context(|| format!("{}: cannot move the old output aside", dest.display()))?;
-                if let Err(e) = std::fs::rename(&self.tmp, dest) {
-                    let _ = std::fs::rename(&old, dest);
-                    signals::forget(&old);
-                    return Err(e).with_context(|| format!("{}: cannot move output into place", dest.display()));
-                }
-                std::fs::remove_dir_all(&old)
-                    .with_context(|| format!("{}: cannot remove the old output", old.display()))?;
-                signals::forget(&old);
+                check_replaceable(dest, shown)?;
+                self.swap()?;
             }
-            Err(e) => return Err(e).with_context(|| format!("{}: cannot read", dest.display())),
+            Err(e) => return Err(e).with_context(|| format!("{}: cannot read", shown.display())),
         }
         self.committed = true;
         signals::forget(&self.tmp);
+        Ok(())
+    }
+
+    /// Replaces the old output at OUT with the staging directory: the old one is moved aside, the
+    /// new one moved in, then the old one removed. A signal arriving during the two renames waits
+    /// for them, and they are then undone, so an interrupted run leaves the old output in place.
+    fn swap(&self) -> Result<()> {
+        let parent = self.tmp.parent().expect("staging has a parent");
+        let old = parent.join(sibling_name(self.dest.file_name().unwrap_or_default(), &format!("old-{}", std::process::id())));
+        if std::fs::symlink_metadata(&old).is_ok() {
+            bail!("{}: in the way of replacing {}; remove it first", old.display(), self.shown.display());
+        }
+        let swapped = signals::uninterrupted(|| -> Result<bool> {
+            std::fs::rename(&self.dest, &old)
+                .with_context(|| format!("{}: cannot move the old output aside", self.shown.display()))?;
+            signals::pause_point("swap");
+            if let Err(e) = std::fs::rename(&self.tmp, &self.dest) {
+                let _ = std::fs::rename(&old, &self.dest);
+                return Err(e).with_context(|| format!("{}: cannot move output into place", self.shown.display()));
+            }
+            if signals::interrupted() {
+                // Put the old output back; the signal's handler then removes the staging directory.
+                std::fs::rename(&self.dest, &self.tmp).and_then(|()| std::fs::rename(&old, &self.dest)).with_context(
+                    || format!("{}: interrupted, and cannot put the old output back", self.shown.display()),
+                )?;
+                return Ok(false);
+            }
+            signals::remove_on_signal(&old);
+            Ok(true)
+        })?;
+        if !swapped {
+            signals::await_interruption();
+        }
+        std::fs::remove_dir_all(&old).with_context(|| format!("{}: cannot remove the old output", old.display()))?;
+        signals::forget(&old);
         Ok(())
     }
 }
@@ -115,83 +148,78 @@ impl Drop for Staging {
     }
 }
 
-/// Refuses an OUT that is IN, lies inside it or contains it, before anything is created.
-fn check_outside(dest: &Path, input: &Path) -> Result<()> {
-    let input_abs = input.canonicalize().with_context(|| format!("{}: cannot resolve", input.display()))?;
-    let dest_abs = resolve_to_be(dest)?;
-    if dest_abs == input_abs || input_abs.starts_with(&dest_abs) || dest_abs.starts_with(&input_abs) {
-        bail!("{}: output overlaps the input {}; choose another place", dest.display(), input.display());
+/// Where OUT physically is, refused when it overlaps an input: checked before anything is created,
+/// so nothing is ever made inside IN, whatever links or `..` OUT is spelled with.
+fn resolve(out: &Destination) -> Result<PathBuf> {
+    let dest = physical_destination(out.path)?;
+    if let Some(input) = out.inputs.iter().find(|i| overlaps(&dest, i)) {
+        bail!("{}: output overlaps the input {}; choose another place", out.path.display(), input.display());
     }
-    Ok(())
+    Ok(dest)
 }
 
-/// The absolute path `path` names, resolving links in the part that exists.
-fn resolve_to_be(path: &Path) -> Result<PathBuf> {
-    let abs = if path.is_absolute() { path.to_path_buf() } else { std::env::current_dir()?.join(path) };
-    let mut existing = abs.as_path();
-    let mut rest = Vec::new();
-    loop {
-        if let Ok(base) = existing.canonicalize() {
-            return Ok(rest.iter().rev().fold(base, |p, c: &&OsStr| p.join(c)));
-        }
-        let (Some(parent), Some(last)) = (existing.parent(), existing.file_name()) else {
-            return Ok(abs);
-        };
-        rest.push(last);
-        existing = parent;
+/// OUT's directory and name.
+fn split<'a>(dest: &'a Path, shown: &Path) -> Result<(&'a Path, &'a OsStr)> {
+    match (dest.parent(), dest.file_name()) {
+        (Some(parent), Some(name)) => Ok((parent, name)),
+        _ => bail!("{}: not a usable output path", shown.display()),
     }
 }
 
 /// Refuses an OUT that exists and may not be replaced.
-fn check_destination(dest: &Path, force: bool) -> Result<()> {
+fn check_destination(dest: &Path, out: &Destination) -> Result<()> {
     let meta = match std::fs::symlink_metadata(dest) {
         Ok(meta) => meta,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e).with_context(|| format!("{}: cannot look at the output path", dest.display())),
+        Err(e) => return Err(e).with_context(|| format!("{}: cannot look at the output path", out.path.display())),
     };
     if meta.is_dir()
-        && std::fs::read_dir(dest).with_context(|| format!("{}: cannot list", dest.display()))?.next().is_none()
+        && std::fs::read_dir(dest).with_context(|| format!("{}: cannot list", out.path.display()))?.next().is_none()
     {
         return Ok(());
     }
-    if !force {
-        bail!("{}: already exists and is not empty; pass --force to replace it", dest.display());
+    if !out.force {
+        bail!("{}: already exists and is not empty; pass --force to replace it", out.path.display());
     }
-    check_replaceable(dest)
+    check_replaceable(dest, out.path)
 }
 
-/// Removes staging directories of runs whose process no longer exists (killed with -9, or by
-/// the OOM killer), when they hold nothing but what this tool writes; one holding anything else
-/// is kept and named, for its owner to look at.
-fn remove_stale_staging(parent: &Path, notes: &mut Vec<String>) {
+/// Removes staging directories (`.NAME.partial-*`) that no live run owns: their lock
+/// (`.NAME.lock`) is free, or is this run's own (`own`: `.NAME.` of this OUT). A process id says
+/// nothing on shared storage, where the writer may be another container or host; the lock does.
+/// One whose marker does not account for everything in it is kept and named.
+fn remove_stale_staging(parent: &Path, own: &str, notes: &mut Vec<String>) {
     let Ok(entries) = std::fs::read_dir(parent) else { return };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.rsplit_once(PARTIAL).and_then(|(_, p)| p.parse::<u32>().ok()) else { continue };
-        if !name.starts_with('.') || pid == std::process::id() || process_exists(pid) {
+        let Some((prefix, _)) = name.rsplit_once(PARTIAL).filter(|(p, _)| p.starts_with('.') && p.ends_with('.'))
+        else {
             continue;
-        }
-        let path = e.path();
+        };
         if !e.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
         }
+        // Held for the removal: no run can start writing there meanwhile.
+        let _lock = if prefix == own {
+            None
+        } else {
+            match OutputLock::try_lock(&parent.join(format!("{prefix}lock"))) {
+                Ok(Some(lock)) => Some(lock),
+                _ => continue, // a live run's (or a lock we may not touch)
+            }
+        };
+        let path = e.path();
         match first_foreign_entry(&path) {
             Ok(None) if std::fs::remove_dir_all(&path).is_ok() => notes.push(format!(
-                "removed {}, a staging directory left by an earlier run (process {pid} no longer exists)",
+                "removed {}, a staging directory left by an earlier run (no run holds its lock)",
                 path.display()
             )),
             Ok(Some(foreign)) => notes.push(format!(
-                "kept {}, named like a staging directory of an earlier run (process {pid} no longer exists): \
-                 it holds {foreign:?}, which this tool does not write; remove it yourself if it is not needed",
+                "kept {}, named like a staging directory of an earlier run: it {foreign}; remove it yourself if it is \
+                 not needed",
                 path.display()
             )),
             _ => {}
         }
     }
-}
-
-fn process_exists(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
-    // SAFETY: signal 0 only checks that the process exists.
-    unsafe { libc::kill(pid, 0) == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM) }
 }

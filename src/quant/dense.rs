@@ -34,14 +34,16 @@ pub fn encode(values: &[f32], dtype: Dtype, out: &mut Vec<u8>) {
     }
 }
 
-/// The first element of encoded `bytes` of `dtype` that is an infinity or a NaN: a value the
-/// dtype cannot hold (or a non-finite input) would make a model that loads and computes garbage.
+/// The first element of encoded `bytes` of `dtype` (a float type; `None` for any other) that is an
+/// infinity or a NaN: a value the dtype cannot hold (or a non-finite input) would make a model that
+/// loads and computes garbage.
 pub fn first_non_finite(bytes: &[u8], dtype: Dtype) -> Option<usize> {
     let half = |mask: u16| bytes.chunks_exact(2).position(|b| u16::from_le_bytes([b[0], b[1]]) & mask == mask);
     match dtype {
         Dtype::BF16 => half(0x7F80),
         Dtype::F16 => half(0x7C00),
         Dtype::F32 => bytes.chunks_exact(4).position(|b| !f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_finite()),
+        Dtype::F64 => bytes.chunks_exact(8).position(|b| !f64::from_le_bytes(b.try_into().expect("8 bytes")).is_finite()),
         _ => None,
     }
 }

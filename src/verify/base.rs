@@ -121,13 +121,11 @@ impl Base {
         }
     }
 
-    /// A plain (1-D or small) float tensor as f32, by HF name.
-    pub fn vector(&self, hf: &str) -> Result<Option<Vec<f32>>> {
+    /// The base name and length of a float tensor, by HF name (read in pieces by the caller).
+    pub fn vector(&self, hf: &str) -> Option<(String, usize)> {
         let name = self.rename(hf);
-        let Some(e) = self.ck.tensors.get(&name).filter(|e| is_float(e.dtype)) else { return Ok(None) };
-        let mut v = Vec::new();
-        self.ck.elements_f32(&name, 0..e.numel(), &mut v)?;
-        Ok(Some(v))
+        let len = self.ck.tensors.get(&name).filter(|e| is_float(e.dtype))?.numel();
+        Some((name, len))
     }
 
     /// The matrix behind HF name `hf` (`P.weight` or a fused expert parameter `P`).
@@ -318,11 +316,11 @@ impl BaseMatrix<'_> {
         let ck = &self.base.ck;
         let cols = self.cols;
         let Some((scale, _)) = p.scale_inv else {
-            return ck.rows_f32(p.name, expert, rows, cols, out);
+            return ck.rows_f32(p.name, expert, rows, 0..cols, out);
         };
         // fp8: one scale per 128×128 block; only the block rows these rows touch are read.
         let mut codes = Vec::with_capacity(rows.len() * cols);
-        ck.rows_bytes(p.name, expert, rows.clone(), cols, &mut codes)?;
+        ck.rows_bytes(p.name, expert, rows.clone(), 0..cols, &mut codes)?;
         let (br, bc) = (p.rows.div_ceil(FP8_BLOCK), cols.div_ceil(FP8_BLOCK));
         let (b0, b1) = (rows.start / FP8_BLOCK, (rows.end - 1) / FP8_BLOCK + 1);
         let mut scales = Vec::with_capacity((b1 - b0) * bc);

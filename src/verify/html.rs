@@ -6,10 +6,9 @@
 
 use super::findings::{CodedFigures, CodedRow, VerifyReport};
 use super::options::NORM_MATCH;
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 use std::collections::BTreeSet;
 use std::fmt::{self, Display, Write};
-use std::io::Write as _;
 use std::path::Path;
 
 /// Okabe–Ito: distinguishable with every common colour-vision deficiency.
@@ -20,23 +19,11 @@ const INK: &str = "#1a1a1a";
 const GRID: &str = "#e3e3e3";
 const MUTED: &str = "#666666";
 
-/// Writes the page to `path` atomically: a temporary file in the same directory, renamed over
-/// `path` once complete.
+/// Writes the page to `path` (checked by `output::file::check_destination` before the checks
+/// ran) atomically: a temporary file in the same directory, renamed over `path` once complete.
 pub fn write_html(report: &VerifyReport, path: &Path) -> Result<()> {
-    let page = render_html(report);
-    let name = path.file_name().ok_or_else(|| anyhow!("{}: not a file name", path.display()))?;
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let tmp = dir.join(format!(".{}.{}.tmp", name.to_string_lossy(), std::process::id()));
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(page.as_bytes()).and_then(|()| f.sync_all()))
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if written.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    written.with_context(|| format!("writing the HTML report {}", path.display()))
+    crate::output::file::write_whole(path, render_html(report).as_bytes())
+        .with_context(|| format!("writing the HTML report {}", path.display()))
 }
 
 /// HTML-escapes a string for text and attribute values.

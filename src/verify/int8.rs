@@ -28,7 +28,7 @@ pub fn check_int8(ck: &Checkpoint, m: &Int8Module, name: &str, base: &BaseMatrix
     for r0 in (0..rows).step_by(ROWS_PER_STEP) {
         let r1 = (r0 + ROWS_PER_STEP).min(rows);
         x.clear();
-        m.dequantize_rows(ck, r0..r1, &mut x)?;
+        m.dequantize_rows(ck, r0..r1, 0..m.shape[1], &mut x)?;
         base.read_rows(0, r0..r1, &mut y)?;
         pair.add_slices(&x, &y);
         // Memory stays flat however large the weight (an embedding, a head).

@@ -42,7 +42,7 @@ pub fn verify(opts: &VerifyOptions, decoder: &dyn TileDecoder) -> Result<VerifyR
     let cat = catalog(&ck)?;
     cat.check_convertible(&ck, true)?;
     let base = Base::open(&opts.base)?;
-    let mut warnings = Vec::new();
+    let mut warnings = cat.notes();
     let pool = crate::pool::pool(opts.threads, &mut warnings)?;
 
     let outputs: Vec<_> = hf::tensors(&ck, &cat, DenseDtype::Bf16, false)

@@ -4,6 +4,7 @@
 use super::base::{Base, BaseLayout};
 use super::findings::NormRow;
 use super::options::NORM_MATCH;
+use crate::checkpoint::tensor::scan_chunks;
 use crate::checkpoint::{Catalog, Checkpoint};
 use crate::layout::{norm_kind, NormKind};
 use crate::select::selected;
@@ -24,7 +25,7 @@ pub fn check_norms(
     missing: &mut Vec<String>,
 ) -> Result<Vec<NormRow>> {
     let mut rows = Vec::new();
-    let mut e = Vec::new();
+    let (mut e, mut b) = (Vec::new(), Vec::new());
     for p in &cat.plain {
         let name = &p.name;
         let Some(kind) = norm_kind(name) else { continue };
@@ -32,20 +33,32 @@ pub fn check_norms(
             continue;
         }
         let gated = kind == NormKind::Plain;
-        let Some(b) = base.vector(name)? else {
+        let Some((b_name, b_len)) = base.vector(name) else {
             missing.push(name.clone());
             continue;
         };
-        e.clear();
-        ck.elements_f32(name, 0..ck.entry(name)?.numel(), &mut e)?;
-        if b.len() != e.len() {
-            missing.push(format!("{name} (length {} vs {})", e.len(), b.len()));
+        let len = ck.entry(name)?.numel();
+        if b_len != len {
+            missing.push(format!("{name} (length {len} vs {b_len})"));
             continue;
         }
-        let n = e.len() as f64;
-        let mean = |v: &[f32]| v.iter().map(|&x| x as f64).sum::<f64>() / n;
-        let diff = e.iter().zip(&b).map(|(&x, &y)| (x as f64 - y as f64).abs()).sum::<f64>() / n;
-        let diff1 = e.iter().zip(&b).map(|(&x, &y)| (x as f64 + 1.0 - y as f64).abs()).sum::<f64>() / n;
+        // Sums over both vectors a piece at a time: memory stays bounded whatever their length.
+        let (mut e_sum, mut b_sum, mut diff, mut diff1) = (0f64, 0f64, 0f64, 0f64);
+        for chunk in scan_chunks(len) {
+            e.clear();
+            b.clear();
+            ck.elements_f32(name, chunk.clone(), &mut e)?;
+            base.ck.elements_f32(&b_name, chunk, &mut b)?;
+            for (&x, &y) in e.iter().zip(&b) {
+                let (x, y) = (f64::from(x), f64::from(y));
+                e_sum += x;
+                b_sum += y;
+                diff += (x - y).abs();
+                diff1 += (x + 1.0 - y).abs();
+            }
+        }
+        let n = len as f64;
+        let (diff, diff1) = (diff / n, diff1 / n);
         let verdict = if diff < NORM_MATCH {
             AS_STORED
         } else if diff1 < NORM_MATCH {
@@ -68,8 +81,8 @@ pub fn check_norms(
         rows.push(NormRow {
             tensor: name.clone(),
             kind: if gated { "plain" } else { "zero-centred" },
-            escha_mean: mean(&e),
-            base_mean: mean(&b),
+            escha_mean: e_sum / n,
+            base_mean: b_sum / n,
             diff,
             diff_plus_one: diff1,
             verdict,

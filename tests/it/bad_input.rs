@@ -172,6 +172,39 @@ fn unknown_escha_leaf() {
 }
 
 #[test]
+fn a_damaged_leaf_name_of_a_coded_linear_is_refused() {
+    // One flipped bit each: `e` → `E` (case), `e` → `a`; both would leave the linear without its
+    // output scale and pass the scale through as a stray tensor.
+    for damaged in ["escHa_s_out", "ascha_s_out"] {
+        let (_t, dir) = with(|ts| tensor(ts, &format!("{CODED}.escha_s_out")).name = format!("{CODED}.{damaged}"));
+        fails(&dir, &[&format!("{CODED}.{damaged}")]);
+    }
+}
+
+#[test]
+fn f64_values_that_are_not_finite_are_refused_like_f32_ones() {
+    let name = "model.language_model.layers.0.linear_attn.extra";
+    let values = [1.0f64, f64::NAN, 2.0];
+    let (_t, dir) = with(|ts| ts.push(T::new(name, "F64", &[3], values.iter().flat_map(|v| v.to_le_bytes()).collect())));
+    fails(&dir, &[name, "column 1", "not finite"]);
+}
+
+#[test]
+fn a_codebook_no_release_uses_is_decoded_with_a_warning() {
+    let (_t, dir) = with(|ts| {
+        let config = tensor(ts, &format!("{CODED}.escha_config"));
+        config.data[12..16].copy_from_slice(&0i32.to_le_bytes());
+    });
+    let out = _t.path().join("out");
+    let o = crate::common::escha_convert().arg(&dir).arg(&out).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains(&format!("{CODED}: escha_config names codebook 3INST (0), which no Escha release uses")), "{err}");
+    let o = crate::common::escha_convert().arg("inspect").arg(&dir).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("which no Escha release uses"));
+}
+
+#[test]
 fn non_finite_scales() {
     for (leaf, bad) in [("escha_rin", f32::NAN), ("escha_s_out", f32::INFINITY)] {
         let (_t, dir) = with(|ts| {

@@ -1,7 +1,7 @@
 //! Batch jobs: a conversion split into parts that merge into the one-machine output, checksums,
 //! the model card, convert-and-prove, and the MTP head where clients look for it.
 
-use crate::common::{escha_convert, fixture};
+use crate::common::{copy_tree, escha_convert, fixture};
 use crate::synth::read_safetensors;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -54,33 +54,21 @@ fn parts_merge_into_the_one_machine_output_byte_for_byte() {
 
             let merged = tmp.path().join(format!("{model}-{format}-merged"));
             std::fs::create_dir(&merged).unwrap();
-            let mut sums = Vec::new();
             for i in 1..=3 {
                 let part = tmp.path().join(format!("{model}-{format}-part{i}"));
                 let o =
                     convert(&fixture(model), &part, &[&args[..], &["--part", &format!("{i}/3"), "--json"]].concat());
                 let report: Value = serde_json::from_slice(&o.stdout).unwrap();
                 assert_eq!(report["part"], format!("{i}/3"));
-                let reported: Vec<&str> =
-                    report["files"].as_array().unwrap().iter().map(|f| f["file"].as_str().unwrap()).collect();
-                let mut written: Vec<String> = files(&part).into_keys().collect();
-                written.sort();
-                let mut reported_sorted: Vec<String> = reported.iter().map(|s| (*s).to_string()).collect();
-                reported_sorted.sort();
-                assert_eq!(reported_sorted, written, "a part reports exactly its files");
-                for (name, bytes) in files(&part) {
-                    if name.starts_with("SHA256SUMS.part-") {
-                        sums.push(String::from_utf8(bytes).unwrap());
-                    } else {
-                        std::fs::write(merged.join(name), bytes).unwrap();
-                    }
-                }
+                let mut reported: Vec<String> =
+                    report["files"].as_array().unwrap().iter().map(|f| f["file"].as_str().unwrap().into()).collect();
+                reported.sort();
+                assert_eq!(reported, files(&part).into_keys().collect::<Vec<_>>(), "a part reports exactly its files");
+                copy_into(&part, &merged);
             }
-            // The merge step: the parts' sums, sorted by file name, each line once.
-            let mut lines: Vec<String> = sums.iter().flat_map(|s| s.lines().map(String::from)).collect();
-            lines.sort_by(|a, b| a.split_once("  ").unwrap().1.cmp(b.split_once("  ").unwrap().1));
-            lines.dedup();
-            std::fs::write(merged.join("SHA256SUMS"), lines.join("\n") + "\n").unwrap();
+            // The README's merge step.
+            let o = escha_convert().arg("merge").arg(&merged).output().unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
             check_sums(&merged);
             assert!(
                 files(&one) == files(&merged),
@@ -89,6 +77,69 @@ fn parts_merge_into_the_one_machine_output_byte_for_byte() {
         }
     }
 }
+
+/// Copies every file of `from` into `to` (a plain copy, later files over earlier ones).
+fn copy_into(from: &Path, to: &Path) {
+    for (name, bytes) in files(from) {
+        std::fs::write(to.join(name), bytes).unwrap();
+    }
+}
+
+/// Runs `merge` on the parts `parts` (directories) copied into a fresh directory in this order;
+/// returns its exit code and stderr.
+fn merge(tmp: &Path, name: &str, parts: &[&std::path::PathBuf]) -> (Option<i32>, String) {
+    let dir = tmp.join(name);
+    std::fs::create_dir(&dir).unwrap();
+    for part in parts {
+        copy_into(part, &dir);
+    }
+    let o = escha_convert().arg("merge").arg(&dir).output().unwrap();
+    (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+#[test]
+fn a_bad_merge_fails_whatever_the_copy_order() {
+    let tmp = tempfile::tempdir().unwrap();
+    let part = |input: &Path, dir: &str, i: usize, extra: &[&str]| {
+        let out = tmp.path().join(dir);
+        let part = format!("{i}/3");
+        let args = [&["--max-shard-size", "100KB", "--checksums", "--part", &part][..], extra].concat();
+        convert(input, &out, &args);
+        out
+    };
+    let dense = fixture("dense");
+    let [p1, p2, p3] = [1, 2, 3].map(|i| part(&dense, &format!("p{i}"), i, &[]));
+    // A missing part.
+    let (code, err) = merge(tmp.path(), "m13", &[&p1, &p3]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("part 2 of 3 is missing"), "{err}");
+    // A part converted with other options.
+    let f16 = part(&dense, "f16", 2, &["--format", "f16"]);
+    for (name, order) in [("opt-a", [&p1, &f16, &p3]), ("opt-b", [&f16, &p1, &p3])] {
+        let (code, err) = merge(tmp.path(), name, &order);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains("different inputs or different options"), "{err}");
+    }
+    // A part of another input with the same directory name: its weights differ, nothing else.
+    let other = tmp.path().join("other").join("dense");
+    std::fs::create_dir_all(&other).unwrap();
+    copy_tree(&dense, &other);
+    let shard = other.join("model-00001-of-00002.safetensors");
+    let mut bytes = std::fs::read(&shard).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&shard, bytes).unwrap();
+    let foreign = part(&other, "foreign", 3, &[]);
+    for (name, order) in [("in-a", [&p1, &p2, &foreign]), ("in-b", [&foreign, &p1, &p2])] {
+        let (code, err) = merge(tmp.path(), name, &order);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(err.contains("different inputs or different options"), "{err}");
+    }
+    // The parts of one run merge, in any order.
+    let (code, err) = merge(tmp.path(), "good", &[&p3, &p1, &p2]);
+    assert_eq!(code, Some(0), "{err}");
+}
+
 
 #[test]
 fn the_model_card_names_no_path_and_says_how_it_was_made() {
@@ -115,6 +166,60 @@ fn the_model_card_names_no_path_and_says_how_it_was_made() {
     let out = tmp.path().join("none");
     convert(&fixture("moe"), &out, &["--no-card"]);
     assert!(!out.join("README.md").exists());
+}
+
+/// `text` with its Markdown code spans removed (a run of n backticks to the next run of n; an
+/// escaped backtick is text).
+fn outside_code_spans(text: &str) -> String {
+    let text = text.replace("\\`", "");
+    let (mut out, mut rest) = (String::new(), text.as_str());
+    while let Some(start) = rest.find('`') {
+        out.push_str(&rest[..start]);
+        let fence = rest[start..].chars().take_while(|&c| c == '`').count();
+        let after = &rest[start + fence..];
+        let mut end = None;
+        let mut i = 0;
+        while let Some(j) = after[i..].find('`') {
+            let run = after[i + j..].chars().take_while(|&c| c == '`').count();
+            if run == fence {
+                end = Some(i + j + run);
+                break;
+            }
+            i += j + run;
+        }
+        rest = end.map_or("", |e| &after[e..]);
+    }
+    out + rest
+}
+
+#[test]
+fn the_card_names_in_by_its_directory_and_escapes_what_it_quotes() {
+    let tmp = tempfile::tempdir().unwrap();
+    // IN spelled through mtp/.., from two places: the same card, naming the directory only.
+    let cards: Vec<String> = ["a", "b"]
+        .iter()
+        .map(|place| {
+            let input = tmp.path().join(place).join("dense");
+            copy_tree(&fixture("dense"), &input);
+            let out = tmp.path().join(place).join("out");
+            convert(&input.join("mtp").join(".."), &out, &[]);
+            std::fs::read_to_string(out.join("README.md")).unwrap()
+        })
+        .collect();
+    assert_eq!(cards[0], cards[1]);
+    assert!(cards[0].contains("| command | `escha-convert dense OUT --format bf16"), "{}", cards[0]);
+    assert!(!cards[0].contains(&tmp.path().display().to_string()));
+    // A hostile directory name stays text: no HTML, no broken code span, no extra table cell.
+    let name = "x`y <img src=z onerror=alert(1)> |w";
+    let input = tmp.path().join(name);
+    copy_tree(&fixture("moe"), &input);
+    let out = tmp.path().join("hostile-out");
+    convert(&input, &out, &[]);
+    let card = std::fs::read_to_string(out.join("README.md")).unwrap();
+    let body = card.split("---\n").nth(2).unwrap();
+    assert!(!outside_code_spans(body).contains('<'), "{card}");
+    assert!(card.contains("``x`y <img src=z onerror=alert(1)> |w``"), "{card}");
+    assert!(card.contains("| command | ``escha-convert x`y <img src=z onerror=alert(1)> \\|w OUT"), "{card}");
 }
 
 #[test]

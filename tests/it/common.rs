@@ -29,6 +29,19 @@ pub fn fixture(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(rel)
 }
 
+/// Copies a directory tree (files and directories).
+pub fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            copy_tree(&p, &to.join(p.file_name().unwrap()));
+        } else {
+            std::fs::copy(&p, to.join(p.file_name().unwrap())).unwrap();
+        }
+    }
+}
+
 /// Stored int16 words as the little-endian bytes a checkpoint holds.
 pub fn words_to_bytes(words: &[u16]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_le_bytes()).collect()

@@ -216,14 +216,15 @@ fn a_second_run_into_the_same_out_fails_at_once() {
 fn staging_left_by_a_killed_run_is_removed_and_reported() {
     let tmp = tempfile::tempdir().unwrap();
     let input = checkpoint(&tmp.path().join("in"), |_| {});
-    let mut child = Command::new("true").spawn().unwrap();
-    let dead = child.id();
-    child.wait().unwrap();
-    let stale = tmp.path().join(format!(".out.partial-{dead}"));
+    // A killed run's staging holds its marker, written first, and what it wrote after it.
+    let stale = tmp.path().join(".out.partial-999999");
     std::fs::create_dir(&stale).unwrap();
+    let marker = r#"{"tool": "escha-convert", "version": "0.1.0", "input": "", "options": "",
+        "files": {".escha-convert.json": null, "model-00001-of-00001.safetensors": 1000}}"#;
+    std::fs::write(stale.join(".escha-convert.json"), marker).unwrap();
     std::fs::write(stale.join("model-00001-of-00001.safetensors"), vec![0u8; 1000]).unwrap();
     // A directory of the same shape with something else in it is not ours to delete.
-    let foreign = tmp.path().join(format!(".other.partial-{dead}"));
+    let foreign = tmp.path().join(".other.partial-999999");
     std::fs::create_dir(&foreign).unwrap();
     std::fs::write(foreign.join("notes.txt"), "mine").unwrap();
     let o = run(&[&input, &tmp.path().join("out")]);
@@ -232,6 +233,7 @@ fn staging_left_by_a_killed_run_is_removed_and_reported() {
     assert!(stderr(&o).contains("left by an earlier run"), "{}", stderr(&o));
     assert!(foreign.join("notes.txt").is_file());
     assert!(stderr(&o).contains(&format!("kept {}", foreign.display())) && stderr(&o).contains("notes.txt"));
+    assert!(!tmp.path().join(".other.lock").exists(), "the lock taken to look is removed again");
 }
 
 #[test]

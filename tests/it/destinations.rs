@@ -1,0 +1,314 @@
+//! What the tool writes, and where: OUT and `--html` are resolved to where they physically are and
+//! never overlap an input or land on something that is not theirs; `--force` replaces only what a
+//! marker proves this tool wrote; a live run on shared storage keeps its staging; an interrupted
+//! swap leaves the old output; full disks and file-size limits end in a message naming the file.
+//!
+//! Some cases need root (mounts, namespaces); they are skipped with the reason printed, except
+//! under `CI=true`, where a missing facility fails the test.
+
+use crate::common::{copy_tree, escha_convert, fixture};
+use crate::synth::*;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn run(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
+    escha_convert().args(args.iter().map(AsRef::as_ref)).output().unwrap()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn checkpoint(dir: &Path) -> PathBuf {
+    write_checkpoint(dir, &small_checkpoint(41))
+}
+
+/// Every file under `dir` with its bytes, for before/after comparisons.
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(snapshot(&p));
+        } else {
+            out.push((p.clone(), std::fs::read(&p).unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Whether this process may use root-only facilities (mounts, namespaces); says why not when it
+/// cannot, and fails instead under `CI=true`.
+fn root_or_skip(what: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "{what} needs root, which CI has");
+        eprintln!("skipped: {what} needs root");
+    }
+    root
+}
+
+#[test]
+fn html_never_lands_on_a_device_an_input_or_an_unwritable_place() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in");
+    copy_tree(&fixture("dense"), &input);
+    let before = snapshot(&input);
+    for (target, says) in [
+        (PathBuf::from("/dev/null"), "a device"),
+        (input.join("config.json"), "lies in the input"),
+        (fixture("dense-base").join("page.html"), "lies in the input"),
+        (PathBuf::from("/proc/escha-report.html"), "cannot create a file there"),
+    ] {
+        let o = escha_convert()
+            .arg("verify")
+            .arg(&input)
+            .arg("--base")
+            .arg(fixture("dense-base"))
+            .arg("--html")
+            .arg(&target)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{}: {}", target.display(), stderr(&o));
+        assert!(stderr(&o).contains(says), "{}: {}", target.display(), stderr(&o));
+        assert!(o.stdout.is_empty(), "refused before any check ran");
+    }
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device());
+    assert_eq!(snapshot(&input), before);
+    assert!(!fixture("dense-base").join("page.html").exists());
+}
+
+
+#[test]
+fn out_spelled_through_a_missing_directory_and_dot_dot_is_where_it_lands() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = checkpoint(&tmp.path().join("in"));
+    let before = snapshot(&input);
+    let o = escha_convert().current_dir(tmp.path()).args(["in", "nope/../in/out", "--quiet"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("overlaps the input"), "{}", stderr(&o));
+    assert!(!tmp.path().join("nope").exists() && !input.join("out").exists());
+    // Not even with --force may IN itself be replaced, whatever it holds.
+    let o = escha_convert().current_dir(tmp.path()).args(["in", "nope2/../in", "--force", "--quiet"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(snapshot(&input), before);
+    // A base is an input too.
+    let o = escha_convert()
+        .current_dir(tmp.path())
+        .arg("in")
+        .arg(fixture("dense-base").join("x/../out"))
+        .args(["--verify-base", fixture("dense-base").to_str().unwrap(), "--quiet"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("overlaps the input"), "{}", stderr(&o));
+}
+
+#[test]
+fn a_special_file_where_the_lock_goes_is_never_opened() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = checkpoint(&tmp.path().join("in"));
+    let secret = tmp.path().join("secret");
+    std::fs::write(&secret, "mine").unwrap();
+    std::os::unix::fs::symlink(&secret, tmp.path().join(".out.lock")).unwrap();
+    let o = run(&[&input, &tmp.path().join("out"), &"--quiet"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("in the way of the output lock"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&secret).unwrap(), "mine");
+    assert!(std::fs::symlink_metadata(tmp.path().join(".out.lock")).unwrap().file_type().is_symlink());
+}
+
+#[test]
+fn force_replaces_only_what_the_marker_proves_ours() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = checkpoint(&tmp.path().join("in"));
+    // A save_pretrained-style directory: every name one this tool could write.
+    let out = tmp.path().join("out");
+    std::fs::create_dir(&out).unwrap();
+    for name in [
+        "config.json",
+        "model-00001-of-00001.safetensors",
+        "model.safetensors.index.json",
+        "tokenizer.json",
+        "README.md",
+    ] {
+        std::fs::write(out.join(name), format!("the user's {name}")).unwrap();
+    }
+    let before = snapshot(&out);
+    let o = run(&[&input, &out, &"--force", &"--quiet"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("nothing shows that this tool wrote it"), "{}", stderr(&o));
+    assert_eq!(snapshot(&out), before);
+    // Its own earlier output is replaced; the same output with a file added is not.
+    let ours = tmp.path().join("ours");
+    assert!(run(&[&input, &ours, &"--quiet"]).status.success());
+    assert!(run(&[&input, &ours, &"--force", &"--quiet", &"--format", &"f16"]).status.success());
+    std::fs::write(ours.join("notes.txt"), "mine").unwrap();
+    let o = run(&[&input, &ours, &"--force", &"--quiet"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("notes.txt"), "{}", stderr(&o));
+    assert!(ours.join("notes.txt").is_file());
+}
+
+/// A checkpoint that takes a second or two to convert with `SLOW`.
+fn slow_checkpoint(dir: &Path) -> PathBuf {
+    let mut rng = Rng::new(78);
+    let mut t = Vec::new();
+    for l in 0..6 {
+        let path = format!("model.language_model.layers.{l}.mlp.up_proj");
+        t.extend(coded_linear(&mut rng, &path, None, 2048, 4096, 1, false, false));
+    }
+    write_checkpoint(dir, &t)
+}
+
+const SLOW: &[&str] = &["--backend", "scalar", "-j", "1", "--format", "mlx", "--bits", "2", "--quiet"];
+
+/// Waits until an entry whose name contains `part` appears in `dir`.
+fn wait_for(dir: &Path, part: &str) {
+    let t0 = Instant::now();
+    while !std::fs::read_dir(dir).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().contains(part)) {
+        assert!(t0.elapsed() < Duration::from_secs(60), "no {part} appeared in {}", dir.display());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+#[test]
+fn a_staging_directory_whose_lock_is_held_is_left_alone() {
+    use std::os::fd::AsRawFd;
+    let tmp = tempfile::tempdir().unwrap();
+    let input = checkpoint(&tmp.path().join("in"));
+    // Another host's run: a process id nobody here has, and its lock held.
+    let live = tmp.path().join(".theirs.partial-999999");
+    std::fs::create_dir(&live).unwrap();
+    std::fs::write(live.join("model-00001-of-00002.safetensors"), "half written").unwrap();
+    let lock = std::fs::File::create(tmp.path().join(".theirs.lock")).unwrap();
+    // SAFETY: flock on a descriptor we own, as the other run holds it.
+    assert_eq!(unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) }, 0);
+    let o = run(&[&input, &tmp.path().join("out"), &"--quiet"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(live.join("model-00001-of-00002.safetensors").is_file(), "a live run's staging survives");
+}
+
+#[test]
+fn a_run_in_another_pid_namespace_does_not_remove_a_live_run_s_staging() {
+    if !root_or_skip("unshare --pid") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let input = slow_checkpoint(&tmp.path().join("in"));
+    let small = checkpoint(&tmp.path().join("small"));
+    let work = tmp.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    let first = escha_convert().arg(&input).arg(work.join("first")).args(SLOW).stderr(Stdio::piped()).spawn().unwrap();
+    wait_for(&work, ".partial-");
+    // The second run cannot see the first's process: only the lock tells it the staging is live.
+    let mut second = Command::new("unshare");
+    second.args(["--pid", "--fork", "--mount-proc"]);
+    let program = escha_convert();
+    second.arg(program.get_program()).args(program.get_args()).arg(&small).arg(work.join("second")).arg("--quiet");
+    let o = second.output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = first.wait_with_output().unwrap();
+    assert!(o.status.success(), "the first run finishes: {}", stderr(&o));
+    assert!(work.join("first/model-00001-of-00001.safetensors").is_file());
+}
+
+#[test]
+fn an_interrupted_force_swap_leaves_the_old_output() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = checkpoint(&tmp.path().join("in"));
+    let out = tmp.path().join("out");
+    assert!(run(&[&input, &out, &"--quiet"]).status.success());
+    let before = snapshot(&out);
+    let mut child = escha_convert()
+        .arg(&input)
+        .arg(&out)
+        .args(["--force", "--quiet", "--format", "f16"])
+        .env("ESCHA_CONVERT_PAUSE", "swap")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(tmp.path(), ".out.old-");
+    // SAFETY: kill on our own child's process id.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) }, 0);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert_eq!(snapshot(&out), before, "the old output is back, whole");
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left.len(), 2, "only in/ and out/ remain: {left:?}");
+}
+
+/// Runs a conversion with a file-size limit of `limit` bytes (`ulimit -f`).
+fn with_file_size_limit(input: &Path, out: &Path, limit: u64) -> Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = escha_convert();
+    cmd.arg(input).arg(out).arg("--quiet");
+    // SAFETY: setrlimit in the child before exec; no allocation or lock is involved.
+    unsafe {
+        cmd.pre_exec(move || {
+            let l = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &raw const l) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    cmd.output().unwrap()
+}
+
+#[test]
+fn a_file_size_limit_is_an_error_naming_the_file_not_a_signal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = checkpoint(&tmp.path().join("in"));
+    // Shards fit the limit; the tokenizer copied beside them does not.
+    std::fs::write(input.join("tokenizer.json"), vec![b' '; 8 << 20]).unwrap();
+    let out = tmp.path().join("out");
+    let o = with_file_size_limit(&input, &out, 4 << 20);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("tokenizer.json: cannot write") && err.contains("copying"), "{err}");
+    assert!(err.contains("File too large"), "{err}");
+    let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, vec!["in"], "no staging and no lock left");
+}
+
+#[test]
+fn a_full_disk_names_the_file_it_could_not_write() {
+    if !root_or_skip("a tmpfs mount") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let input = slow_checkpoint(&tmp.path().join("in"));
+    let disk = tmp.path().join("disk");
+    std::fs::create_dir(&disk).unwrap();
+    let size = 64 << 20;
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}")]).arg("tmpfs").arg(&disk).status();
+    if !mounted.is_ok_and(|s| s.success()) {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "mount -t tmpfs failed under CI");
+        eprintln!("skipped: cannot mount a tmpfs here");
+        return;
+    }
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(disk.clone());
+    let child = escha_convert().arg(&input).arg(disk.join("out")).args(SLOW).stderr(Stdio::piped()).spawn().unwrap();
+    wait_for(&disk, ".partial-");
+    // The shards are reserved up front; what comes after them finds the disk full.
+    let _ = std::fs::write(disk.join("filler"), vec![0u8; size]);
+    let o = child.wait_with_output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains(": cannot write") && err.contains("No space left on device"), "{err}");
+    assert!(err.contains(&disk.display().to_string()), "names the file: {err}");
+    let left: Vec<_> = std::fs::read_dir(&disk).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, vec!["filler"], "no staging and no lock left");
+}
