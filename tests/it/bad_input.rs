@@ -185,7 +185,8 @@ fn a_damaged_leaf_name_of_a_coded_linear_is_refused() {
 fn f64_values_that_are_not_finite_are_refused_like_f32_ones() {
     let name = "model.language_model.layers.0.linear_attn.extra";
     let values = [1.0f64, f64::NAN, 2.0];
-    let (_t, dir) = with(|ts| ts.push(T::new(name, "F64", &[3], values.iter().flat_map(|v| v.to_le_bytes()).collect())));
+    let (_t, dir) =
+        with(|ts| ts.push(T::new(name, "F64", &[3], values.iter().flat_map(|v| v.to_le_bytes()).collect())));
     fails(&dir, &[name, "column 1", "not finite"]);
 }
 
@@ -199,7 +200,10 @@ fn a_codebook_no_release_uses_is_decoded_with_a_warning() {
     let o = crate::common::escha_convert().arg(&dir).arg(&out).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");
-    assert!(err.contains(&format!("{CODED}: escha_config names codebook 3INST (0), which no Escha release uses")), "{err}");
+    assert!(
+        err.contains(&format!("{CODED}: escha_config names codebook 3INST (0), which no Escha release uses")),
+        "{err}"
+    );
     let o = crate::common::escha_convert().arg("inspect").arg(&dir).output().unwrap();
     assert!(String::from_utf8_lossy(&o.stdout).contains("which no Escha release uses"));
 }

@@ -140,7 +140,6 @@ fn a_bad_merge_fails_whatever_the_copy_order() {
     assert_eq!(code, Some(0), "{err}");
 }
 
-
 #[test]
 fn the_model_card_names_no_path_and_says_how_it_was_made() {
     let tmp = tempfile::tempdir().unwrap();

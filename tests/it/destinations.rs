@@ -82,7 +82,6 @@ fn html_never_lands_on_a_device_an_input_or_an_unwritable_place() {
     assert!(!fixture("dense-base").join("page.html").exists());
 }
 
-
 #[test]
 fn out_spelled_through_a_missing_directory_and_dot_dot_is_where_it_lands() {
     let tmp = tempfile::tempdir().unwrap();
@@ -287,7 +286,8 @@ fn a_full_disk_names_the_file_it_could_not_write() {
     let disk = tmp.path().join("disk");
     std::fs::create_dir(&disk).unwrap();
     let size = 64 << 20;
-    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}")]).arg("tmpfs").arg(&disk).status();
+    let mounted =
+        Command::new("mount").args(["-t", "tmpfs", "-o", &format!("size={size}")]).arg("tmpfs").arg(&disk).status();
     if !mounted.is_ok_and(|s| s.success()) {
         assert!(std::env::var("CI").as_deref() != Ok("true"), "mount -t tmpfs failed under CI");
         eprintln!("skipped: cannot mount a tmpfs here");

@@ -503,3 +503,53 @@ fn progress_in_a_log_is_plain_lines() {
     let err = stderr(&o);
     assert!(err.contains("% written (") && err.contains("100% written"), "{err}");
 }
+
+#[test]
+fn a_long_row_is_converted_in_bounded_pieces() {
+    use std::os::unix::process::CommandExt;
+    if cfg!(escha_cross) {
+        eprintln!("skipped: an emulator's own address space does not obey RLIMIT_DATA like the target");
+        return;
+    }
+    // One row of 2^25 F32 values (128 MiB in and out) under a 96 MiB limit on the heap: the
+    // run fits only when the row goes through in pieces.
+    let len = 1usize << 25;
+    let name = "model.language_model.layers.0.linear_attn.long";
+    let tmp = tempfile::tempdir().unwrap();
+    let input = checkpoint(&tmp.path().join("in"), |ts| ts.push(T::new(name, "F32", &[len], vec![0u8; len * 4])));
+    let dry = run(&[&input, &tmp.path().join("dry"), &"--dry-run", &"--json"]);
+    let report: Value = serde_json::from_slice(&dry.stdout).unwrap();
+    let estimate = report["peak_memory_estimate"].as_u64().unwrap();
+    assert!(estimate < 96 << 20, "the estimate counts pieces, not rows: {estimate}");
+
+    let out = tmp.path().join("out");
+    let limit = 96u64 << 20;
+    let mut cmd = bin();
+    cmd.arg(&input).arg(&out).arg("--quiet");
+    // SAFETY: setrlimit in the child before exec; no allocation or lock is involved.
+    unsafe {
+        cmd.pre_exec(move || {
+            let l = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+            if libc::setrlimit(libc::RLIMIT_DATA, &raw const l) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let meta = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+        .map(|p| {
+            let data = std::fs::read(p).unwrap();
+            let header = u64::from_le_bytes(data[..8].try_into().unwrap()) as usize;
+            serde_json::from_slice::<Value>(&data[8..8 + header]).unwrap()
+        })
+        .find(|m| m.get(name).is_some())
+        .expect("the long tensor is written");
+    assert_eq!(meta[name]["dtype"], "F32", "plain F32 stays F32");
+    assert_eq!(meta[name]["shape"][0], len);
+}

@@ -12,6 +12,7 @@ mod decoder_props;
 mod destinations;
 mod edges;
 mod encoder;
+mod fuzz_catalogue;
 mod golden;
 mod inspect;
 mod links;
