@@ -50,7 +50,9 @@ pub fn merge(dir: &Path) -> Result<MergeReport> {
         .map(|(name, (hex, part))| {
             let actual = sha256_file(&dir.join(name))?;
             if &actual != hex {
-                bail!("{shown}: {name}: its SHA-256 is not the one {part} recorded (damaged, or copied from another run)");
+                bail!(
+                    "{shown}: {name}: its SHA-256 is not the one {part} recorded (damaged, or copied from another run)"
+                );
             }
             Ok((name.clone(), actual))
         })
@@ -101,11 +103,16 @@ fn part_sums_files(dir: &Path, marker: &Marker) -> Result<Vec<(String, String)>>
 
 /// Every file's checksum as the parts recorded it: name → (hex, the part's sums file). Refuses a
 /// file two parts recorded differently, and one the marker does not list.
-fn recorded_sums(dir: &Path, parts: &[(String, String)], marker: &Marker) -> Result<BTreeMap<String, (String, String)>> {
+fn recorded_sums(
+    dir: &Path,
+    parts: &[(String, String)],
+    marker: &Marker,
+) -> Result<BTreeMap<String, (String, String)>> {
     let shown = dir.display();
     let mut recorded: BTreeMap<String, (String, String)> = BTreeMap::new();
     for (file, text) in parts {
-        let sums = parse_sums(text).map_err(|line| anyhow::anyhow!("{shown}: {file}: line {line} is not a checksum line"))?;
+        let sums =
+            parse_sums(text).map_err(|line| anyhow::anyhow!("{shown}: {file}: line {line} is not a checksum line"))?;
         for (name, hex) in sums {
             if !marker.files.contains_key(&name) {
                 bail!("{shown}: {file} lists {name}, which this output does not hold: the part comes from another run");

@@ -4,9 +4,9 @@
 //! (`…/snapshots/<rev>/`), directly inside the same repository's real `blobs/` directory (not a
 //! link). Files are opened without following a final link and checked again once open.
 
+use crate::paths::{parent_dir, physical, physical_destination};
 use anyhow::{bail, Context, Result};
 use std::fs::{File, OpenOptions};
-use crate::paths::{parent_dir, physical, physical_destination};
 use std::path::{Path, PathBuf};
 
 /// Links followed from one entry at most (the kernel's own limit).
@@ -34,7 +34,8 @@ impl Boundary {
             match std::fs::symlink_metadata(&candidate) {
                 Ok(m) if m.is_dir() => blobs = Some(candidate),
                 Ok(m) if m.file_type().is_symlink() => {
-                    blobs_refused = Some(format!("the repository's {} is a link, which is never followed", candidate.display()));
+                    blobs_refused =
+                        Some(format!("the repository's {} is a link, which is never followed", candidate.display()));
                 }
                 _ => {}
             }
@@ -87,7 +88,8 @@ impl Boundary {
             };
             let link = meta.file_type().is_symlink();
             let next = if link {
-                let target = std::fs::read_link(&current).with_context(|| format!("{}: cannot read", path.display()))?;
+                let target =
+                    std::fs::read_link(&current).with_context(|| format!("{}: cannot read", path.display()))?;
                 parent_dir(&current).join(target)
             } else {
                 current.clone()

@@ -84,7 +84,13 @@ impl Int8Module {
 
     /// Rows `rows` (columns `cols`) as f32, appended to `out`: `w8 · scale`, exact in f32 (8 × 11
     /// bits).
-    pub fn dequantize_rows(&self, ck: &Checkpoint, rows: Range<usize>, cols: Range<usize>, out: &mut Vec<f32>) -> Result<()> {
+    pub fn dequantize_rows(
+        &self,
+        ck: &Checkpoint,
+        rows: Range<usize>,
+        cols: Range<usize>,
+        out: &mut Vec<f32>,
+    ) -> Result<()> {
         let (mut codes, mut scales) = (Vec::new(), Vec::new());
         let width = cols.len().max(1);
         self.raw_rows(ck, rows, cols, &mut codes, &mut scales)?;

@@ -2,9 +2,9 @@
 //! files, with typed access to the values of any tensor.
 
 use super::boundary::{input_extent, read_text, Boundary};
-use crate::paths::parent_dir;
 use super::shard::{self, Shard};
 use super::tensor::{floats_to_f32, view, TensorEntry};
+use crate::paths::parent_dir;
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use std::collections::BTreeMap;

@@ -197,7 +197,10 @@ pub fn catalog(ck: &Checkpoint) -> Result<Catalog> {
             let known: Vec<&str> = known.iter().map(|(l, _)| *l).collect();
             bail!(err(
                 name,
-                format!("unknown leaf \"{leaf}\" of coded linear {path} (known: {}); refusing to guess", known.join(", "))
+                format!(
+                    "unknown leaf \"{leaf}\" of coded linear {path} (known: {}); refusing to guess",
+                    known.join(", ")
+                )
             ));
         }
     }

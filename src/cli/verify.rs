@@ -2,11 +2,11 @@
 
 use super::exit::{fail, print_json, print_out, warn, FAILURE, USAGE};
 use crate::backend::{Backend, BackendKind};
-use crate::verify::{check_max_ratio, check_min_corr, render, verify, write_html, VerifyOptions, DEFAULT_MAX_RATIO};
-use clap::Args;
 use crate::checkpoint::input_extent;
 use crate::output::file::check_destination;
+use crate::verify::{check_max_ratio, check_min_corr, render, verify, write_html, VerifyOptions, DEFAULT_MAX_RATIO};
 use anyhow::Context;
+use clap::Args;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 

@@ -64,7 +64,11 @@ impl OutputLock {
                 .open(path)
                 .map_err(|e| match std::fs::symlink_metadata(path) {
                     Ok(m) if !m.is_file() => {
-                        anyhow::anyhow!("{}: {} is in the way of the output lock; not touching it", path.display(), kind(&m))
+                        anyhow::anyhow!(
+                            "{}: {} is in the way of the output lock; not touching it",
+                            path.display(),
+                            kind(&m)
+                        )
                     }
                     _ => anyhow::Error::new(e).context(format!("{}: cannot create the output lock", path.display())),
                 })?;
@@ -120,7 +124,10 @@ mod tests {
         for n in 200..=255 {
             let name = "o".repeat(n);
             let lock = sibling_name(OsStr::new(&name), "lock");
-            assert_eq!(lock.strip_suffix("lock"), sibling_name(OsStr::new(&name), "partial-4294967295").strip_suffix("partial-4294967295"));
+            assert_eq!(
+                lock.strip_suffix("lock"),
+                sibling_name(OsStr::new(&name), "partial-4294967295").strip_suffix("partial-4294967295")
+            );
             assert!(lock.len() <= 255);
         }
     }

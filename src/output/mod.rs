@@ -11,6 +11,6 @@ mod queue;
 mod staging;
 
 pub use files::ShardFiles;
-pub use queue::WriteQueue;
 pub use ours::{Marker, MARKER_FILE};
+pub use queue::WriteQueue;
 pub use staging::{Destination, Staging};

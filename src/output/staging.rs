@@ -56,7 +56,8 @@ impl Staging {
         signals::remove_on_signal(&tmp);
         // create_dir fails on anything already there: a staging directory is always new.
         std::fs::create_dir(&tmp).with_context(|| format!("{}: cannot create", tmp.display()))?;
-        let staging = Staging { tmp, dest, shown: out.path.to_path_buf(), force: out.force, _lock: lock, committed: false };
+        let staging =
+            Staging { tmp, dest, shown: out.path.to_path_buf(), force: out.force, _lock: lock, committed: false };
         let marker_path = staging.tmp.join(MARKER_FILE);
         std::fs::write(&marker_path, marker).with_context(|| format!("{}: cannot write", marker_path.display()))?;
         Ok(staging)
@@ -108,7 +109,8 @@ impl Staging {
     /// for them, and they are then undone, so an interrupted run leaves the old output in place.
     fn swap(&self) -> Result<()> {
         let parent = self.tmp.parent().expect("staging has a parent");
-        let old = parent.join(sibling_name(self.dest.file_name().unwrap_or_default(), &format!("old-{}", std::process::id())));
+        let old = parent
+            .join(sibling_name(self.dest.file_name().unwrap_or_default(), &format!("old-{}", std::process::id())));
         if std::fs::symlink_metadata(&old).is_ok() {
             bail!("{}: in the way of replacing {}; remove it first", old.display(), self.shown.display());
         }

@@ -43,7 +43,9 @@ pub fn first_non_finite(bytes: &[u8], dtype: Dtype) -> Option<usize> {
         Dtype::BF16 => half(0x7F80),
         Dtype::F16 => half(0x7C00),
         Dtype::F32 => bytes.chunks_exact(4).position(|b| !f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_finite()),
-        Dtype::F64 => bytes.chunks_exact(8).position(|b| !f64::from_le_bytes(b.try_into().expect("8 bytes")).is_finite()),
+        Dtype::F64 => {
+            bytes.chunks_exact(8).position(|b| !f64::from_le_bytes(b.try_into().expect("8 bytes")).is_finite())
+        }
         _ => None,
     }
 }
