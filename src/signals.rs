@@ -108,7 +108,7 @@ pub fn install() {
     });
 }
 
-/// Installs `handler` (of the SA_SIGINFO signature) for `signal`.
+/// Installs `handler` (of the `SA_SIGINFO` signature) for `signal`.
 fn install_handler(signal: libc::c_int, handler: usize) {
     // SAFETY: a plain sigaction call with a handler of the SA_SIGINFO signature.
     unsafe {

@@ -192,11 +192,11 @@ fn f64_values_that_are_not_finite_are_refused_like_f32_ones() {
 
 #[test]
 fn a_codebook_no_release_uses_is_decoded_with_a_warning() {
-    let (_t, dir) = with(|ts| {
+    let (tmp, dir) = with(|ts| {
         let config = tensor(ts, &format!("{CODED}.escha_config"));
         config.data[12..16].copy_from_slice(&0i32.to_le_bytes());
     });
-    let out = _t.path().join("out");
+    let out = tmp.path().join("out");
     let o = crate::common::escha_convert().arg(&dir).arg(&out).output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "{err}");

@@ -76,8 +76,7 @@ fn html_never_lands_on_a_device_an_input_or_an_unwritable_place() {
         assert!(stderr(&o).contains(says), "{}: {}", target.display(), stderr(&o));
         assert!(o.stdout.is_empty(), "refused before any check ran");
     }
-    use std::os::unix::fs::FileTypeExt;
-    assert!(std::fs::metadata("/dev/null").unwrap().file_type().is_char_device());
+    assert!(std::os::unix::fs::FileTypeExt::is_char_device(&std::fs::metadata("/dev/null").unwrap().file_type()));
     assert_eq!(snapshot(&input), before);
     assert!(!fixture("dense-base").join("page.html").exists());
 }
@@ -276,6 +275,15 @@ fn a_file_size_limit_is_an_error_naming_the_file_not_a_signal() {
     assert_eq!(left, vec!["in"], "no staging and no lock left");
 }
 
+/// Unmounts a test's tmpfs when the test ends, however it ends.
+struct Unmount(PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
 #[test]
 fn a_full_disk_names_the_file_it_could_not_write() {
     if !root_or_skip("a tmpfs mount") {
@@ -292,12 +300,6 @@ fn a_full_disk_names_the_file_it_could_not_write() {
         assert!(std::env::var("CI").as_deref() != Ok("true"), "mount -t tmpfs failed under CI");
         eprintln!("skipped: cannot mount a tmpfs here");
         return;
-    }
-    struct Unmount(PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(&self.0).status();
-        }
     }
     let _unmount = Unmount(disk.clone());
     let child = escha_convert().arg(&input).arg(disk.join("out")).args(SLOW).stderr(Stdio::piped()).spawn().unwrap();

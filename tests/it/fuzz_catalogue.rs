@@ -130,9 +130,15 @@ fn checkpoint(dir: &Path) {
 fn pointers(v: &Value, at: String, out: &mut Vec<String>) {
     match v {
         Value::Object(m) => {
-            m.iter().for_each(|(k, c)| pointers(c, format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")), out))
+            for (k, c) in m {
+                pointers(c, format!("{at}/{}", k.replace('~', "~0").replace('/', "~1")), out);
+            }
         }
-        Value::Array(a) => a.iter().enumerate().for_each(|(i, c)| pointers(c, format!("{at}/{i}"), out)),
+        Value::Array(a) => {
+            for (i, c) in a.iter().enumerate() {
+                pointers(c, format!("{at}/{i}"), out);
+            }
+        }
         _ => {}
     }
     out.push(at);
@@ -231,12 +237,12 @@ fn options(input: &Path, output: PathBuf, dry_run: bool) -> ConvertOptions {
 }
 
 /// Runs inspect, a dry run and a conversion on `input`; `Err` names what went wrong with the tool.
-fn exercise(input: PathBuf, scratch: PathBuf) -> Result<(), String> {
+fn exercise(input: &Path, scratch: &Path) -> Result<(), String> {
     let decoder = escha_convert::codec::simd::best_decoder();
-    let _ = escha_convert::inspect::inspect(&input);
-    let _ = convert(&options(&input, scratch.join("dry"), true), decoder);
+    let _ = escha_convert::inspect::inspect(input);
+    let _ = convert(&options(input, scratch.join("dry"), true), decoder);
     let out = scratch.join("out");
-    match convert(&options(&input, out.clone(), false), decoder) {
+    match convert(&options(input, out.clone(), false), decoder) {
         Ok(_) if !out.join("config.json").is_file() => Err("a conversion that succeeded left no output".into()),
         Err(e) if out.exists() => Err(format!("a failed conversion left OUT behind: {e:#}")),
         _ => Ok(()),
@@ -257,7 +263,7 @@ proptest! {
         let (tx, rx) = mpsc::channel();
         let scratch = tmp.path().to_path_buf();
         std::thread::spawn(move || {
-            let outcome = std::panic::catch_unwind(|| exercise(input, scratch));
+            let outcome = std::panic::catch_unwind(|| exercise(&input, &scratch));
             let _ = tx.send(outcome.unwrap_or_else(|_| Err("panicked".into())));
         });
         let outcome = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| Err("no answer within 60 s".into()));
