@@ -1,7 +1,7 @@
 //! The output plan: every output tensor placed in a shard at a fixed byte offset, so the whole
 //! output header is known before any weight is decoded and workers write straight into place.
 
-use crate::container::Container;
+use crate::container::{Container, Metadata, ShardAt, TensorInfo};
 use crate::layout::{Encoding, OutputTensor};
 use anyhow::{bail, Result};
 use serde_json::{Map, Value};
@@ -65,7 +65,7 @@ impl Plan {
         tensors: Vec<OutputTensor>,
         max_shard_size: u64,
         container: &dyn Container,
-        tag: &str,
+        metadata: &Metadata,
         index_metadata: Map<String, Value>,
     ) -> Result<Plan> {
         let mut groups: Vec<Vec<OutputTensor>> = Vec::new();
@@ -82,9 +82,11 @@ impl Plan {
             current += size;
         }
         let n = groups.len();
+        let tensors_total = groups.iter().map(Vec::len).sum();
         let (mut planned, mut shards, mut total_size) = (Vec::new(), Vec::new(), 0);
         for (i, group) in groups.into_iter().enumerate() {
-            let layout = container.shard_layout(&group.iter().collect::<Vec<_>>(), tag);
+            let infos: Vec<TensorInfo> = group.iter().map(OutputTensor::info).collect();
+            let layout = container.shard_layout(&infos, metadata, ShardAt { index: i, count: n, tensors_total })?;
             let first = planned.len();
             for (t, offset) in group.into_iter().zip(layout.offsets) {
                 total_size += t.byte_len() as u64;
@@ -103,6 +105,11 @@ impl Plan {
             planned.iter().map(|p| (p.tensor.name.as_str(), shards[p.shard].file_name.as_str())).collect();
         let index = container.index(&weight_map, total_size, index_metadata);
         Ok(Plan { tensors: planned, shards, index })
+    }
+
+    /// Where shard `i` stands in the output.
+    pub fn shard_at(&self, i: usize) -> ShardAt {
+        ShardAt { index: i, count: self.shards.len(), tensors_total: self.tensors.len() }
     }
 
     /// Which shards part `part` of a split job writes (all of them without one): shards go, largest

@@ -3,7 +3,9 @@
 //! here implementing [`Container`].
 
 mod api;
+pub mod gguf;
 mod safetensors;
 
 pub use self::safetensors::Safetensors;
-pub use api::Container;
+pub use api::{Container, MetaValue, Metadata, ShardAt, TensorInfo};
+pub use gguf::Gguf;

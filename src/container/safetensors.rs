@@ -4,8 +4,7 @@
 //! order) and padded with spaces to a multiple of 8 bytes, so that output is byte-identical
 //! across runs; the crate's own serializer orders keys from a hash map.
 
-use super::api::{Container, ShardLayout};
-use crate::layout::OutputTensor;
+use super::api::{Container, MetaValue, Metadata, ShardAt, ShardLayout, TensorInfo};
 use anyhow::{bail, Context, Result};
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -35,16 +34,26 @@ impl Container for Safetensors {
         format!("model-{:05}-of-{:05}.safetensors", i + 1, n)
     }
 
-    fn shard_layout(&self, tensors: &[&OutputTensor], tag: &str) -> ShardLayout {
-        // The text serde_json writes for the map {"__metadata__": {"format": tag}, name:
+    fn shard_layout(&self, tensors: &[TensorInfo], metadata: &Metadata, _at: ShardAt) -> Result<ShardLayout> {
+        // The text serde_json writes for the map {"__metadata__": {key: value, …}, name:
         // {"dtype", "shape", "data_offsets"}, …} in this order, written directly: a map of JSON
         // values per tensor costs more than the rest of planning for a checkpoint of many tiny
-        // tensors.
+        // tensors. safetensors metadata holds strings only.
         let quoted = |s: &str| serde_json::to_string(s).expect("a string serialises");
-        let mut text = format!("{{\"__metadata__\":{{\"format\":{}}}", quoted(tag));
+        let strings: Vec<String> = metadata
+            .iter()
+            .filter_map(|(k, v)| match v {
+                MetaValue::Str(s) => Some(format!("{}:{}", quoted(k), quoted(s))),
+                _ => None,
+            })
+            .collect();
+        let mut text = format!("{{\"__metadata__\":{{{}}}", strings.join(","));
         let mut end = 0usize;
         let mut starts = Vec::with_capacity(tensors.len());
         for t in tensors {
+            let Some(dtype) = t.storage.element() else {
+                bail!("tensor {}: safetensors cannot store {}", t.name, t.storage.name());
+            };
             starts.push(end as u64);
             let start = end;
             end += t.byte_len();
@@ -52,8 +61,8 @@ impl Container for Safetensors {
             let _ = write!(
                 text,
                 ",{}:{{\"dtype\":{},\"shape\":[{shape}],\"data_offsets\":[{start},{end}]}}",
-                quoted(&t.name),
-                quoted(&format!("{:?}", t.dtype))
+                quoted(t.name),
+                quoted(&format!("{dtype:?}"))
             );
         }
         text.push('}');
@@ -63,7 +72,7 @@ impl Container for Safetensors {
         let mut header = (text.len() as u64).to_le_bytes().to_vec();
         header.extend_from_slice(text.as_bytes());
         let base = header.len() as u64;
-        ShardLayout { offsets: starts.iter().map(|s| base + s).collect(), len: base + end as u64, header }
+        Ok(ShardLayout { offsets: starts.iter().map(|s| base + s).collect(), len: base + end as u64, header })
     }
 
     /// `model.safetensors.index.json`: total size, then `metadata`, and a weight map sorted by
@@ -84,7 +93,7 @@ impl Container for Safetensors {
         Some((INDEX_FILE.to_string(), crate::json::to_text(&index, 2)))
     }
 
-    fn check_written(&self, path: &Path, tensors: &[&OutputTensor]) -> Result<()> {
+    fn check_written(&self, path: &Path, tensors: &[TensorInfo], _at: ShardAt) -> Result<()> {
         let bad = |what: String| anyhow::anyhow!("{}: written shard is not valid: {what}", path.display());
         let mut file = std::fs::File::open(path).with_context(|| format!("{}: cannot reopen", path.display()))?;
         let file_len = file.metadata()?.len();
@@ -101,18 +110,18 @@ impl Container for Safetensors {
         let mut expected_start = 0u64;
         let mut found = 0usize;
         for t in tensors {
-            let Some(info) = header.get(&t.name) else { return Err(bad(format!("tensor {} is missing", t.name))) };
+            let Some(info) = header.get(t.name) else { return Err(bad(format!("tensor {} is missing", t.name))) };
             let (offsets, shape) = (&info.data_offsets, &info.shape);
             let want = [expected_start, expected_start + t.byte_len() as u64];
-            if offsets.as_deref() != Some(&want[..]) || shape.as_ref() != Some(&t.shape) {
+            if offsets.as_deref() != Some(&want[..]) || shape.as_deref() != Some(t.shape) {
                 return Err(bad(format!(
                     "tensor {}: offsets {offsets:?} / shape {shape:?}, expected {want:?} / {:?}",
                     t.name, t.shape
                 )));
             }
-            if info.dtype.as_deref() != Some(format!("{:?}", t.dtype).as_str()) {
+            if info.dtype.as_deref() != Some(t.storage.name().as_str()) {
                 let written = info.dtype.as_deref().unwrap_or("none");
-                return Err(bad(format!("tensor {}: dtype {written:?}, expected {:?}", t.name, t.dtype)));
+                return Err(bad(format!("tensor {}: dtype {written:?}, expected {}", t.name, t.storage.name())));
             }
             expected_start = want[1];
             found += 1;

@@ -8,7 +8,8 @@ use crate::layout::{Adjust, Encoding, Recipe};
 use crate::output::{ShardFiles, WriteQueue};
 use crate::plan::Plan;
 use crate::quant::affine::{self, AffineOut};
-use crate::quant::dense;
+use crate::quant::{blocks, dense};
+use crate::storage::Storage;
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
 use std::ops::Range;
@@ -170,7 +171,8 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
     let first = first_row * cols as u64 + first_col;
     let at = |i: usize| (span.rows.start + i / width.max(1), span.cols.start + i % width.max(1));
     let size = |dtype: safetensors::Dtype| (dtype.bitsize() / 8) as u64;
-    let params_dtype = planned.params.map(|[scales, _]| plan.tensors[scales].tensor.dtype);
+    let params_dtype = planned.params.and_then(|[scales, _]| plan.tensors[scales].tensor.storage.element());
+    let offset = tensor.storage.byte_len(first as usize) as u64;
     s.bytes.clear();
     s.params.iter_mut().for_each(Vec::clear);
     if !matches!(encoding, Encoding::Float | Encoding::Affine { .. }) && *adjust != Adjust::default() {
@@ -180,23 +182,43 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
         Encoding::Float => {
             reader.f32_rows(source, span, &mut s.values)?;
             reader.adjust(*adjust, source, span, &mut s.values)?;
-            // The one rounding is to the output dtype.
-            dense::encode(&s.values, tensor.dtype, &mut s.bytes);
-            if let Some(i) = dense::first_non_finite(&s.bytes, tensor.dtype) {
-                let reason = dense::non_finite_reason(s.values[i], tensor.dtype);
-                let (row, col) = at(i);
-                bail!("row {row}, column {col}: {reason}");
+            // The one rounding is to the output storage.
+            match tensor.storage {
+                Storage::Element(dtype) => {
+                    dense::encode(&s.values, dtype, &mut s.bytes);
+                    if let Some(i) = dense::first_non_finite(&s.bytes, dtype) {
+                        let reason = dense::non_finite_reason(s.values[i], dtype);
+                        let (row, col) = at(i);
+                        bail!("row {row}, column {col}: {reason}");
+                    }
+                }
+                Storage::Block(block) => {
+                    if let Some(i) = s.values.iter().position(|v| !v.is_finite()) {
+                        let (row, col) = at(i);
+                        bail!("row {row}, column {col}: the value is {}", s.values[i]);
+                    }
+                    blocks::quantize(block, &s.values, &mut s.bytes);
+                }
             }
-            Ok(Placed { offset: first * size(tensor.dtype), params_offset: 0 })
+            Ok(Placed { offset, params_offset: 0 })
         }
         Encoding::Bytes => {
             reader.byte_rows(source, span, &mut s.bytes)?;
             // Floats this tool does not compute with (F64) pass through, finite or refused alike.
-            if let Some(i) = dense::first_non_finite(&s.bytes, tensor.dtype) {
+            let dtype = tensor.storage.element().context("stored bytes need an element type")?;
+            if let Some(i) = dense::first_non_finite(&s.bytes, dtype) {
                 let (row, col) = at(i);
                 bail!("row {row}, column {col}: the value is not finite");
             }
-            Ok(Placed { offset: first * size(tensor.dtype), params_offset: 0 })
+            Ok(Placed { offset, params_offset: 0 })
+        }
+        Encoding::Int8Blocks => {
+            reader.int8_rows(source, span, &mut s.codes, &mut s.row_scales)?;
+            // The scales are f16 (the layout checked), so the round trip through f32 is exact.
+            for (row, &scale) in s.codes.chunks_exact(width).zip(&s.row_scales) {
+                blocks::q8_0_from_int8(row, half::f16::from_f32(scale), &mut s.bytes);
+            }
+            Ok(Placed { offset, params_offset: 0 })
         }
         Encoding::Affine { spec, .. } => {
             let scale_dtype = params_dtype.context("affine tensor without scales")?;

@@ -17,7 +17,9 @@ pub struct Job {
     pub ck: Checkpoint,
     pub cat: Catalog,
     pub plan: Plan,
-    /// The output's config.json text (when the input has a config).
+    /// The container of the output's files.
+    pub container: Box<dyn Container>,
+    /// The output's config.json text (when the input has a config and the format keeps one).
     pub config: Option<String>,
     /// Whether the output holds an MTP head (counting tensors `--only` leaves to other runs).
     pub mtp_written: bool,
@@ -32,7 +34,6 @@ impl Job {
         ck: Checkpoint,
         opts: &ConvertOptions,
         layout: &dyn Layout,
-        container: &dyn Container,
         (decoder, sample): (&dyn TileDecoder, Option<usize>),
         warnings: &mut Vec<String>,
     ) -> Result<Job> {
@@ -46,7 +47,8 @@ impl Job {
         check_unique_names(&all, &cat)?;
         let reader = Reader { ck: &ck, cat: &cat, decoder };
         let widths = layout.refine(&mut all, &cat, &Probe { reader: &reader, sample })?;
-        let config = ck.config.as_ref().map(|c| layout.config(c, &all));
+        let config = ck.config.as_ref().and_then(|c| layout.config(c, &all));
+        let metadata = layout.metadata(&ck, &all)?;
         let mtp_written = all.iter().any(|t| is_mtp(&t.name));
         let mut tensors = all;
         if !opts.only.is_empty() {
@@ -57,9 +59,10 @@ impl Job {
         }
         bias_notes(&ck, &cat, &tensors, opts.keep_bias, warnings)?;
         let max_shard_size = opts.max_shard_size.unwrap_or_else(|| layout.default_max_shard_size());
-        let metadata = layout.index_metadata(&tensors);
-        let plan = Plan::new(tensors, max_shard_size, container, layout.tag(), metadata)?;
-        Ok(Job { ck, cat, plan, config, mtp_written, widths })
+        let index_metadata = layout.index_metadata(&tensors);
+        let container = layout.container();
+        let plan = Plan::new(tensors, max_shard_size, container.as_ref(), &metadata, index_metadata)?;
+        Ok(Job { ck, cat, plan, container, config, mtp_written, widths })
     }
 }
 

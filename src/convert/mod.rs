@@ -23,7 +23,6 @@ pub use report::{render_plan, render_summary, ConvertReport, ShardReport, Tensor
 
 use crate::checkpoint::Checkpoint;
 use crate::codec::TileDecoder;
-use crate::container::{Container, Safetensors};
 use crate::layout::{Encoding, Layout};
 use crate::output::{checksums, Destination, Staging, MARKER_FILE};
 use crate::plan::Plan;
@@ -40,9 +39,8 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
     let mut warnings = Vec::new();
     let pool = crate::pool::pool(opts.threads, &mut warnings)?;
     let layout = opts.format.layout();
-    let container = Safetensors;
     let ck = Checkpoint::open(&opts.input)?;
-    let job = pool.install(|| Job::new(ck, opts, layout.as_ref(), &container, (decoder, None), &mut warnings))?;
+    let job = pool.install(|| Job::new(ck, opts, layout.as_ref(), (decoder, None), &mut warnings))?;
     let owned = job.plan.owned_shards(opts.part);
 
     let mut report = plan_report(opts, layout.as_ref(), &job, &owned, decoder, pool.current_num_threads());
@@ -64,8 +62,8 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
     progress.finish();
     let mut written = vec![MARKER_FILE.to_string()];
     for (i, shard) in job.plan.shards.iter().enumerate().filter(|(i, _)| owned[*i]) {
-        let tensors: Vec<_> = job.plan.shard_tensors(i).map(|p| &p.tensor).collect();
-        container.check_written(&dir.join(&shard.file_name), &tensors)?;
+        let tensors: Vec<_> = job.plan.shard_tensors(i).map(|p| p.tensor.info()).collect();
+        job.container.check_written(&dir.join(&shard.file_name), &tensors, job.plan.shard_at(i))?;
         written.push(shard.file_name.clone());
     }
     report.copied_files = files::write_side_files(&job, dir)?;
@@ -185,7 +183,7 @@ fn plan_report(
         report.tensors.push(TensorReport {
             name: p.tensor.name.clone(),
             kind: p.tensor.kind.name(),
-            dtype: format!("{:?}", p.tensor.dtype),
+            dtype: p.tensor.storage.name(),
             shape: p.tensor.shape.clone(),
             bytes: p.tensor.byte_len() as u64,
             file: plan.shards[p.shard].file_name.clone(),
@@ -221,7 +219,7 @@ fn affine_bits_per_weight(plan: &Plan) -> Option<f64> {
 pub fn planned_tensor_bytes(opts: &ConvertOptions, decoder: &dyn TileDecoder, sample: Option<usize>) -> Result<u64> {
     let layout = opts.format.layout();
     let ck = Checkpoint::open(&opts.input)?;
-    let job = Job::new(ck, opts, layout.as_ref(), &Safetensors, (decoder, sample), &mut Vec::new())?;
+    let job = Job::new(ck, opts, layout.as_ref(), (decoder, sample), &mut Vec::new())?;
     Ok(job.plan.tensors.iter().map(|p| p.tensor.byte_len() as u64).sum())
 }
 

@@ -15,6 +15,7 @@ use super::policy::{FormatCard, Layout};
 use super::tensor::{Encoding, Kind, OutputTensor, RowSource};
 use crate::checkpoint::tensor::is_float;
 use crate::checkpoint::{Catalog, Checkpoint, Leaf};
+use crate::container::{MetaValue, Metadata};
 use anyhow::Result;
 use safetensors::Dtype;
 use serde_json::Value;
@@ -62,18 +63,18 @@ impl Layout for HfLayout {
         Ok(tensors)
     }
 
-    fn config(&self, input: &Value, tensors: &[OutputTensor]) -> String {
+    fn config(&self, input: &Value, tensors: &[OutputTensor]) -> Option<String> {
         let mut config = dense_config(input);
         set_dtype(&mut config, self.dtype);
         if !tensors.iter().any(|t| mtp::is_mtp(&t.name)) {
             // No client may expect a head that is not there.
             mtp::clear_declared_layers(&mut config);
         }
-        crate::json::to_text(&config, 2)
+        Some(crate::json::to_text(&config, 2))
     }
 
-    fn tag(&self) -> &'static str {
-        "pt"
+    fn metadata(&self, _ck: &Checkpoint, _tensors: &[OutputTensor]) -> Result<Metadata> {
+        Ok(vec![("format".into(), MetaValue::Str("pt".into()))])
     }
 
     fn default_max_shard_size(&self) -> u64 {

@@ -28,6 +28,7 @@ use super::names::{natural_key, norm_kind};
 use super::policy::{FormatCard, Layout, WeightProbe, WidthChoice};
 use super::tensor::{Adjust, AffineParams, Encoding, Kind, OutputTensor, Recipe, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint, Leaf};
+use crate::container::{MetaValue, Metadata};
 use crate::quant::affine::{int8_group_size, AffineSpec};
 use crate::select::selected;
 use anyhow::{bail, Result};
@@ -128,8 +129,11 @@ impl Layout for MlxLayout {
     fn refine(&self, tensors: &mut [OutputTensor], cat: &Catalog, probe: &dyn WeightProbe) -> Result<Vec<WidthChoice>> {
         let Some(auto) = self.opts.auto else { return Ok(Vec::new()) };
         // The scales' dtype is the dtype of the values quantized.
-        let scale_dtypes: HashMap<String, Dtype> =
-            tensors.iter().filter(|t| t.recipe.is_none()).map(|t| (t.name.clone(), t.dtype)).collect();
+        let scale_dtypes: HashMap<String, Dtype> = tensors
+            .iter()
+            .filter(|t| t.recipe.is_none())
+            .filter_map(|t| Some((t.name.clone(), t.storage.element()?)))
+            .collect();
         let mut choices = Vec::new();
         for t in tensors {
             let Some(Recipe { source, adjust, encoding: Encoding::Affine { spec, params } }) = &mut t.recipe else {
@@ -174,15 +178,15 @@ impl Layout for MlxLayout {
         tensors.retain(|t| keep.contains(&module(&t.name)));
     }
 
-    fn config(&self, input: &Value, tensors: &[OutputTensor]) -> String {
+    fn config(&self, input: &Value, tensors: &[OutputTensor]) -> Option<String> {
         let mut config = config_json(input, quantization(tensors, self.opts, is_moe(tensors)));
         // The layout has no MTP head: no client may expect one.
         mtp::clear_declared_layers(&mut config);
-        crate::json::to_text(&config, 4)
+        Some(crate::json::to_text(&config, 4))
     }
 
-    fn tag(&self) -> &'static str {
-        "mlx"
+    fn metadata(&self, _ck: &Checkpoint, _tensors: &[OutputTensor]) -> Result<Metadata> {
+        Ok(vec![("format".into(), MetaValue::Str("mlx".into()))])
     }
 
     fn index_metadata(&self, tensors: &[OutputTensor]) -> Map<String, Value> {

@@ -3,6 +3,7 @@
 
 use super::tensor::{Adjust, OutputTensor, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint};
+use crate::container::{Container, Metadata, Safetensors};
 use crate::quant::affine_error::WidthErrors;
 use crate::select::selected;
 use anyhow::Result;
@@ -85,11 +86,23 @@ pub trait Layout: Sync {
     }
 
     /// The output's `config.json` text, from the input's config and every tensor the whole
-    /// conversion writes (before `--only`, so that every part of a split job writes the same).
-    fn config(&self, input: &Value, tensors: &[OutputTensor]) -> String;
+    /// conversion writes (before `--only`, so that every part of a split job writes the same);
+    /// `None` when the format keeps no config file.
+    fn config(&self, input: &Value, tensors: &[OutputTensor]) -> Option<String>;
 
-    /// The tag the container records (safetensors `__metadata__.format`).
-    fn tag(&self) -> &'static str;
+    /// The container the format's files are, and the metadata each file records (from the input
+    /// and every tensor of the whole conversion, like `config`).
+    fn container(&self) -> Box<dyn Container> {
+        Box::new(Safetensors)
+    }
+
+    fn metadata(&self, ck: &Checkpoint, tensors: &[OutputTensor]) -> Result<Metadata>;
+
+    /// Whether the input's tokenizer, chat template and generation files are copied beside the
+    /// shards (a format that carries them inside its files does not).
+    fn copies_side_files(&self) -> bool {
+        true
+    }
 
     /// Extra metadata for the index file.
     fn index_metadata(&self, _tensors: &[OutputTensor]) -> Map<String, Value> {

@@ -4,8 +4,8 @@
 use crate::checkpoint::tensor::view;
 use crate::checkpoint::Catalog;
 use crate::quant::affine::AffineSpec;
+use crate::storage::Storage;
 use anyhow::{bail, Result};
-use safetensors::Dtype;
 use std::collections::HashMap;
 use std::ops::Range;
 
@@ -86,6 +86,9 @@ pub enum Encoding {
     Affine { spec: AffineSpec, params: AffineParams },
     /// int8 rows with one scale per row, repacked exactly as 8-bit affine at `group_size`.
     Int8Affine { group_size: usize, params: AffineParams },
+    /// int8 rows with one f16 scale per row, as `Q8_0` blocks that each carry the row's scale:
+    /// exactly the stored values.
+    Int8Blocks,
 }
 
 /// How an output tensor is made.
@@ -127,7 +130,7 @@ impl Kind {
 #[derive(Clone, Debug)]
 pub struct OutputTensor {
     pub name: String,
-    pub dtype: Dtype,
+    pub storage: Storage,
     pub shape: Vec<usize>,
     pub kind: Kind,
     /// How it is made; `None` for the scales and biases of an affine tensor, which that tensor's
@@ -139,18 +142,19 @@ impl OutputTensor {
     /// A tensor made from `source` by `encoding`, rows unadjusted.
     pub fn new(
         name: String,
-        dtype: Dtype,
+        storage: impl Into<Storage>,
         shape: Vec<usize>,
         kind: Kind,
         source: RowSource,
         encoding: Encoding,
     ) -> Self {
-        OutputTensor { name, dtype, shape, kind, recipe: Some(Recipe { source, adjust: Adjust::default(), encoding }) }
+        let recipe = Some(Recipe { source, adjust: Adjust::default(), encoding });
+        OutputTensor { name, storage: storage.into(), shape, kind, recipe }
     }
 
     /// The scales or biases of an affine tensor.
-    pub fn companion(name: String, dtype: Dtype, shape: Vec<usize>) -> Self {
-        OutputTensor { name, dtype, shape, kind: Kind::QuantParams, recipe: None }
+    pub fn companion(name: String, storage: impl Into<Storage>, shape: Vec<usize>) -> Self {
+        OutputTensor { name, storage: storage.into(), shape, kind: Kind::QuantParams, recipe: None }
     }
 
     /// Applies `adjust` to its rows.
@@ -160,12 +164,17 @@ impl OutputTensor {
         }
     }
 
+    /// The tensor as a container sees it.
+    pub fn info(&self) -> crate::container::TensorInfo<'_> {
+        crate::container::TensorInfo { name: &self.name, storage: self.storage, shape: &self.shape }
+    }
+
     pub fn numel(&self) -> usize {
         self.shape.iter().product()
     }
 
     pub fn byte_len(&self) -> usize {
-        self.numel() * self.dtype.bitsize() / 8
+        self.storage.byte_len(self.numel())
     }
 
     /// Weights the tensor holds, counting packed affine words as the values they pack and
@@ -176,7 +185,7 @@ impl OutputTensor {
             None => 0,
             Some(Encoding::Affine { spec, .. }) => n * 32 / spec.bits as u64,
             Some(Encoding::Int8Affine { .. }) => n * 4,
-            Some(Encoding::Float | Encoding::Bytes) => n,
+            Some(Encoding::Float | Encoding::Bytes | Encoding::Int8Blocks) => n,
         }
     }
 }

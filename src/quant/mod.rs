@@ -2,4 +2,5 @@
 
 pub mod affine;
 pub mod affine_error;
+pub mod blocks;
 pub mod dense;

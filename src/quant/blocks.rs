@@ -1,0 +1,57 @@
+//! ggml block encodings of f32 rows, byte for byte what ggml's reference quantizers write (no
+//! importance matrix), and the lossless `Q8_0` repack of int8 rows.
+
+use crate::storage::BlockType;
+use half::f16;
+
+/// Appends `values` (a whole number of blocks) encoded as `block` to `out`.
+pub fn quantize(block: BlockType, values: &[f32], out: &mut Vec<u8>) {
+    debug_assert_eq!(values.len() % block.elements(), 0);
+    match block {
+        BlockType::Q8_0 => quantize_q8_0(values, out),
+    }
+}
+
+/// `Q8_0`: per 32 values, an f16 scale `d = max|x| / 127` and `round(x / d)` as i8 (rounded half
+/// away from zero; all zeros when the block is zero).
+fn quantize_q8_0(values: &[f32], out: &mut Vec<u8>) {
+    out.reserve(values.len() / 32 * 34);
+    for block in values.chunks_exact(32) {
+        let amax = block.iter().fold(0.0f32, |m, &x| m.max(x.abs()));
+        let d = amax / 127.0;
+        let inverse = if d == 0.0 { 0.0 } else { 1.0 / d };
+        out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
+        out.extend(block.iter().map(|&x| (x * inverse).round() as i8 as u8));
+    }
+}
+
+/// `Q8_0` blocks holding the int8 `codes` (as stored, two's complement bytes) of a row that shares
+/// one f16 `scale`: every block's scale is the row's, so the values are exactly `code · scale`.
+pub fn q8_0_from_int8(codes: &[u8], scale: f16, out: &mut Vec<u8>) {
+    debug_assert_eq!(codes.len() % 32, 0);
+    for block in codes.chunks_exact(32) {
+        out.extend_from_slice(&scale.to_le_bytes());
+        out.extend_from_slice(block);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn q8_0_of_a_known_block() {
+        let values: Vec<f32> = (0..32).map(|i| i as f32 - 16.0).collect();
+        let mut out = Vec::new();
+        quantize(BlockType::Q8_0, &values, &mut out);
+        assert_eq!(out.len(), 34);
+        let d = f16::from_le_bytes([out[0], out[1]]);
+        assert_eq!(d, f16::from_f32(16.0 / 127.0));
+        assert_eq!(out[2] as i8, -127);
+        assert_eq!(out[2 + 16] as i8, 0);
+        assert_eq!(out[2 + 31] as i8, 119); // 15 · 127 / 16 = 119.06
+        let mut zero = Vec::new();
+        quantize(BlockType::Q8_0, &[0.0; 32], &mut zero);
+        assert!(zero.iter().all(|&b| b == 0));
+    }
+}

@@ -1,0 +1,97 @@
+//! How an output tensor's values are stored: one element type per value (the safetensors dtypes),
+//! or blocks that pack a run of values with their scales (ggml's quantized types). Every size and
+//! offset the planner and the engine compute goes through here, so a block type is never cut.
+
+use safetensors::Dtype;
+
+/// A ggml block type: `elements` values packed into `bytes` bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BlockType {
+    Q8_0,
+}
+
+impl BlockType {
+    /// Values per block.
+    pub fn elements(self) -> usize {
+        match self {
+            BlockType::Q8_0 => 32,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn bytes(self) -> usize {
+        match self {
+            BlockType::Q8_0 => 34,
+        }
+    }
+
+    /// The name ggml gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            BlockType::Q8_0 => "Q8_0",
+        }
+    }
+}
+
+/// How an output tensor is stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Storage {
+    Element(Dtype),
+    Block(BlockType),
+}
+
+impl From<Dtype> for Storage {
+    fn from(d: Dtype) -> Self {
+        Storage::Element(d)
+    }
+}
+
+impl Storage {
+    /// Values per storage unit (1 for an element type).
+    pub fn block_elements(self) -> usize {
+        match self {
+            Storage::Element(_) => 1,
+            Storage::Block(b) => b.elements(),
+        }
+    }
+
+    /// Bytes of `values` values, which must be a whole number of blocks.
+    pub fn byte_len(self, values: usize) -> usize {
+        match self {
+            Storage::Element(d) => values * d.bitsize() / 8,
+            Storage::Block(b) => values / b.elements() * b.bytes(),
+        }
+    }
+
+    /// The element type, for containers and encoders that know only those.
+    pub fn element(self) -> Option<Dtype> {
+        match self {
+            Storage::Element(d) => Some(d),
+            Storage::Block(_) => None,
+        }
+    }
+
+    /// The name reports and containers print: `BF16`, `Q8_0`.
+    pub fn name(self) -> String {
+        match self {
+            Storage::Element(d) => format!("{d:?}"),
+            Storage::Block(b) => b.name().to_string(),
+        }
+    }
+
+    pub fn is_float_element(self) -> bool {
+        matches!(self, Storage::Element(Dtype::F16 | Dtype::BF16 | Dtype::F32 | Dtype::F64))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(Storage::from(Dtype::BF16).byte_len(10), 20);
+        assert_eq!(Storage::Block(BlockType::Q8_0).byte_len(64), 68);
+        assert_eq!(Storage::Block(BlockType::Q8_0).name(), "Q8_0");
+    }
+}
