@@ -681,14 +681,88 @@ fn write_side_files(dir: &Path, quant_method: &str) -> Result<()> {
     write_json(
         &dir.join("tokenizer_config.json"),
         &json!({"tokenizer_class": "Qwen2Tokenizer", "model_max_length": 4096, "bos_token": null,
-                "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "add_bos_token": false}),
+                "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>", "add_bos_token": false,
+                "chat_template": CHAT_TEMPLATE}),
     )?;
+    write_json(&dir.join("tokenizer.json"), &tokenizer())?;
     // Must never be copied into a converted output (tools treat it as proof of an Escha checkpoint).
     write_json(
         &dir.join("quantize_config.json"),
         &json!({"quant_method": quant_method, "format_version": "2.0",
                 "global_config": {"codebook": "cbA", "bits": 2.0}}),
     )
+}
+
+/// A `ChatML` template, as Qwen's tokenizers carry (shortened).
+const CHAT_TEMPLATE: &str = "{% for message in messages %}<|im_start|>{{ message.role }}\n{{ message.content }}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}";
+
+/// The split pattern of Qwen3.5's tokenizer.
+const QWEN35_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// A byte-level BPE tokenizer shaped like Qwen3.5's (its pre-tokenizer, normalizer, added tokens),
+/// small enough for the fixtures' 256-entry vocabulary: 232 byte tokens, 16 merges, five added
+/// tokens (three special), and ids 253–255 unused.
+fn tokenizer() -> Value {
+    // GPT-2's byte-to-character map: printable bytes stand for themselves, the rest from U+0100 on.
+    let mut printable: Vec<u32> = (0x21..=0x7E).chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
+    let mut chars: Vec<char> = printable.iter().map(|&b| char::from_u32(b).unwrap()).collect();
+    let mut next = 0x100;
+    for b in 0..=255u32 {
+        if !printable.contains(&b) {
+            printable.push(b);
+            chars.push(char::from_u32(next).unwrap());
+            next += 1;
+        }
+    }
+    let mut vocab = serde_json::Map::new();
+    for (id, c) in chars.iter().take(232).enumerate() {
+        vocab.insert(c.to_string(), json!(id));
+    }
+    let merges = [
+        ("Ġ", "t"),
+        ("h", "e"),
+        ("Ġt", "he"),
+        ("Ġ", "a"),
+        ("i", "n"),
+        ("e", "r"),
+        ("o", "n"),
+        ("Ġ", "s"),
+        ("r", "e"),
+        ("a", "t"),
+        ("e", "n"),
+        ("Ġ", "w"),
+        ("o", "r"),
+        ("Ġ", "c"),
+        ("i", "s"),
+        ("Ġ", "o"),
+    ];
+    for (i, (a, b)) in merges.iter().enumerate() {
+        vocab.insert(format!("{a}{b}"), json!(232 + i));
+    }
+    let added = |id: usize, content: &str, special: bool| {
+        json!({"id": id, "content": content, "single_word": false, "lstrip": false, "rstrip": false,
+               "normalized": false, "special": special})
+    };
+    let byte_level = json!({"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false});
+    json!({
+        "version": "1.0",
+        "truncation": null,
+        "padding": null,
+        "added_tokens": [
+            added(248, "<|endoftext|>", true), added(249, "<|im_start|>", true), added(250, "<|im_end|>", true),
+            added(251, "<think>", false), added(252, "</think>", false),
+        ],
+        "normalizer": {"type": "NFC"},
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": QWEN35_SPLIT}, "behavior": "Isolated", "invert": false},
+            byte_level.clone(),
+        ]},
+        "post_processor": byte_level.clone(),
+        "decoder": byte_level,
+        "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": "",
+                  "end_of_word_suffix": "", "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                  "vocab": vocab, "merges": merges.iter().map(|(a, b)| json!([a, b])).collect::<Vec<_>>()},
+    })
 }
 
 fn layer_meta_entry(k: u32, bits: f64, ic: usize, oc: usize) -> Value {

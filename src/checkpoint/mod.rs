@@ -10,7 +10,7 @@ mod modules;
 mod shard;
 pub mod tensor;
 
-pub use boundary::{input_extent, kind as file_kind, open_regular};
+pub use boundary::{input_extent, kind as file_kind, open_regular, read_text};
 pub use expert::ExpertLinear;
 pub use input::{Checkpoint, COPIED_FILES};
 pub use modules::{catalog, Catalog, CodedModule, CodedSource, Int8Module, Leaf, PlainTensor};

@@ -5,7 +5,7 @@ use super::size::parse_size;
 use crate::backend::{Backend, BackendKind};
 use crate::convert::{convert, render_plan, render_summary, ConvertOptions, PartSpec, VerifyRequest};
 use crate::layout::mlx::{AutoBits, Int8Mode};
-use crate::layout::{DenseDtype, MlxOptions, MtpMode, OutputFormat};
+use crate::layout::{DenseDtype, GgufOptions, GgufType, MlxOptions, MtpMode, OutputFormat};
 use crate::quant::affine::{AffineSpec, BITS, GROUP_SIZES};
 use crate::signals;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -24,6 +24,18 @@ pub enum FormatArg {
     /// MLX layout, affine-quantized (`--bits`, `--group-size`, `--int8`), as `mlx_lm.convert -q`
     /// writes it; mlx-lm loads it directly.
     Mlx,
+    /// GGUF for llama.cpp (`--gguf-type`, `--gguf-vocab`): one file, or splits above
+    /// --max-shard-size.
+    Gguf,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum VocabArg {
+    /// The tokenizer from `tokenizer.json`, `tokenizer_config.json` and `config.json` (an error when it
+    /// cannot be mapped with certainty).
+    Auto,
+    /// No tokenizer: tensors and model keys only.
+    None,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -68,9 +80,16 @@ pub struct ConvertArgs {
     /// MLX affine group size (`--format mlx`; default 64).
     #[arg(long, value_parser = choice(&GROUP_SIZES))]
     pub group_size: Option<usize>,
-    /// How int8 weights become MLX (`--format mlx`; default exact).
+    /// How int8 weights are written (`--format mlx` and `gguf`; default exact: MLX 8-bit affine
+    /// or GGUF `Q8_0` holding exactly the stored values).
     #[arg(long, value_enum)]
     pub int8: Option<Int8Mode>,
+    /// GGUF tensor type of everything llama.cpp does not keep in F32 (`--format gguf`; default bf16).
+    #[arg(long, value_enum)]
+    pub gguf_type: Option<GgufType>,
+    /// The tokenizer in the GGUF file (`--format gguf`; default auto).
+    #[arg(long, value_enum)]
+    pub gguf_vocab: Option<VocabArg>,
     /// The MTP head (Hugging Face layout: `mtp.*` tensors in the main shards).
     #[arg(long, value_enum, default_value_t = MtpMode::Auto)]
     pub mtp: MtpMode,
@@ -181,7 +200,17 @@ impl TryFrom<ConvertArgs> for ConvertRun {
         let usage = |msg: String| clap::Error::raw(ErrorKind::ArgumentConflict, msg + "\n");
         let format = match a.format {
             FormatArg::Bf16 | FormatArg::F16 if a.bits.is_some() || a.group_size.is_some() || a.int8.is_some() => {
-                return Err(usage("--bits, --group-size and --int8 apply to --format mlx only".into()));
+                return Err(usage(
+                    "--bits, --group-size and --int8 apply to --format mlx (and --int8 to gguf) only".into(),
+                ));
+            }
+            FormatArg::Gguf if a.bits.is_some() || a.group_size.is_some() => {
+                return Err(usage(
+                    "--bits and --group-size apply to --format mlx only; GGUF types are --gguf-type".into(),
+                ));
+            }
+            f if f != FormatArg::Gguf && (a.gguf_type.is_some() || a.gguf_vocab.is_some()) => {
+                return Err(usage("--gguf-type and --gguf-vocab apply to --format gguf only".into()));
             }
             _ if a.bits != Some(Bits::Auto) && (a.max_added_error.is_some() || a.measure_error) => {
                 return Err(usage("--max-added-error and --measure-error apply to --bits auto only".into()));
@@ -204,6 +233,15 @@ impl TryFrom<ConvertArgs> for ConvertRun {
                     exact: a.measure_error,
                 });
                 OutputFormat::Mlx(MlxOptions { spec, int8: a.int8.unwrap_or(default.int8), auto })
+            }
+            FormatArg::Gguf => {
+                let default = GgufOptions::DEFAULT;
+                OutputFormat::Gguf(GgufOptions {
+                    ty: a.gguf_type.unwrap_or(default.ty),
+                    int8: a.int8.unwrap_or(default.int8),
+                    vocab: a.gguf_vocab.map_or(default.vocab, |v| v == VocabArg::Auto),
+                    mtp: a.mtp,
+                })
             }
         };
         Ok(ConvertRun {
@@ -258,6 +296,13 @@ fn shaping_flags(a: &ConvertArgs, format: &OutputFormat) -> String {
             }
             flags.push(("--group-size", Some(o.spec.group_size.to_string())));
             flags.push(("--int8", Some(format!("{:?}", o.int8).to_lowercase())));
+        }
+        OutputFormat::Gguf(o) => {
+            flags.push(("--format", Some("gguf".into())));
+            flags.push(("--gguf-type", Some(o.ty.name().into())));
+            flags.push(("--gguf-vocab", Some(if o.vocab { "auto" } else { "none" }.into())));
+            flags.push(("--int8", Some(format!("{:?}", o.int8).to_lowercase())));
+            flags.push(("--mtp", Some(format!("{:?}", o.mtp).to_lowercase())));
         }
     }
     flags.push(("--bias", Some(if a.bias == BiasArg::Keep { "keep" } else { "drop" }.into())));

@@ -88,7 +88,7 @@ fn put_value(out: &mut Vec<u8>, v: &MetaValue) {
         }
         MetaValue::Strings(items) => put_array(out, value_type::STRING, items, |o, s| put_str(o, s)),
         MetaValue::I32s(items) => {
-            put_array(out, value_type::INT32, items, |o, x| o.extend_from_slice(&x.to_le_bytes()))
+            put_array(out, value_type::INT32, items, |o, x| o.extend_from_slice(&x.to_le_bytes()));
         }
         MetaValue::F32s(items) => {
             put_array(out, value_type::FLOAT32, items, |o, x| o.extend_from_slice(&x.to_le_bytes()));
@@ -317,6 +317,7 @@ fn read_header<R: Read>(r: &mut Reader<R>) -> Result<Header> {
 }
 
 /// Reads the header of a GGUF file.
+#[cfg(test)]
 pub fn read(path: &Path) -> Result<Header> {
     let file = std::fs::File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;
     read_header(&mut Reader { inner: std::io::BufReader::new(file), read: 0 })

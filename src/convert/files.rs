@@ -27,7 +27,7 @@ pub fn write_side_files(job: &Job, dir: &Path) -> Result<Vec<String>> {
         write(dir, name, text)?;
     }
     let mut written = Vec::new();
-    for (name, src) in &job.ck.copied_files {
+    for (name, src) in &job.side_files {
         let mut from = open_regular(src)?;
         let target = dir.join(name);
         let mut to = std::fs::File::create(&target).with_context(|| format!("{}: cannot create", target.display()))?;
@@ -47,7 +47,7 @@ pub fn write_side_files(job: &Job, dir: &Path) -> Result<Vec<String>> {
 pub fn marker(job: &Job, opts: &ConvertOptions) -> Marker {
     let mut files: BTreeMap<String, Option<u64>> =
         job.plan.shards.iter().map(|s| (s.file_name.clone(), Some(s.len))).collect();
-    let side = job.ck.copied_files.iter().map(|(name, _)| name.as_str());
+    let side = job.side_files.iter().map(|(name, _)| name.as_str());
     let index = job.plan.index.iter().map(|(name, _)| name.as_str());
     let config = job.config.iter().map(|_| "config.json");
     let card = opts.card.then_some(CARD_FILE);

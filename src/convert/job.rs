@@ -19,6 +19,9 @@ pub struct Job {
     pub plan: Plan,
     /// The container of the output's files.
     pub container: Box<dyn Container>,
+    /// The input's side files the output carries (name, resolved path): tokenizer, chat template,
+    /// generation config; none for a format that holds them in its own files.
+    pub side_files: Vec<(String, std::path::PathBuf)>,
     /// The output's config.json text (when the input has a config and the format keeps one).
     pub config: Option<String>,
     /// Whether the output holds an MTP head (counting tensors `--only` leaves to other runs).
@@ -62,7 +65,8 @@ impl Job {
         let index_metadata = layout.index_metadata(&tensors);
         let container = layout.container();
         let plan = Plan::new(tensors, max_shard_size, container.as_ref(), &metadata, index_metadata)?;
-        Ok(Job { ck, cat, plan, container, config, mtp_written, widths })
+        let side_files = if layout.copies_side_files() { ck.copied_files.clone() } else { Vec::new() };
+        Ok(Job { ck, cat, plan, container, side_files, config, mtp_written, widths })
     }
 }
 

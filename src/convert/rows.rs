@@ -111,6 +111,11 @@ impl Reader<'_> {
                 *v += 1.0;
             }
         }
+        if adjust.neg_exp {
+            for v in values.iter_mut() {
+                *v = -f64::from(*v).exp() as f32;
+            }
+        }
         if let Some(g) = adjust.dead_columns_of {
             let n = dims(source, self.ck, self.cat)?.1;
             let gate_up = &self.cat.coded[g];

@@ -5,6 +5,7 @@
 //! follows. Each format is one file: [`hf`] (dense, Hugging Face layout) and [`mlx`] (MLX layout,
 //! affine-quantized). `tensor.rs` describes an output tensor in terms every format shares.
 
+pub mod gguf;
 pub mod hf;
 pub mod mlx;
 pub mod mtp;
@@ -12,6 +13,7 @@ mod names;
 mod policy;
 mod tensor;
 
+pub use gguf::{GgufLayout, GgufOptions, GgufType};
 pub use hf::{DenseDtype, HfLayout};
 pub use mlx::{MlxLayout, MlxOptions};
 pub use mtp::MtpMode;
@@ -26,6 +28,8 @@ pub enum OutputFormat {
     Dense { dtype: DenseDtype, mtp: MtpMode },
     /// MLX layout, affine-quantized.
     Mlx(MlxOptions),
+    /// GGUF for llama.cpp.
+    Gguf(GgufOptions),
 }
 
 impl OutputFormat {
@@ -34,6 +38,7 @@ impl OutputFormat {
         match *self {
             OutputFormat::Dense { dtype, mtp } => Box::new(HfLayout { dtype, mtp }),
             OutputFormat::Mlx(opts) => Box::new(MlxLayout { opts }),
+            OutputFormat::Gguf(opts) => Box::new(GgufLayout { opts }),
         }
     }
 }

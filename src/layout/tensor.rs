@@ -59,6 +59,9 @@ impl RowSource {
 pub struct Adjust {
     /// Add 1 to every value: a zero-centred norm written with its offset folded in.
     pub plus_one: bool,
+    /// Replace every value `x` by `−exp(x)`: a linear-attention `A_log` written as the decay
+    /// `A` itself (llama.cpp's `ssm_a`). Computed in f64 and rounded once.
+    pub neg_exp: bool,
     /// Zero the input columns of the channels that are dead in this fused `gate_up` coded module
     /// (both its gate and its up scale exactly zero), per lead: a down projection whose dead
     /// columns only ever meet zero activations.

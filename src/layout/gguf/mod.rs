@@ -1,0 +1,289 @@
+//! GGUF, the file llama.cpp loads, in its `qwen35` / `qwen35moe` architectures: the tensors under
+//! llama.cpp's names with every transform its converter applies (norm offsets folded in, `A_log`
+//! as `−exp`, conv1d squeezed, fused experts split into gate and up), 1-D tensors, norms, routers
+//! and conv1d in F32, everything else in the chosen type; int8 pairs whose row scale is an f16
+//! become `Q8_0` exactly. The model metadata (`hparams.rs`) and the tokenizer (`vocab.rs`) go into
+//! the file's header; no config or tokenizer file is written beside it.
+
+mod hparams;
+mod names;
+mod vocab;
+
+use super::hf::{self, DenseDtype};
+use super::mlx::Int8Mode;
+use super::mtp::{self, MtpMode};
+use super::policy::{FormatCard, Layout};
+use super::tensor::{Encoding, OutputTensor, RowSource};
+use crate::checkpoint::{Catalog, Checkpoint};
+use crate::container::{Container, Gguf, MetaValue, Metadata};
+use crate::storage::{BlockType, Storage};
+use anyhow::{Context, Result};
+use hparams::Hparams;
+use safetensors::Dtype;
+use serde_json::Value;
+
+/// `--gguf-type`: the type of every tensor llama.cpp does not keep in F32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum GgufType {
+    Bf16,
+    F16,
+    F32,
+    #[value(name = "q8_0")]
+    Q8_0,
+}
+
+impl GgufType {
+    fn storage(self) -> Storage {
+        match self {
+            GgufType::Bf16 => Storage::Element(Dtype::BF16),
+            GgufType::F16 => Storage::Element(Dtype::F16),
+            GgufType::F32 => Storage::Element(Dtype::F32),
+            GgufType::Q8_0 => Storage::Block(BlockType::Q8_0),
+        }
+    }
+
+    /// `general.file_type`: llama.cpp's file type number.
+    fn file_type(self) -> u32 {
+        match self {
+            GgufType::F32 => 0,
+            GgufType::F16 => 1,
+            GgufType::Q8_0 => 7,
+            GgufType::Bf16 => 32,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            GgufType::Bf16 => "bf16",
+            GgufType::F16 => "f16",
+            GgufType::F32 => "f32",
+            GgufType::Q8_0 => "q8_0",
+        }
+    }
+}
+
+/// Options of a GGUF conversion.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GgufOptions {
+    pub ty: GgufType,
+    pub int8: Int8Mode,
+    /// Write the tokenizer (`--gguf-vocab auto`); without it the file holds tensors and model keys.
+    pub vocab: bool,
+    pub mtp: MtpMode,
+}
+
+impl GgufOptions {
+    pub const DEFAULT: GgufOptions =
+        GgufOptions { ty: GgufType::Bf16, int8: Int8Mode::Exact, vocab: true, mtp: MtpMode::Auto };
+}
+
+/// The GGUF layout.
+#[derive(Clone, Copy, Debug)]
+pub struct GgufLayout {
+    pub opts: GgufOptions,
+}
+
+/// Whether llama.cpp keeps tensor `name` of `shape` in F32 whatever the file type.
+fn always_f32(name: &str, shape: &[usize]) -> bool {
+    shape.len() <= 1
+        || name.ends_with("_norm.weight")
+        || !name.ends_with(".weight")
+        || [".ffn_gate_inp.", ".ffn_gate_inp_shexp.", ".ssm_conv1d."].iter().any(|k| name.contains(k))
+}
+
+impl GgufLayout {
+    /// The storage and encoding of output `name` of `shape`, made from `t` (an HF-layout tensor).
+    fn storage(
+        self,
+        name: &str,
+        shape: &[usize],
+        t: &OutputTensor,
+        ck: &Checkpoint,
+        cat: &Catalog,
+    ) -> (Storage, Encoding) {
+        let recipe = t.recipe.as_ref().expect("HF-layout tensors have recipes");
+        if recipe.encoding == Encoding::Bytes {
+            return (t.storage, Encoding::Bytes);
+        }
+        if always_f32(name, shape) {
+            return (Storage::Element(Dtype::F32), Encoding::Float);
+        }
+        let cols = shape.last().copied().unwrap_or(1);
+        if let RowSource::Int8(i) = recipe.source {
+            let f16_scale = ck.tensors.get(&cat.int8[i].scale).is_some_and(|s| s.dtype == Dtype::F16);
+            if self.opts.int8 == Int8Mode::Exact && f16_scale && cols % 32 == 0 {
+                return (Storage::Block(BlockType::Q8_0), Encoding::Int8Blocks);
+            }
+        }
+        match self.opts.ty.storage() {
+            // llama.cpp's converter writes F16 where rows are not whole blocks.
+            Storage::Block(b) if cols % b.elements() != 0 => (Storage::Element(Dtype::F16), Encoding::Float),
+            s => (s, Encoding::Float),
+        }
+    }
+
+    /// One GGUF tensor from HF tensor `t`, named as HF name `hf_name`, its rows `rows` of each lead
+    /// (all when `None`).
+    fn convert(
+        self,
+        t: &OutputTensor,
+        hf_name: &str,
+        layers: u64,
+        (ck, cat): (&Checkpoint, &Catalog),
+    ) -> Result<OutputTensor> {
+        let mapped = names::map(hf_name, layers)
+            .with_context(|| format!("tensor {hf_name}: llama.cpp's {} has no place for it", "GGUF layout"))?;
+        let mut shape = t.shape.clone();
+        if mapped.name.contains(".ssm_conv1d.") {
+            shape.retain(|&d| d != 1);
+        }
+        let (storage, encoding) = self.storage(&mapped.name, &shape, t, ck, cat);
+        let source = t.recipe.as_ref().expect("HF-layout tensors have recipes").source.clone();
+        let mut out = OutputTensor::new(mapped.name, storage, shape, t.kind, source, encoding);
+        out.adjust(mapped.adjust);
+        Ok(out)
+    }
+}
+
+/// The sampling defaults of `generation_config.json` as `general.sampling.*`, which llama.cpp
+/// uses unless told otherwise.
+fn sampling(ck: &Checkpoint) -> Result<Metadata> {
+    let Some(config) = vocab::json_file(ck, "generation_config.json")? else { return Ok(Vec::new()) };
+    let mut kv = Vec::new();
+    let float = |keys: &[&str]| keys.iter().find_map(|k| config.get(*k)?.as_f64()).map(|x| MetaValue::F32(x as f32));
+    let int = |key: &str| config.get(key)?.as_i64().and_then(|x| i32::try_from(x).ok()).map(MetaValue::I32);
+    let values = [
+        ("sequence", config.get("sequence").and_then(Value::as_str).map(|s| MetaValue::Str(s.into()))),
+        ("top_k", int("top_k")),
+        ("top_p", float(&["top_p"])),
+        ("min_p", float(&["min_p"])),
+        ("xtc_probability", float(&["xtc_probability"])),
+        ("xtc_threshold", float(&["xtc_threshold"])),
+        ("temp", float(&["temperature"])),
+        ("penalty_last_n", int("penalty_last_n")),
+        ("penalty_repeat", float(&["penalty_repeat", "repetition_penalty"])),
+        ("mirostat", int("mirostat")),
+        ("mirostat_tau", float(&["mirostat_tau"])),
+        ("mirostat_eta", float(&["mirostat_eta"])),
+    ];
+    for (name, value) in values {
+        if let Some(v) = value {
+            kv.push((format!("general.sampling.{name}"), v));
+        }
+    }
+    Ok(kv)
+}
+
+/// Rows `range` of every lead of a coded source (one half of a fused gate/up expert tensor).
+fn rows_of(source: &RowSource, range: std::ops::Range<usize>) -> Option<RowSource> {
+    match source {
+        RowSource::Coded { module, rows } => {
+            Some(RowSource::Coded { module: *module, rows: rows.start + range.start..rows.start + range.end })
+        }
+        RowSource::Stack(members) => {
+            members.iter().map(|m| rows_of(m, range.clone())).collect::<Option<_>>().map(RowSource::Stack)
+        }
+        RowSource::Int8(_) | RowSource::Tensor { .. } => None,
+    }
+}
+
+impl Layout for GgufLayout {
+    fn name(&self) -> &'static str {
+        "gguf"
+    }
+
+    fn tensors(
+        &self,
+        ck: &Checkpoint,
+        cat: &Catalog,
+        keep_bias: bool,
+        warnings: &mut Vec<String>,
+    ) -> Result<Vec<OutputTensor>> {
+        let layers = u64::from(Hparams::new(ck.config.as_ref())?.layers()?);
+        let mut hf_tensors = hf::tensors(ck, cat, DenseDtype::Bf16, keep_bias);
+        mtp::apply(self.opts.mtp, &mut hf_tensors, ck.config.as_ref(), warnings);
+        let mut out = Vec::with_capacity(hf_tensors.len() + 8);
+        for t in &hf_tensors {
+            let Some(base) = t.name.strip_suffix(names::FUSED_GATE_UP) else {
+                out.push(self.convert(t, &t.name, layers, (ck, cat))?);
+                continue;
+            };
+            // [E, 2·I, H] → gate [E, I, H] (the first half of each expert's rows) and up.
+            let half = t.shape[t.shape.len() - 2] / 2;
+            let source = &t.recipe.as_ref().expect("HF-layout tensors have recipes").source;
+            for (part, rows) in [("gate_proj", 0..half), ("up_proj", half..2 * half)] {
+                let mut piece = t.clone();
+                let n = piece.shape.len();
+                piece.shape[n - 2] = half;
+                let split =
+                    rows_of(source, rows).with_context(|| format!("tensor {}: cannot split gate and up", t.name))?;
+                piece.recipe.as_mut().expect("recipe").source = split;
+                out.push(self.convert(&piece, &format!("{base}mlp.experts.{part}"), layers, (ck, cat))?);
+            }
+        }
+        Ok(out)
+    }
+
+    fn config(&self, _input: &Value, _tensors: &[OutputTensor]) -> Option<String> {
+        None
+    }
+
+    fn container(&self) -> Box<dyn Container> {
+        Box::new(Gguf)
+    }
+
+    fn metadata(&self, ck: &Checkpoint, tensors: &[OutputTensor]) -> Result<Metadata> {
+        let hp = Hparams::new(ck.config.as_ref())?;
+        let layers = u64::from(hp.layers()?);
+        let has_mtp = tensors.iter().any(|t| {
+            t.name
+                .strip_prefix("blk.")
+                .and_then(|r| r.split('.').next())
+                .and_then(|b| b.parse::<u64>().ok())
+                .is_some_and(|b| b >= layers)
+        });
+        let mtp_layers = if has_mtp {
+            u32::try_from(mtp::declared_layers(ck.config.as_ref())).context("too many MTP layers")?
+        } else {
+            0
+        };
+        let mut kv: Metadata = vec![
+            ("general.architecture".into(), MetaValue::Str(hp.arch.into())),
+            ("general.type".into(), MetaValue::Str("model".into())),
+            ("general.name".into(), MetaValue::Str(crate::card::source_name(&ck.root).0)),
+            ("general.quantization_version".into(), MetaValue::U32(2)),
+        ];
+        kv.extend(sampling(ck)?);
+        kv.extend(hp.metadata(mtp_layers, self.opts.ty.file_type())?);
+        if self.opts.vocab {
+            kv.extend(vocab::metadata(ck, hp.vocab_size()?)?);
+        }
+        Ok(kv)
+    }
+
+    fn copies_side_files(&self) -> bool {
+        false
+    }
+
+    /// One file unless `--max-shard-size` asks for splits.
+    fn default_max_shard_size(&self) -> u64 {
+        u64::MAX
+    }
+
+    fn card(&self, mtp: bool) -> FormatCard {
+        let ty = self.opts.ty.name();
+        let draft = if mtp { " (add `--spec-type draft-mtp` to use its MTP head)" } else { "" };
+        FormatCard {
+            library: "gguf",
+            tags: vec!["gguf".into(), ty.into(), "llama.cpp".into()],
+            description: format!(
+                "GGUF for llama.cpp ({} architecture), {ty} tensors, int8 layers as exact Q8_0",
+                "qwen35"
+            ),
+            how_to_load: format!(
+                "llama.cpp{draft}:\n\n```sh\nllama-cli -m path/to/model/model.gguf -p \"Hello\"\n```\n\n\
+                 A split output loads from its first file (`model-00001-of-0000N.gguf`).\n"
+            ),
+        }
+    }
+}
