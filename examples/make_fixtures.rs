@@ -33,8 +33,8 @@ const KV_HEADS: usize = 1;
 const HEAD_DIM: usize = 128;
 const LIN_K_HEADS: usize = 1;
 const LIN_K_DIM: usize = 128;
-const LIN_V_HEADS: usize = 1;
-const LIN_V_DIM: usize = 128;
+const LIN_V_HEADS: usize = 2;
+const LIN_V_DIM: usize = 64;
 const CONV_KERNEL: usize = 4;
 const VOCAB: usize = 256;
 // MoE only.

@@ -34,6 +34,13 @@ impl Reader<'_> {
                 let [(lead, r)] = lead_runs(n, rows).try_into().map_err(|_| several_leads())?;
                 self.f32_rows(&members[lead], &Span { rows: r, cols }, out)
             }
+            RowSource::Reordered { inner, cols: order, .. } => {
+                self.f32_rows(inner, &self.inner_span(source, span)?, out)?;
+                if let Some(order) = order {
+                    order.apply_to_rows(out, &mut Vec::new());
+                }
+                Ok(())
+            }
             RowSource::Int8(i) => {
                 out.clear();
                 self.cat.int8[*i].dequantize_rows(self.ck, rows, cols, out)
@@ -50,6 +57,31 @@ impl Reader<'_> {
                 Ok(())
             }
         }
+    }
+
+    /// The span of a reordered source's input that its span `span` reads: the rows its row order
+    /// maps them from (a unit lies within one run of the order), and every column when the
+    /// columns are reordered.
+    fn inner_span(&self, source: &RowSource, span: &Span) -> Result<Span> {
+        let RowSource::Reordered { rows: row_order, cols: col_order, .. } = source else {
+            bail!("not a reordered source");
+        };
+        let width = dims(source, self.ck, self.cat)?.2;
+        if col_order.is_some_and(|o| o.width() != width || span.cols != (0..width)) {
+            bail!("{}: columns are reordered in whole rows only", source.describe(self.cat));
+        }
+        let rows = match row_order {
+            None => span.rows.clone(),
+            Some(order) => {
+                let first = order.source(span.rows.start);
+                let last = order.source(span.rows.end - 1);
+                if span.rows.is_empty() || last + 1 != first + span.rows.len() {
+                    bail!("{}: rows {:?} do not stay together in the new order", source.describe(self.cat), span.rows);
+                }
+                first..last + 1
+            }
+        };
+        Ok(Span { rows, cols: span.cols.clone() })
     }
 
     /// Span `span` of a tensor source as stored bytes, replacing `out`.
@@ -76,6 +108,13 @@ impl Reader<'_> {
 
     /// Span `span` of an int8 source as stored: codes and row scales, replacing both.
     pub fn int8_rows(&self, source: &RowSource, span: &Span, codes: &mut Vec<u8>, scales: &mut Vec<f32>) -> Result<()> {
+        if let RowSource::Reordered { inner, cols: order, .. } = source {
+            self.int8_rows(inner, &self.inner_span(source, span)?, codes, scales)?;
+            if let Some(order) = order {
+                order.apply_to_rows(codes, &mut Vec::new());
+            }
+            return Ok(());
+        }
         let RowSource::Int8(i) = source else { bail!("only int8 pairs are repacked") };
         codes.clear();
         scales.clear();

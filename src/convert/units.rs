@@ -50,6 +50,21 @@ pub fn dims(source: &RowSource, ck: &Checkpoint, cat: &Catalog) -> Result<(usize
             let (_, rows, cols) = dims(&members[0], ck, cat)?;
             (members.len(), rows, cols)
         }
+        RowSource::Reordered { inner, .. } => dims(inner, ck, cat)?,
+    })
+}
+
+/// Whether a source reads one input tensor whole, its leads following each other there, so that
+/// units may span leads.
+fn contiguous(source: &RowSource, ck: &Checkpoint) -> Result<bool> {
+    Ok(match source {
+        RowSource::Int8(_) => true,
+        RowSource::Tensor { name, rows, cols } => {
+            let (_, height, width) = view(&ck.entry(name)?.shape);
+            *rows == (0..height) && *cols == width
+        }
+        RowSource::Reordered { inner, .. } => contiguous(inner, ck)?,
+        RowSource::Coded { .. } | RowSource::Stack(_) => false,
     })
 }
 
@@ -59,16 +74,7 @@ pub fn units(plan: &Plan, ck: &Checkpoint, cat: &Catalog) -> Result<Units> {
     for (t, p) in plan.tensors.iter().enumerate() {
         let Some(recipe) = &p.tensor.recipe else { continue };
         let dims = dims(&recipe.source, ck, cat)?;
-        // A source read whole from one input tensor: its leads follow each other there, so units
-        // may span them.
-        let contiguous = match &recipe.source {
-            RowSource::Int8(_) => true,
-            RowSource::Tensor { name, rows, cols } => {
-                let (_, height, width) = view(&ck.entry(name)?.shape);
-                *rows == (0..height) && *cols == width
-            }
-            RowSource::Coded { .. } | RowSource::Stack(_) => false,
-        };
+        let contiguous = contiguous(&recipe.source, ck)?;
         let values = (dims.0 * dims.1 * dims.2).max(1) as u64;
         for (lead, span) in spans(&recipe.source, dims, contiguous) {
             let input = bulk_input(&recipe.source, lead, cat).map(|name| id(&mut input_ids, &mut out.inputs, name));
@@ -85,15 +91,7 @@ pub fn units(plan: &Plan, ck: &Checkpoint, cat: &Catalog) -> Result<Units> {
 /// (a multiple of every block and group size), so memory per unit is bounded whatever the shape.
 pub fn spans(source: &RowSource, (leads, n, cols): (usize, usize, usize), contiguous: bool) -> Vec<(usize, Span)> {
     let per_unit = (ELEMENTS_PER_UNIT / cols.max(1)).max(1);
-    let runs: Vec<(usize, Range<usize>)> = if contiguous {
-        (0..leads * n).step_by(per_unit).map(|s| (0, s..(s + per_unit).min(leads * n))).collect()
-    } else {
-        (0..leads)
-            .flat_map(|lead| {
-                lead_runs(source, n, per_unit).into_iter().map(move |r| (lead, lead * n + r.start..lead * n + r.end))
-            })
-            .collect()
-    };
+    let runs = row_runs(source, (leads, n), contiguous, per_unit);
     let mut out = Vec::with_capacity(runs.len());
     for (lead, rows) in runs {
         if cols <= ELEMENTS_PER_UNIT {
@@ -109,6 +107,38 @@ pub fn spans(source: &RowSource, (leads, n, cols): (usize, usize, usize), contig
     out
 }
 
+/// The runs of global (lead-major) rows that units cover, each with its lead: a reordered
+/// source's runs are those of its input cut where the order moves rows apart.
+fn row_runs(
+    source: &RowSource,
+    (leads, n): (usize, usize),
+    contiguous: bool,
+    per_unit: usize,
+) -> Vec<(usize, Range<usize>)> {
+    if let RowSource::Reordered { inner, rows: Some(order), .. } = source {
+        let inner_runs = row_runs(inner, (leads, n), contiguous, per_unit);
+        let mut runs = Vec::with_capacity(inner_runs.len() + order.runs().len());
+        for (out, from, len) in order.runs() {
+            // The input runs overlapping `from..from + len`, found by binary search: they are sorted.
+            let mut i = inner_runs.partition_point(|(_, r)| r.end <= from);
+            while let Some((lead, r)) = inner_runs.get(i).filter(|(_, r)| r.start < from + len) {
+                let (start, end) = (r.start.max(from), r.end.min(from + len));
+                runs.push((*lead, out + start - from..out + end - from));
+                i += 1;
+            }
+        }
+        return runs;
+    }
+    if contiguous {
+        return (0..leads * n).step_by(per_unit).map(|s| (0, s..(s + per_unit).min(leads * n))).collect();
+    }
+    (0..leads)
+        .flat_map(|lead| {
+            lead_runs(source, n, per_unit).into_iter().map(move |r| (lead, lead * n + r.start..lead * n + r.end))
+        })
+        .collect()
+}
+
 /// The runs of one lead's `n` rows (`0..n`) that units cover: 128-row blocks of a coded module,
 /// else `per_unit` rows at a time.
 fn lead_runs(source: &RowSource, n: usize, per_unit: usize) -> Vec<Range<usize>> {
@@ -118,6 +148,7 @@ fn lead_runs(source: &RowSource, n: usize, per_unit: usize) -> Vec<Range<usize>>
             RowSource::Coded { rows, .. } => Some(rows.start),
             _ => None,
         },
+        RowSource::Reordered { inner, .. } => return lead_runs(inner, n, per_unit),
         _ => None,
     };
     match coded_start {
@@ -144,6 +175,7 @@ pub(super) fn bulk_input<'a>(source: &'a RowSource, lead: usize, cat: &'a Catalo
         RowSource::Int8(i) => Some(&cat.int8[*i].weight),
         RowSource::Tensor { name, .. } => Some(name),
         RowSource::Stack(members) => bulk_input(members.get(lead)?, 0, cat),
+        RowSource::Reordered { inner, .. } => bulk_input(inner, lead, cat),
     }
 }
 

@@ -23,6 +23,61 @@ pub enum RowSource {
     Tensor { name: String, rows: Range<usize>, cols: usize },
     /// Single-matrix sources stacked as leads (per-expert modules written as one `[E, …]` tensor).
     Stack(Vec<RowSource>),
+    /// The rows (global, lead-major) and the columns of `inner` in another order.
+    Reordered { inner: Box<RowSource>, rows: Option<HeadOrder>, cols: Option<HeadOrder> },
+}
+
+/// A permutation of indices that moves heads: the `per_key` heads of `head` entries that follow
+/// each of `key_heads` key heads (grouped: k0v0 k0v1 … k1v0 …) are laid out tiled instead (k0v0
+/// k1v0 … k0v1 k1v1 …), as llama.cpp wants linear-attention V heads. The first `skip` indices
+/// (the Q and K parts of a fused projection) stay in place.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeadOrder {
+    pub skip: usize,
+    pub key_heads: usize,
+    pub per_key: usize,
+    pub head: usize,
+}
+
+impl HeadOrder {
+    /// How many indices it orders (the width of the axis it reorders).
+    pub fn width(&self) -> usize {
+        self.skip + self.key_heads * self.per_key * self.head
+    }
+
+    /// The input index that output index `i` takes.
+    pub fn source(&self, i: usize) -> usize {
+        let Some(p) = i.checked_sub(self.skip) else { return i };
+        let (h, d) = (p / self.head, p % self.head);
+        let (v, k) = (h / self.key_heads, h % self.key_heads);
+        self.skip + (k * self.per_key + v) * self.head + d
+    }
+
+    /// The order as runs that stay together: `(output start, input start, length)`, by output.
+    pub fn runs(&self) -> Vec<(usize, usize, usize)> {
+        let heads = self.key_heads * self.per_key;
+        let mut runs = Vec::with_capacity(heads + 1);
+        if self.skip > 0 {
+            runs.push((0, 0, self.skip));
+        }
+        for h in 0..heads {
+            let out = self.skip + h * self.head;
+            runs.push((out, self.source(out), self.head));
+        }
+        runs
+    }
+
+    /// Reorders every row of `values` (rows of `width == len()` values) in place through `scratch`.
+    pub fn apply_to_rows<T: Copy>(&self, values: &mut [T], scratch: &mut Vec<T>) {
+        let runs = self.runs();
+        for row in values.chunks_exact_mut(self.width()) {
+            scratch.clear();
+            scratch.extend_from_slice(row);
+            for &(out, from, len) in &runs {
+                row[out..out + len].copy_from_slice(&scratch[from..from + len]);
+            }
+        }
+    }
 }
 
 impl RowSource {
@@ -35,6 +90,7 @@ impl RowSource {
             RowSource::Stack(members) => {
                 format!("{} stacked members (first {})", members.len(), members[0].describe(cat))
             }
+            RowSource::Reordered { inner, .. } => inner.describe(cat),
         }
     }
 
@@ -43,6 +99,7 @@ impl RowSource {
         match self {
             RowSource::Coded { module, .. } => vec![*module],
             RowSource::Stack(members) => members.iter().flat_map(RowSource::coded_modules).collect(),
+            RowSource::Reordered { inner, .. } => inner.coded_modules(),
             RowSource::Int8(_) | RowSource::Tensor { .. } => Vec::new(),
         }
     }

@@ -50,7 +50,7 @@ impl Hparams {
         self.values.get(key).filter(|v| !v.is_null())
     }
 
-    fn u32(&self, key: &str) -> Result<Option<u32>> {
+    pub fn count(&self, key: &str) -> Result<Option<u32>> {
         self.get(key)
             .map(|v| {
                 v.as_u64()
@@ -61,7 +61,7 @@ impl Hparams {
     }
 
     fn required_u32(&self, key: &str) -> Result<u32> {
-        self.u32(key)?.with_context(|| format!("config.json has no {key}"))
+        self.count(key)?.with_context(|| format!("config.json has no {key}"))
     }
 
     fn f32(&self, key: &str) -> Result<Option<f32>> {
@@ -95,7 +95,7 @@ impl Hparams {
         kv.push((key("block_count"), MetaValue::U32(blocks)));
         let push_u32 = |kv: &mut Metadata, name: &str, from: &[&str]| -> Result<()> {
             for f in from {
-                if let Some(v) = self.u32(f)? {
+                if let Some(v) = self.count(f)? {
                     kv.push((key(name), MetaValue::U32(v)));
                     break;
                 }
@@ -138,7 +138,7 @@ impl Hparams {
         }
         push_u32(&mut kv, "expert_count", &["num_local_experts", "num_experts", "n_routed_experts"])?;
         push_u32(&mut kv, "expert_used_count", &["num_experts_per_tok", "num_experts_per_token", "top_k_experts"])?;
-        if let Some(head_dim) = self.u32("head_dim")? {
+        if let Some(head_dim) = self.count("head_dim")? {
             kv.push((key("attention.key_length"), MetaValue::U32(head_dim)));
             kv.push((key("attention.value_length"), MetaValue::U32(head_dim)));
         }
@@ -163,8 +163,8 @@ impl Hparams {
             recurrent.resize(blocks as usize, false);
             kv.push((key("attention.recurrent_layers"), MetaValue::Bools(recurrent)));
         }
-        kv.push((key("full_attention_interval"), MetaValue::U32(self.u32("full_attention_interval")?.unwrap_or(4))));
-        let head_dim = match self.u32("head_dim")? {
+        kv.push((key("full_attention_interval"), MetaValue::U32(self.count("full_attention_interval")?.unwrap_or(4))));
+        let head_dim = match self.count("head_dim")? {
             Some(d) => d,
             None => self.required_u32("hidden_size")? / self.required_u32("num_attention_heads")?.max(1),
         };
@@ -178,6 +178,6 @@ impl Hparams {
 
     /// The vocabulary size the token list is padded to.
     pub fn vocab_size(&self) -> Result<Option<u32>> {
-        self.u32("vocab_size")
+        self.count("vocab_size")
     }
 }

@@ -5,6 +5,7 @@
 //! become `Q8_0` exactly. The model metadata (`hparams.rs`) and the tokenizer (`vocab.rs`) go into
 //! the file's header; no config or tokenizer file is written beside it.
 
+mod heads;
 mod hparams;
 mod names;
 mod vocab;
@@ -17,7 +18,8 @@ use super::tensor::{Encoding, OutputTensor, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint};
 use crate::container::{Container, Gguf, MetaValue, Metadata};
 use crate::storage::{BlockType, Storage};
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
+use heads::{LinearHeads, Reorder};
 use hparams::Hparams;
 use safetensors::Dtype;
 use serde_json::Value;
@@ -77,6 +79,16 @@ impl GgufOptions {
         GgufOptions { ty: GgufType::Bf16, int8: Int8Mode::Exact, vocab: true, mtp: MtpMode::Auto };
 }
 
+/// What every tensor's conversion needs to know of the model.
+struct Model<'a> {
+    ck: &'a Checkpoint,
+    cat: &'a Catalog,
+    /// Transformer blocks before the MTP layers.
+    layers: u64,
+    /// Linear-attention heads when V heads move (more V heads than key heads).
+    heads: Option<LinearHeads>,
+}
+
 /// The GGUF layout.
 #[derive(Clone, Copy, Debug)]
 pub struct GgufLayout {
@@ -122,23 +134,33 @@ impl GgufLayout {
         }
     }
 
-    /// One GGUF tensor from HF tensor `t`, named as HF name `hf_name`, its rows `rows` of each lead
-    /// (all when `None`).
-    fn convert(
-        self,
-        t: &OutputTensor,
-        hf_name: &str,
-        layers: u64,
-        (ck, cat): (&Checkpoint, &Catalog),
-    ) -> Result<OutputTensor> {
-        let mapped = names::map(hf_name, layers)
-            .with_context(|| format!("tensor {hf_name}: llama.cpp's {} has no place for it", "GGUF layout"))?;
+    /// One GGUF tensor from HF tensor `t`, named as HF name `hf_name`.
+    fn convert(self, t: &OutputTensor, hf_name: &str, model: &Model) -> Result<OutputTensor> {
+        let (ck, cat) = (model.ck, model.cat);
+        let mapped = names::map(hf_name, model.layers)
+            .with_context(|| format!("tensor {hf_name}: llama.cpp's GGUF layout has no place for it"))?;
         let mut shape = t.shape.clone();
         if mapped.name.contains(".ssm_conv1d.") {
             shape.retain(|&d| d != 1);
         }
         let (storage, encoding) = self.storage(&mapped.name, &shape, t, ck, cat);
-        let source = t.recipe.as_ref().expect("HF-layout tensors have recipes").source.clone();
+        let mut source = t.recipe.as_ref().expect("HF-layout tensors have recipes").source.clone();
+        let leaf = hf_name.split_once("layers.").and_then(|(_, rest)| rest.split_once('.')).map(|(_, leaf)| leaf);
+        if let Some(reorder) = model.heads.zip(leaf).and_then(|(heads, leaf)| heads.reorder(leaf)) {
+            let (rows, cols) = match reorder {
+                Reorder::Rows(order) => (Some(order), None),
+                Reorder::Cols(order) => (None, Some(order)),
+            };
+            // conv1d's [C, 1, K] reads as C leads of one row: its global rows are its channels.
+            let conv = mapped.name.contains(".ssm_conv1d.");
+            let height = if conv { t.shape[0] } else { t.shape.iter().rev().nth(1).copied().unwrap_or(1) };
+            let width = t.shape.last().copied().unwrap_or(1);
+            let fits = rows.is_none_or(|o| o.width() == height) && cols.is_none_or(|o| o.width() == width);
+            if t.shape.len() > 2 && !conv || !fits {
+                bail!("tensor {hf_name}: shape {:?} does not match the linear-attention heads of config.json", t.shape);
+            }
+            source = RowSource::Reordered { inner: Box::new(source), rows, cols };
+        }
         let mut out = OutputTensor::new(mapped.name, storage, shape, t.kind, source, encoding);
         out.adjust(mapped.adjust);
         Ok(out)
@@ -183,7 +205,7 @@ fn rows_of(source: &RowSource, range: std::ops::Range<usize>) -> Option<RowSourc
         RowSource::Stack(members) => {
             members.iter().map(|m| rows_of(m, range.clone())).collect::<Option<_>>().map(RowSource::Stack)
         }
-        RowSource::Int8(_) | RowSource::Tensor { .. } => None,
+        RowSource::Int8(_) | RowSource::Tensor { .. } | RowSource::Reordered { .. } => None,
     }
 }
 
@@ -199,13 +221,14 @@ impl Layout for GgufLayout {
         keep_bias: bool,
         warnings: &mut Vec<String>,
     ) -> Result<Vec<OutputTensor>> {
-        let layers = u64::from(Hparams::new(ck.config.as_ref())?.layers()?);
+        let hp = Hparams::new(ck.config.as_ref())?;
+        let model = Model { ck, cat, layers: u64::from(hp.layers()?), heads: LinearHeads::new(&hp)? };
         let mut hf_tensors = hf::tensors(ck, cat, DenseDtype::Bf16, keep_bias);
         mtp::apply(self.opts.mtp, &mut hf_tensors, ck.config.as_ref(), warnings);
         let mut out = Vec::with_capacity(hf_tensors.len() + 8);
         for t in &hf_tensors {
             let Some(base) = t.name.strip_suffix(names::FUSED_GATE_UP) else {
-                out.push(self.convert(t, &t.name, layers, (ck, cat))?);
+                out.push(self.convert(t, &t.name, &model)?);
                 continue;
             };
             // [E, 2·I, H] → gate [E, I, H] (the first half of each expert's rows) and up.
@@ -218,7 +241,7 @@ impl Layout for GgufLayout {
                 let split =
                     rows_of(source, rows).with_context(|| format!("tensor {}: cannot split gate and up", t.name))?;
                 piece.recipe.as_mut().expect("recipe").source = split;
-                out.push(self.convert(&piece, &format!("{base}mlp.experts.{part}"), layers, (ck, cat))?);
+                out.push(self.convert(&piece, &format!("{base}mlp.experts.{part}"), &model)?);
             }
         }
         Ok(out)
