@@ -22,6 +22,17 @@ pub fn escape_controls(s: &str) -> Cow<'_, str> {
 }
 
 /// Bytes in decimal units (kB, MB, GB, as disks and the Hub count them).
+/// `s` as one word of a POSIX shell command: as it is when it holds only characters no shell
+/// treats specially, else single-quoted (a `'` inside written as `'\''`).
+pub fn shell_word(s: &str) -> Cow<'_, str> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "._/-+=,:@%".contains(c);
+    if !s.is_empty() && s.chars().all(plain) {
+        Cow::Borrowed(s)
+    } else {
+        Cow::Owned(format!("'{}'", s.replace('\'', r"'\''")))
+    }
+}
+
 pub fn human_bytes(b: u64) -> String {
     match b {
         b if b >= 1_000_000_000 => format!("{:.2} GB", b as f64 / 1e9),

@@ -8,6 +8,7 @@ use crate::layout::mlx::{AutoBits, Int8Mode};
 use crate::layout::{DenseDtype, GgufOptions, GgufType, MlxOptions, MtpMode, OutputFormat};
 use crate::quant::affine::{AffineSpec, BITS, GROUP_SIZES};
 use crate::signals;
+use crate::text::shell_word;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::error::ErrorKind;
 use clap::{Args, ValueEnum};
@@ -307,13 +308,12 @@ fn shaping_flags(a: &ConvertArgs, format: &OutputFormat) -> String {
     }
     flags.push(("--bias", Some(if a.bias == BiasArg::Keep { "keep" } else { "drop" }.into())));
     flags.extend(a.max_shard_size.map(|s| ("--max-shard-size", Some(s.to_string()))));
-    // Quoted for a POSIX shell, a `'` inside included.
     flags.extend(a.only.iter().map(|g| ("--only", Some(format!("'{}'", g.replace('\'', r"'\''"))))));
     if a.checksums {
         flags.push(("--checksums", None));
     }
     if let Some(base) = &a.verify_base {
-        flags.push(("--verify-base", Some(crate::card::source_name(base).0)));
+        flags.push(("--verify-base", Some(shell_word(&crate::card::source_name(base).0).into_owned())));
         flags.push(match a.verify_sample {
             _ if a.verify_full => ("--verify-full", None),
             n => ("--verify-sample", Some(n.unwrap_or(VERIFY_SAMPLE as u64).to_string())),

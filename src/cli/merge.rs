@@ -17,6 +17,7 @@ pub struct MergeArgs {
 }
 
 pub fn run(a: &MergeArgs) -> ExitCode {
+    crate::signals::install();
     match merge(&a.dir) {
         Ok(r) if a.json => print_json(&r),
         Ok(r) => print_out(&format!(

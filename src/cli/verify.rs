@@ -89,6 +89,8 @@ impl From<&VerifyArgs> for VerifyOptions {
 }
 
 pub fn run(a: &VerifyArgs) -> ExitCode {
+    // A file-size limit or an interrupt while the page is written: an error, no temporary left.
+    crate::signals::install();
     // Exit 1 is reserved for failed checks: a run that could not check anything is 2.
     let html = match a.html.as_deref().map(|p| html_target(a, p)).transpose() {
         Ok(t) => t,

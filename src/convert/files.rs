@@ -10,6 +10,7 @@ use crate::layout::mtp::is_mtp;
 use crate::layout::Layout;
 use crate::output::checksums::{sha256_hex, SUMS_FILE};
 use crate::output::{Marker, MARKER_FILE};
+use crate::text::shell_word;
 use anyhow::{Context, Result};
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -66,7 +67,7 @@ pub const CARD_FILE: &str = "README.md";
 pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Option<&VerifySummary>) -> Card {
     let (source, revision) = card::source_name(&opts.input);
     // OUT is named by role: the parts of a split job write to differently named directories.
-    let command = format!("escha-convert {source} OUT {}", opts.shaping_flags);
+    let command = format!("escha-convert {} OUT {}", shell_word(&source), opts.shaping_flags);
     let mut notes = Vec::new();
     if job.cat.coded.iter().any(|m| m.tensor(Leaf::Bias).is_some()) {
         let bias = if opts.keep_bias {

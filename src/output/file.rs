@@ -47,6 +47,7 @@ pub fn write_whole(target: &Path, bytes: &[u8]) -> Result<()> {
         }
     }
     let tmp = temporary(target);
+    crate::signals::remove_on_signal(&tmp);
     let written = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -56,6 +57,7 @@ pub fn write_whole(target: &Path, bytes: &[u8]) -> Result<()> {
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
+    crate::signals::forget(&tmp);
     written.with_context(|| format!("{}: cannot write", target.display()))
 }
 

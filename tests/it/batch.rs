@@ -218,7 +218,15 @@ fn the_card_names_in_by_its_directory_and_escapes_what_it_quotes() {
     let body = card.split("---\n").nth(2).unwrap();
     assert!(!outside_code_spans(body).contains('<'), "{card}");
     assert!(card.contains("``x`y <img src=z onerror=alert(1)> |w``"), "{card}");
-    assert!(card.contains("| command | ``escha-convert x`y <img src=z onerror=alert(1)> \\|w OUT"), "{card}");
+    // The command is one a shell runs as written: the name is a single quoted word.
+    assert!(card.contains("| command | ``escha-convert 'x`y <img src=z onerror=alert(1)> \\|w' OUT"), "{card}");
+    let name = "$(id) it's";
+    let input = tmp.path().join(name);
+    copy_tree(&fixture("dense"), &input);
+    let out = tmp.path().join("shell-out");
+    convert(&input, &out, &[]);
+    let card = std::fs::read_to_string(out.join("README.md")).unwrap();
+    assert!(card.contains(r"| command | `escha-convert '$(id) it'\''s' OUT"), "{card}");
 }
 
 #[test]

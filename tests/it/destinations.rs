@@ -240,11 +240,11 @@ fn an_interrupted_force_swap_leaves_the_old_output() {
     assert_eq!(left.len(), 2, "only in/ and out/ remain: {left:?}");
 }
 
-/// Runs a conversion with a file-size limit of `limit` bytes (`ulimit -f`).
-fn with_file_size_limit(input: &Path, out: &Path, limit: u64) -> Output {
+/// Runs escha-convert with `args` under a file-size limit of `limit` bytes (`ulimit -f`).
+fn with_file_size_limit(args: &[&dyn AsRef<std::ffi::OsStr>], limit: u64) -> Output {
     use std::os::unix::process::CommandExt;
     let mut cmd = escha_convert();
-    cmd.arg(input).arg(out).arg("--quiet");
+    cmd.args(args.iter().map(AsRef::as_ref));
     // SAFETY: setrlimit in the child before exec; no allocation or lock is involved.
     unsafe {
         cmd.pre_exec(move || {
@@ -266,13 +266,24 @@ fn a_file_size_limit_is_an_error_naming_the_file_not_a_signal() {
     // Shards fit the limit; the tokenizer copied beside them does not.
     std::fs::write(input.join("tokenizer.json"), vec![b' '; 8 << 20]).unwrap();
     let out = tmp.path().join("out");
-    let o = with_file_size_limit(&input, &out, 4 << 20);
+    let o = with_file_size_limit(&[&input, &out, &"--quiet"], 4 << 20);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("tokenizer.json: cannot write") && err.contains("copying"), "{err}");
     assert!(err.contains("File too large"), "{err}");
     let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left, vec!["in"], "no staging and no lock left");
+
+    // verify's page: the checks ran, writing their record failed (exit 1), no temporary left.
+    let pages = tmp.path().join("pages");
+    std::fs::create_dir(&pages).unwrap();
+    let page = pages.join("report.html");
+    let base = fixture("dense-base");
+    let o = with_file_size_limit(&[&"verify", &fixture("dense"), &"--base", &base, &"--html", &page], 16 << 10);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("report.html: cannot write") && err.contains("File too large"), "{err}");
+    assert_eq!(std::fs::read_dir(&pages).unwrap().count(), 0, "no page, no temporary");
 }
 
 /// Unmounts a test's tmpfs when the test ends, however it ends.
