@@ -1,10 +1,13 @@
-//! MLX affine quantization speed in ns per weight (median of several runs, and the minimum).
+//! MLX affine and ggml K-quant quantization speed in ns per weight (median of several runs, and
+//! the minimum).
 //!
 //! `cargo bench --bench quant`. One 128×5120 block (one conversion work unit of a 27B-wide
-//! linear) of Gaussian-like weights rounded to bf16, quantized at group size 64 with BF16 scales,
-//! single-threaded: the scalar reference and the kernel `quantize_rows` dispatches to.
+//! linear) of Gaussian-like weights rounded to bf16, single-threaded: the scalar reference and the
+//! kernel `quantize_rows` / `kquants::quantize_row` dispatches to. Affine: group size 64 with BF16
+//! scales; K-quants: `Q4_K`, `Q5_K` and `Q6_K`, a row (20 super-blocks) at a time.
 
 use escha_convert::quant::affine::{quantize_rows_with, round_slice, AffineOut, AffineSpec, Kernel};
+use escha_convert::quant::kquants::{self, KQuant};
 use escha_convert::rng::SplitMix64;
 use safetensors::Dtype;
 use std::hint::black_box;
@@ -46,5 +49,32 @@ fn main() {
         let reference = time(Kernel::REFERENCE);
         let fast = time(best);
         println!("{bits:>4}  {reference}  {fast}  {:6.1}×", reference.median / fast.median);
+    }
+    kquants_section(&values);
+}
+
+/// `kquants::quantize_row` for each K-quant type, row by row: the reference against the best
+/// kernel, after checking that they agree.
+fn kquants_section(values: &[f32]) {
+    let best = kquants::Kernel::best();
+    println!();
+    println!("kquants::quantize_row, {ROWS}×{COLS} block, a row at a time: ns/weight, median (min) of {REPS}");
+    println!("{:>4}  {:>22}  {:>22}  speed-up", "type", "reference", best.name());
+    let mut out = Vec::new();
+    for kind in KQuant::ALL {
+        let mut run = |kernel: kquants::Kernel, out: &mut Vec<u8>| {
+            out.clear();
+            for row in black_box(values).chunks_exact(COLS) {
+                kquants::quantize_row_with(kernel, kind, row, out);
+            }
+            black_box(&*out);
+        };
+        let mut want = Vec::new();
+        run(kquants::Kernel::Reference, &mut want);
+        run(best, &mut out);
+        assert!(out == want, "{} differs from the reference for {}", best.name(), kind.name());
+        let reference = ns_per_weight(REPS, values.len(), || run(kquants::Kernel::Reference, &mut out));
+        let fast = ns_per_weight(REPS, values.len(), || run(best, &mut out));
+        println!("{:>4}  {reference}  {fast}  {:6.1}×", kind.name(), reference.median / fast.median);
     }
 }

@@ -110,10 +110,24 @@ fn main() -> std::io::Result<()> {
             }
         }
     }
-    std::fs::write(
-        out.join("config.json"),
-        json!({"model_type": "qwen3_5", "quantization_config": {"quant_method": "escha"}}).to_string(),
-    )?;
+    // The 27B's text config with as many layers as were written (MLP only), so that every
+    // format, GGUF included, has the model keys it needs.
+    let config = json!({
+        "architectures": ["Qwen3_5ForConditionalGeneration"],
+        "model_type": "qwen3_5",
+        "quantization_config": {"quant_method": "escha"},
+        "text_config": {
+            "model_type": "qwen3_5_text", "hidden_size": HIDDEN, "intermediate_size": INTERMEDIATE,
+            "num_hidden_layers": layer, "layer_types": vec!["full_attention"; layer],
+            "full_attention_interval": 4, "num_attention_heads": 24, "num_key_value_heads": 4, "head_dim": 256,
+            "linear_num_key_heads": 16, "linear_key_head_dim": 128, "linear_num_value_heads": 48,
+            "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "vocab_size": 248320,
+            "rms_norm_eps": 1e-6, "max_position_embeddings": 262144,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
+                                "mrope_section": [11, 11, 10]},
+        },
+    });
+    std::fs::write(out.join("config.json"), config.to_string())?;
     eprintln!("{} layers, {:.2} GB of codes in {}", layer, code_bytes as f64 / 1e9, out.display());
     Ok(())
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The project's test command: the Rust suite, then the Python tests against real MLX, mlx-lm,
-# PyTorch and transformers, run on the binary the Rust suite built.
+# PyTorch, transformers and llama.cpp, run on the binary the Rust suite built.
 #
 # The Python packages live in a virtual environment inside the repository (.venv/, git-ignored), made
 # with `python3 -m venv` on the first run; the Python on PATH is never modified. Packages are
@@ -66,6 +66,14 @@ if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$want" ]; then
     echo "$want" >"$STAMP"
 fi
 phase_done "Python venv and packages"
+
+# llama.cpp for the GGUF tests, built once into a cache outside the checkout (scripts/llama-cpp.sh);
+# its env file exports ESCHA_LLAMA_CPP (the sources: the Rust suite compiles ggml-quants.c from them,
+# test_gguf.py runs convert_hf_to_gguf.py) and ESCHA_LLAMA_BIN (llama-quantize, llama_logits).
+bash scripts/llama-cpp.sh
+# shellcheck source=/dev/null
+. "$(bash scripts/llama-cpp.sh --print-env)"
+phase_done "llama.cpp"
 
 cargo test --locked
 phase_done "cargo test"

@@ -70,12 +70,12 @@ pub struct ConvertArgs {
     /// that keep the added error within --max-added-error · 2^-K) (`--format mlx`; default 4).
     #[arg(long, value_name = "BITS", value_parser = parse_bits)]
     pub bits: Option<Bits>,
-    /// With --bits auto: the largest error the MLX quantization may add to a K-bit coded linear,
-    /// as a fraction R of its trellis error 2^-K (default 0.5: at most +12% in total).
+    /// With --bits auto or --gguf-type auto: the largest error the quantization may add to a K-bit
+    /// coded linear, as a fraction R of its trellis error 2^-K (default 0.5: at most +12% in total).
     #[arg(long, value_name = "R", value_parser = parse_added_error)]
     pub max_added_error: Option<f64>,
-    /// With --bits auto: measure each width's error exactly (about 20 ns more per weight)
-    /// instead of estimating it from the group ranges.
+    /// With --bits auto or --gguf-type auto: measure each choice's error exactly (about 20 ns more
+    /// per weight for MLX) instead of estimating it from the group or block ranges.
     #[arg(long)]
     pub measure_error: bool,
     /// MLX affine group size (`--format mlx`; default 64).
@@ -213,8 +213,13 @@ impl TryFrom<ConvertArgs> for ConvertRun {
             f if f != FormatArg::Gguf && (a.gguf_type.is_some() || a.gguf_vocab.is_some()) => {
                 return Err(usage("--gguf-type and --gguf-vocab apply to --format gguf only".into()));
             }
-            _ if a.bits != Some(Bits::Auto) && (a.max_added_error.is_some() || a.measure_error) => {
-                return Err(usage("--max-added-error and --measure-error apply to --bits auto only".into()));
+            _ if a.bits != Some(Bits::Auto)
+                && a.gguf_type != Some(GgufType::Auto)
+                && (a.max_added_error.is_some() || a.measure_error) =>
+            {
+                return Err(usage(
+                    "--max-added-error and --measure-error apply to --bits auto and --gguf-type auto only".into(),
+                ));
             }
             FormatArg::Bf16 => OutputFormat::Dense { dtype: DenseDtype::Bf16, mtp: a.mtp },
             FormatArg::F16 => OutputFormat::Dense { dtype: DenseDtype::F16, mtp: a.mtp },
@@ -229,19 +234,18 @@ impl TryFrom<ConvertArgs> for ConvertRun {
                     Some(Bits::Auto) | None => default.spec.bits,
                 };
                 let spec = AffineSpec::new(fixed, a.group_size.unwrap_or(default.spec.group_size)).map_err(usage)?;
-                let auto = (a.bits == Some(Bits::Auto)).then(|| AutoBits {
-                    max_added_error: a.max_added_error.unwrap_or(AutoBits::DEFAULT.max_added_error),
-                    exact: a.measure_error,
-                });
+                let auto = (a.bits == Some(Bits::Auto)).then(|| auto_budget(&a));
                 OutputFormat::Mlx(MlxOptions { spec, int8: a.int8.unwrap_or(default.int8), auto })
             }
             FormatArg::Gguf => {
                 let default = GgufOptions::DEFAULT;
+                let ty = a.gguf_type.unwrap_or(default.ty);
                 OutputFormat::Gguf(GgufOptions {
-                    ty: a.gguf_type.unwrap_or(default.ty),
+                    ty,
                     int8: a.int8.unwrap_or(default.int8),
                     vocab: a.gguf_vocab.map_or(default.vocab, |v| v == VocabArg::Auto),
                     mtp: a.mtp,
+                    auto: (ty == GgufType::Auto).then(|| auto_budget(&a)),
                 })
             }
         };
@@ -273,6 +277,19 @@ impl TryFrom<ConvertArgs> for ConvertRun {
     }
 }
 
+/// The budget of `--bits auto` or `--gguf-type auto`.
+fn auto_budget(a: &ConvertArgs) -> AutoBits {
+    AutoBits { max_added_error: a.max_added_error.unwrap_or(AutoBits::DEFAULT.max_added_error), exact: a.measure_error }
+}
+
+/// `--max-added-error R` and `--measure-error` of an auto choice.
+fn budget_flags(flags: &mut Vec<(&str, Option<String>)>, auto: AutoBits) {
+    flags.push(("--max-added-error", Some(auto.max_added_error.to_string())));
+    if auto.exact {
+        flags.push(("--measure-error", None));
+    }
+}
+
 /// The flags that shape the output, defaults spelled out, BASE by its directory name (a card names
 /// no path of the machine that ran the job). How the run went (-j, --quiet, --json, --force,
 /// --backend, --part) changes no byte and is left out.
@@ -288,10 +305,7 @@ fn shaping_flags(a: &ConvertArgs, format: &OutputFormat) -> String {
             match o.auto {
                 Some(auto) => {
                     flags.push(("--bits", Some("auto".into())));
-                    flags.push(("--max-added-error", Some(auto.max_added_error.to_string())));
-                    if auto.exact {
-                        flags.push(("--measure-error", None));
-                    }
+                    budget_flags(&mut flags, auto);
                 }
                 None => flags.push(("--bits", Some(o.spec.bits.to_string()))),
             }
@@ -301,6 +315,9 @@ fn shaping_flags(a: &ConvertArgs, format: &OutputFormat) -> String {
         OutputFormat::Gguf(o) => {
             flags.push(("--format", Some("gguf".into())));
             flags.push(("--gguf-type", Some(o.ty.name().into())));
+            if let Some(auto) = o.auto {
+                budget_flags(&mut flags, auto);
+            }
             flags.push(("--gguf-vocab", Some(if o.vocab { "auto" } else { "none" }.into())));
             flags.push(("--int8", Some(format!("{:?}", o.int8).to_lowercase())));
             flags.push(("--mtp", Some(format!("{:?}", o.mtp).to_lowercase())));

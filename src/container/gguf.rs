@@ -5,7 +5,7 @@
 //! model metadata in the first; llama.cpp loads them all from the first.
 
 use super::api::{Container, MetaValue, Metadata, ShardAt, ShardLayout, TensorInfo};
-use crate::storage::{BlockType, Storage};
+use crate::storage::Storage;
 use anyhow::{bail, Context, Result};
 use safetensors::Dtype;
 use serde_json::{Map, Value};
@@ -40,7 +40,7 @@ pub fn ggml_type(storage: Storage) -> Option<u32> {
     Some(match storage {
         Storage::Element(Dtype::F32) => 0,
         Storage::Element(Dtype::F16) => 1,
-        Storage::Block(BlockType::Q8_0) => 8,
+        Storage::Block(b) => b.ggml_type(),
         Storage::Element(Dtype::I8) => 24,
         Storage::Element(Dtype::I16) => 25,
         Storage::Element(Dtype::I32) => 26,
@@ -327,6 +327,7 @@ pub fn read(path: &Path) -> Result<Header> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::BlockType;
 
     #[test]
     fn a_laid_out_header_reads_back() {

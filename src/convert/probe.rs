@@ -1,11 +1,14 @@
-//! Decoded weights for a format that needs to see them before it fixes its plan (`--bits auto`
-//! chooses widths from them): the same rows the work units will read, in parallel.
+//! Decoded weights for a format that needs to see them before it fixes its plan (`--bits auto`,
+//! `--gguf-type auto` choose encodings from them): the same rows the work units will read, in
+//! parallel.
 
 use super::rows::Reader;
 use super::units::{bulk_input, dims, spans, Span};
 use crate::layout::{Adjust, RowSource, WeightProbe};
 use crate::quant::affine::round_slice;
 use crate::quant::affine_error::WidthErrors;
+use crate::quant::block_error::StorageErrors;
+use crate::storage::Storage;
 use anyhow::Result;
 use rayon::prelude::*;
 use safetensors::Dtype;
@@ -16,7 +19,39 @@ pub struct Probe<'a> {
     pub sample: Option<usize>,
 }
 
-type Errors = (WidthErrors, Option<WidthErrors>);
+impl Probe<'_> {
+    /// Folds `add` over the adjusted rows of `source` (each span's values and width), starting
+    /// every worker from `empty()` and joining them with `merge`; then releases the input's pages,
+    /// as the conversion does, so that probing a model never holds it all in memory.
+    fn fold_rows<E: Send>(
+        &self,
+        source: &RowSource,
+        adjust: Adjust,
+        empty: impl Fn() -> E + Sync + Send,
+        add: impl Fn(&mut E, &mut Vec<f32>, usize) + Sync + Send,
+        merge: impl Fn(E, E) -> E + Sync + Send,
+    ) -> Result<E> {
+        let (leads, n, cols) = dims(source, self.reader.ck, self.reader.cat)?;
+        let mut spans: Vec<Span> = spans(source, (leads, n, cols), false).into_iter().map(|(_, s)| s).collect();
+        if let Some(k) = self.sample.filter(|&k| k < spans.len()) {
+            spans = (0..k).map(|i| spans[(2 * i + 1) * spans.len() / (2 * k)].clone()).collect();
+        }
+        let folded = spans
+            .par_iter()
+            .map_init(Vec::new, |values, span| -> Result<E> {
+                self.reader.f32_rows(source, span, values)?;
+                self.reader.adjust(adjust, source, span, values)?;
+                let mut e = empty();
+                add(&mut e, values, span.cols.len());
+                Ok(e)
+            })
+            .try_reduce(&empty, |a, b| Ok(merge(a, b)))?;
+        let ck = self.reader.ck;
+        let inputs = (0..leads).filter_map(|lead| bulk_input(source, lead, self.reader.cat));
+        ck.release_all(inputs.map(|name| ck.entry(name)).collect::<Result<Vec<_>>>()?);
+        Ok(folded)
+    }
+}
 
 impl WeightProbe for Probe<'_> {
     fn affine_errors(
@@ -26,33 +61,40 @@ impl WeightProbe for Probe<'_> {
         gs: usize,
         scale_dtype: Dtype,
         exact: bool,
-    ) -> Result<Errors> {
-        let (leads, n, cols) = dims(source, self.reader.ck, self.reader.cat)?;
-        let mut spans: Vec<Span> = spans(source, (leads, n, cols), false).into_iter().map(|(_, s)| s).collect();
-        if let Some(k) = self.sample.filter(|&k| k < spans.len()) {
-            spans = (0..k).map(|i| spans[(2 * i + 1) * spans.len() / (2 * k)].clone()).collect();
-        }
-        let none = || (WidthErrors::default(), exact.then(WidthErrors::default));
-        let errors = spans
-            .par_iter()
-            .map_init(Vec::new, |values, span| -> Result<Errors> {
-                self.reader.f32_rows(source, span, values)?;
-                self.reader.adjust(adjust, source, span, values)?;
+    ) -> Result<(WidthErrors, Option<WidthErrors>)> {
+        self.fold_rows(
+            source,
+            adjust,
+            || (WidthErrors::default(), exact.then(WidthErrors::default)),
+            |(estimate, measured), values, width| {
                 round_slice(values, scale_dtype);
-                let width = span.cols.len();
-                let (mut estimate, mut measured) = none();
                 estimate.add_estimate(values, width, gs);
-                if let Some(m) = &mut measured {
+                if let Some(m) = measured {
                     m.add_exact(values, width, gs, scale_dtype);
                 }
-                Ok((estimate, measured))
-            })
-            .try_reduce(none, |a, b| Ok((a.0.merge(b.0), a.1.zip(b.1).map(|(x, y)| x.merge(y)))))?;
-        // As in the conversion, a tensor's pages go once it is read, so that probing a model
-        // never holds it all in memory (the conversion reads them again).
-        let ck = self.reader.ck;
-        let inputs = (0..leads).filter_map(|lead| bulk_input(source, lead, self.reader.cat));
-        ck.release_all(inputs.map(|name| ck.entry(name)).collect::<Result<Vec<_>>>()?);
-        Ok(errors)
+            },
+            |a, b| (a.0.merge(b.0), a.1.zip(b.1).map(|(x, y)| x.merge(y))),
+        )
+    }
+
+    fn storage_errors(
+        &self,
+        source: &RowSource,
+        adjust: Adjust,
+        candidates: &[Storage],
+        exact: bool,
+    ) -> Result<(StorageErrors, Option<StorageErrors>)> {
+        self.fold_rows(
+            source,
+            adjust,
+            || (StorageErrors::new(candidates), exact.then(|| StorageErrors::new(candidates))),
+            |(estimate, measured), values, width| {
+                estimate.add_estimate(values, width);
+                if let Some(m) = measured {
+                    m.add_exact(values, width);
+                }
+            },
+            |a, b| (a.0.merge(b.0), a.1.zip(b.1).map(|(x, y)| x.merge(y))),
+        )
     }
 }

@@ -158,15 +158,16 @@ pub fn render_summary(r: &ConvertReport) -> String {
         let _ = writeln!(s, "beside the shards: {}", r.copied_files.join(", "));
     }
     if !r.width_choices.is_empty() {
-        let _ = writeln!(s, "widths (--bits auto): added error ‖deq(Q(W)) − W‖/‖W‖ against the budget R·2^-K");
+        let _ = writeln!(s, "chosen from the weights: added error ‖deq(Q(W)) − W‖/‖W‖ against the budget R·2^-K");
         for c in &r.width_choices {
             let actual = c.actual.map_or(String::new(), |a| format!(", measured {a:.4}"));
             let _ = writeln!(
                 s,
-                "  {:<64} K={} → {} bits  predicted {:.4}{actual}  budget {:.4}",
+                "  {:<64} K={} → {} ({:.2} bits/weight)  predicted {:.4}{actual}  budget {:.4}",
                 escape_controls(&c.tensor),
                 c.k,
-                c.bits,
+                c.chosen,
+                c.bits_per_weight,
                 c.predicted,
                 c.budget
             );

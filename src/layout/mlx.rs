@@ -25,11 +25,12 @@
 
 use super::mtp;
 use super::names::{natural_key, norm_kind};
-use super::policy::{FormatCard, Layout, WeightProbe, WidthChoice};
+use super::policy::{Chosen, FormatCard, Layout, WeightProbe, WidthChoice};
 use super::tensor::{Adjust, AffineParams, Encoding, Kind, OutputTensor, Recipe, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint, Leaf};
 use crate::container::{MetaValue, Metadata};
 use crate::quant::affine::{int8_group_size, AffineSpec};
+use crate::quant::budget::budget;
 use crate::select::selected;
 use anyhow::{bail, Result};
 use safetensors::Dtype;
@@ -141,7 +142,7 @@ impl Layout for MlxLayout {
             };
             let Some(&module) = source.coded_modules().first() else { continue };
             let k = cat.coded[module].k;
-            let budget = auto.max_added_error * 0.5f64.powi(k as i32);
+            let budget = budget(auto.max_added_error, k);
             let cols = t.shape.last().copied().unwrap_or(0) * 32 / spec.bits as usize;
             let scale_dtype = scale_dtypes[&params.scales];
             let (estimate, exact) = probe.affine_errors(source, *adjust, spec.group_size, scale_dtype, auto.exact)?;
@@ -152,11 +153,12 @@ impl Layout for MlxLayout {
             choices.push(WidthChoice {
                 tensor: t.name.clone(),
                 k,
-                bits,
+                chosen: Chosen::Bits(bits),
+                bits_per_weight: spec.bits_per_weight(scale_dtype),
                 budget,
                 predicted: estimate.relative(bits),
                 actual: exact.map(|e| e.relative(bits)),
-                estimate_bits: exact.map(|_| estimate_bits),
+                estimate: exact.map(|_| Chosen::Bits(estimate_bits)),
             });
         }
         Ok(choices)

@@ -18,8 +18,10 @@ pub use hf::{DenseDtype, HfLayout};
 pub use mlx::{MlxLayout, MlxOptions};
 pub use mtp::MtpMode;
 pub use names::{natural_key, norm_kind, NormKind};
-pub use policy::{FormatCard, Layout, WeightProbe, WidthChoice};
-pub use tensor::{check_unique_names, Adjust, AffineParams, Encoding, HeadOrder, Kind, OutputTensor, Recipe, RowSource};
+pub use policy::{Chosen, FormatCard, Layout, WeightProbe, WidthChoice};
+pub use tensor::{
+    check_unique_names, Adjust, AffineParams, Encoding, HeadOrder, Kind, OutputTensor, Recipe, RowSource,
+};
 
 /// What the conversion writes.
 #[derive(Clone, Copy, Debug, PartialEq)]

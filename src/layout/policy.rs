@@ -5,7 +5,9 @@ use super::tensor::{Adjust, OutputTensor, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint};
 use crate::container::{Container, Metadata, Safetensors};
 use crate::quant::affine_error::WidthErrors;
+use crate::quant::block_error::StorageErrors;
 use crate::select::selected;
+use crate::storage::Storage;
 use anyhow::Result;
 use safetensors::Dtype;
 use serde::Serialize;
@@ -23,23 +25,54 @@ pub trait WeightProbe {
         scale_dtype: Dtype,
         exact: bool,
     ) -> Result<(WidthErrors, Option<WidthErrors>)>;
+
+    /// The errors storing the rows of `source` (after `adjust`) as each of `candidates` would add:
+    /// the estimate, and with `exact` the measured errors.
+    fn storage_errors(
+        &self,
+        source: &RowSource,
+        adjust: Adjust,
+        candidates: &[Storage],
+        exact: bool,
+    ) -> Result<(StorageErrors, Option<StorageErrors>)>;
 }
 
-/// A width a format chose for one tensor from its weights (`--bits auto`).
+/// An encoding a format chose for one tensor from its weights: an MLX affine width, or a GGUF
+/// storage type. In JSON `"bits": 4` or `"gguf_type": "Q5_K"`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Chosen {
+    Bits(u32),
+    GgufType(String),
+}
+
+impl std::fmt::Display for Chosen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Chosen::Bits(b) => write!(f, "{b} bits"),
+            Chosen::GgufType(t) => f.write_str(t),
+        }
+    }
+}
+
+/// What a format chose for one tensor from its weights (`--bits auto`, `--gguf-type auto`).
 #[derive(Clone, Debug, Serialize)]
 pub struct WidthChoice {
     pub tensor: String,
     /// The trellis bits per weight of the coded source.
     pub k: u32,
-    pub bits: u32,
+    #[serde(flatten)]
+    pub chosen: Chosen,
+    /// Bits per weight of the chosen encoding, its scales included.
+    pub bits_per_weight: f64,
     /// The largest added relative error allowed: `R · 2^-K`.
     pub budget: f64,
-    /// The estimated added error at the chosen width.
+    /// The estimated added error of the choice.
     pub predicted: f64,
-    /// The measured added error at the chosen width (`--measure-error`).
+    /// The measured added error of the choice (`--measure-error`).
     pub actual: Option<f64>,
     /// What the estimate alone would have chosen (`--measure-error`).
-    pub estimate_bits: Option<u32>,
+    pub estimate: Option<Chosen>,
 }
 
 /// What the model card says about a format.

@@ -62,6 +62,11 @@ impl AffineSpec {
     }
 
     /// U32 words per packed row of `cols` values.
+    /// Bits per weight with the group's scale and bias, stored as `scale_dtype`.
+    pub fn bits_per_weight(&self, scale_dtype: Dtype) -> f64 {
+        f64::from(self.bits) + 2.0 * scale_dtype.bitsize() as f64 / self.group_size as f64
+    }
+
     pub fn packed_cols(&self, cols: usize) -> usize {
         cols * self.bits as usize / 32
     }

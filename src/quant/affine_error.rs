@@ -35,7 +35,8 @@ impl WidthErrors {
 
     /// The smallest width whose added error is at most `budget` (the widest when none is).
     pub fn narrowest_within(&self, budget: f64) -> u32 {
-        BITS.iter().copied().find(|&b| self.relative(b) <= budget).unwrap_or(BITS[BITS.len() - 1])
+        let options: Vec<(u32, f64)> = BITS.iter().map(|&b| (b, self.relative(b))).collect();
+        super::budget::narrowest_within(&options, budget)
     }
 
     /// Adds the estimate for `values` (`rows × cols`, what gets quantized) at group size `gs`.

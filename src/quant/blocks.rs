@@ -1,6 +1,8 @@
 //! ggml block encodings of f32 rows, byte for byte what ggml's reference quantizers write (no
 //! importance matrix), and the lossless `Q8_0` repack of int8 rows.
 
+use super::kquants::{self, KQuant};
+use super::legacy::{self, Legacy};
 use crate::storage::BlockType;
 use half::f16;
 
@@ -9,6 +11,32 @@ pub fn quantize(block: BlockType, values: &[f32], out: &mut Vec<u8>) {
     debug_assert_eq!(values.len() % block.elements(), 0);
     match block {
         BlockType::Q8_0 => quantize_q8_0(values, out),
+        BlockType::Q4_0 => legacy::quantize_row(Legacy::Q4_0, values, out),
+        BlockType::Q4_1 => legacy::quantize_row(Legacy::Q4_1, values, out),
+        BlockType::Q5_0 => legacy::quantize_row(Legacy::Q5_0, values, out),
+        BlockType::Q5_1 => legacy::quantize_row(Legacy::Q5_1, values, out),
+        BlockType::Q4_K => kquants::quantize_row(KQuant::Q4K, values, out),
+        BlockType::Q5_K => kquants::quantize_row(KQuant::Q5K, values, out),
+        BlockType::Q6_K => kquants::quantize_row(KQuant::Q6K, values, out),
+    }
+}
+
+/// Appends the values `blocks` (whole blocks of `block`) decode to, exactly as ggml decodes them.
+pub fn dequantize(block: BlockType, blocks: &[u8], out: &mut Vec<f32>) {
+    match block {
+        BlockType::Q8_0 => {
+            for b in blocks.chunks_exact(34) {
+                let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
+                out.extend(b[2..].iter().map(|&q| f32::from(q as i8) * d));
+            }
+        }
+        BlockType::Q4_0 => legacy::dequantize_row(Legacy::Q4_0, blocks, out),
+        BlockType::Q4_1 => legacy::dequantize_row(Legacy::Q4_1, blocks, out),
+        BlockType::Q5_0 => legacy::dequantize_row(Legacy::Q5_0, blocks, out),
+        BlockType::Q5_1 => legacy::dequantize_row(Legacy::Q5_1, blocks, out),
+        BlockType::Q4_K => kquants::dequantize_row(KQuant::Q4K, blocks, out),
+        BlockType::Q5_K => kquants::dequantize_row(KQuant::Q5K, blocks, out),
+        BlockType::Q6_K => kquants::dequantize_row(KQuant::Q6K, blocks, out),
     }
 }
 

@@ -2,5 +2,9 @@
 
 pub mod affine;
 pub mod affine_error;
+pub mod block_error;
 pub mod blocks;
+pub mod budget;
 pub mod dense;
+pub mod kquants;
+pub mod legacy;

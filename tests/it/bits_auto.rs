@@ -23,7 +23,7 @@ fn widths_follow_the_trellis_rate_and_are_reported() {
         let budget = c["budget"].as_f64().unwrap();
         assert_eq!(budget, 0.5 * 0.5f64.powi(k as i32));
         assert!(c["actual"].as_f64().unwrap() <= budget && c["predicted"].as_f64().unwrap() <= budget, "{c}");
-        assert_eq!(c["estimate_bits"], c["bits"], "the estimate picks the measured width: {c}");
+        assert_eq!(c["estimate"]["bits"], c["bits"], "the estimate picks the measured width: {c}");
         assert_eq!((k, bits), (k, if k == 2 { 4 } else { 5 }), "{c}");
         let module = c["tensor"].as_str().unwrap().strip_suffix(".weight").unwrap();
         let quantization = &config["quantization"];

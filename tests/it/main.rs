@@ -15,6 +15,7 @@ mod encoder;
 mod fuzz_catalogue;
 mod golden;
 mod inspect;
+mod kquants_ref;
 mod links;
 mod metal_gpu;
 mod metal_kernel_shim;

@@ -7,62 +7,25 @@
 
 mod heads;
 mod hparams;
+mod mixture;
 mod names;
+mod types;
+
+pub use types::GgufType;
+use types::{choose_by_budget, quantize_as_llama_does};
 mod vocab;
 
 use super::hf::{self, DenseDtype};
-use super::mlx::Int8Mode;
+use super::mlx::{AutoBits, Int8Mode};
 use super::mtp::{self, MtpMode};
-use super::policy::{FormatCard, Layout};
-use super::tensor::{Encoding, OutputTensor, RowSource};
+use super::policy::{FormatCard, Layout, WeightProbe, WidthChoice};
+use super::tensor::{OutputTensor, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint};
 use crate::container::{Container, Gguf, MetaValue, Metadata};
-use crate::storage::{BlockType, Storage};
 use anyhow::{bail, Context, Result};
 use heads::{LinearHeads, Reorder};
 use hparams::Hparams;
-use safetensors::Dtype;
 use serde_json::Value;
-
-/// `--gguf-type`: the type of every tensor llama.cpp does not keep in F32.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum GgufType {
-    Bf16,
-    F16,
-    F32,
-    #[value(name = "q8_0")]
-    Q8_0,
-}
-
-impl GgufType {
-    fn storage(self) -> Storage {
-        match self {
-            GgufType::Bf16 => Storage::Element(Dtype::BF16),
-            GgufType::F16 => Storage::Element(Dtype::F16),
-            GgufType::F32 => Storage::Element(Dtype::F32),
-            GgufType::Q8_0 => Storage::Block(BlockType::Q8_0),
-        }
-    }
-
-    /// `general.file_type`: llama.cpp's file type number.
-    fn file_type(self) -> u32 {
-        match self {
-            GgufType::F32 => 0,
-            GgufType::F16 => 1,
-            GgufType::Q8_0 => 7,
-            GgufType::Bf16 => 32,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            GgufType::Bf16 => "bf16",
-            GgufType::F16 => "f16",
-            GgufType::F32 => "f32",
-            GgufType::Q8_0 => "q8_0",
-        }
-    }
-}
 
 /// Options of a GGUF conversion.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -72,11 +35,13 @@ pub struct GgufOptions {
     /// Write the tokenizer (`--gguf-vocab auto`); without it the file holds tensors and model keys.
     pub vocab: bool,
     pub mtp: MtpMode,
+    /// The budget of `--gguf-type auto`.
+    pub auto: Option<AutoBits>,
 }
 
 impl GgufOptions {
     pub const DEFAULT: GgufOptions =
-        GgufOptions { ty: GgufType::Bf16, int8: Int8Mode::Exact, vocab: true, mtp: MtpMode::Auto };
+        GgufOptions { ty: GgufType::Bf16, int8: Int8Mode::Exact, vocab: true, mtp: MtpMode::Auto, auto: None };
 }
 
 /// What every tensor's conversion needs to know of the model.
@@ -95,45 +60,7 @@ pub struct GgufLayout {
     pub opts: GgufOptions,
 }
 
-/// Whether llama.cpp keeps tensor `name` of `shape` in F32 whatever the file type.
-fn always_f32(name: &str, shape: &[usize]) -> bool {
-    shape.len() <= 1
-        || name.ends_with("_norm.weight")
-        || !name.ends_with(".weight")
-        || [".ffn_gate_inp.", ".ffn_gate_inp_shexp.", ".ssm_conv1d."].iter().any(|k| name.contains(k))
-}
-
 impl GgufLayout {
-    /// The storage and encoding of output `name` of `shape`, made from `t` (an HF-layout tensor).
-    fn storage(
-        self,
-        name: &str,
-        shape: &[usize],
-        t: &OutputTensor,
-        ck: &Checkpoint,
-        cat: &Catalog,
-    ) -> (Storage, Encoding) {
-        let recipe = t.recipe.as_ref().expect("HF-layout tensors have recipes");
-        if recipe.encoding == Encoding::Bytes {
-            return (t.storage, Encoding::Bytes);
-        }
-        if always_f32(name, shape) {
-            return (Storage::Element(Dtype::F32), Encoding::Float);
-        }
-        let cols = shape.last().copied().unwrap_or(1);
-        if let RowSource::Int8(i) = recipe.source {
-            let f16_scale = ck.tensors.get(&cat.int8[i].scale).is_some_and(|s| s.dtype == Dtype::F16);
-            if self.opts.int8 == Int8Mode::Exact && f16_scale && cols % 32 == 0 {
-                return (Storage::Block(BlockType::Q8_0), Encoding::Int8Blocks);
-            }
-        }
-        match self.opts.ty.storage() {
-            // llama.cpp's converter writes F16 where rows are not whole blocks.
-            Storage::Block(b) if cols % b.elements() != 0 => (Storage::Element(Dtype::F16), Encoding::Float),
-            s => (s, Encoding::Float),
-        }
-    }
-
     /// One GGUF tensor from HF tensor `t`, named as HF name `hf_name`.
     fn convert(self, t: &OutputTensor, hf_name: &str, model: &Model) -> Result<OutputTensor> {
         let (ck, cat) = (model.ck, model.cat);
@@ -143,7 +70,7 @@ impl GgufLayout {
         if mapped.name.contains(".ssm_conv1d.") {
             shape.retain(|&d| d != 1);
         }
-        let (storage, encoding) = self.storage(&mapped.name, &shape, t, ck, cat);
+        let (storage, encoding) = types::converter_choice(self.opts, &mapped.name, &shape, t, (ck, cat));
         let mut source = t.recipe.as_ref().expect("HF-layout tensors have recipes").source.clone();
         let leaf = hf_name.split_once("layers.").and_then(|(_, rest)| rest.split_once('.')).map(|(_, leaf)| leaf);
         if let Some(reorder) = model.heads.zip(leaf).and_then(|(heads, leaf)| heads.reorder(leaf)) {
@@ -196,6 +123,17 @@ fn sampling(ck: &Checkpoint) -> Result<Metadata> {
     Ok(kv)
 }
 
+/// The next-token (MTP) blocks after the `layers` transformer blocks: the layers config.json
+/// declares when any tensor of them is written, else none.
+fn mtp_blocks(tensors: &[OutputTensor], layers: u64, config: Option<&Value>) -> u64 {
+    let block = |t: &OutputTensor| t.name.strip_prefix("blk.")?.split('.').next()?.parse::<u64>().ok();
+    if tensors.iter().any(|t| block(t).is_some_and(|b| b >= layers)) {
+        mtp::declared_layers(config)
+    } else {
+        0
+    }
+}
+
 /// Rows `range` of every lead of a coded source (one half of a fused gate/up expert tensor).
 fn rows_of(source: &RowSource, range: std::ops::Range<usize>) -> Option<RowSource> {
     match source {
@@ -244,7 +182,24 @@ impl Layout for GgufLayout {
                 out.push(self.convert(&piece, &format!("{base}mlp.experts.{part}"), &model)?);
             }
         }
+        if let Some(rule) = self.opts.ty.quantize() {
+            let blocks = model.layers + mtp_blocks(&out, model.layers, ck.config.as_ref());
+            quantize_as_llama_does(
+                rule,
+                &mut out,
+                blocks,
+                hp.count("num_experts")?.or(hp.count("num_local_experts")?),
+            )?;
+        }
         Ok(out)
+    }
+
+    /// `--gguf-type auto`: the type of every coded linear, from its decoded rows.
+    fn refine(&self, tensors: &mut [OutputTensor], cat: &Catalog, probe: &dyn WeightProbe) -> Result<Vec<WidthChoice>> {
+        match self.opts.auto {
+            Some(auto) => choose_by_budget(auto, tensors, cat, probe),
+            None => Ok(Vec::new()),
+        }
     }
 
     fn config(&self, _input: &Value, _tensors: &[OutputTensor]) -> Option<String> {
@@ -258,18 +213,8 @@ impl Layout for GgufLayout {
     fn metadata(&self, ck: &Checkpoint, tensors: &[OutputTensor]) -> Result<Metadata> {
         let hp = Hparams::new(ck.config.as_ref())?;
         let layers = u64::from(hp.layers()?);
-        let has_mtp = tensors.iter().any(|t| {
-            t.name
-                .strip_prefix("blk.")
-                .and_then(|r| r.split('.').next())
-                .and_then(|b| b.parse::<u64>().ok())
-                .is_some_and(|b| b >= layers)
-        });
-        let mtp_layers = if has_mtp {
-            u32::try_from(mtp::declared_layers(ck.config.as_ref())).context("too many MTP layers")?
-        } else {
-            0
-        };
+        let mtp_layers =
+            u32::try_from(mtp_blocks(tensors, layers, ck.config.as_ref())).context("too many MTP layers")?;
         let mut kv: Metadata = vec![
             ("general.architecture".into(), MetaValue::Str(hp.arch.into())),
             ("general.type".into(), MetaValue::Str("model".into())),
@@ -277,7 +222,7 @@ impl Layout for GgufLayout {
             ("general.quantization_version".into(), MetaValue::U32(2)),
         ];
         kv.extend(sampling(ck)?);
-        kv.extend(hp.metadata(mtp_layers, self.opts.ty.file_type())?);
+        kv.extend(hp.metadata(mtp_layers, types::file_type(self.opts.ty, tensors))?);
         if self.opts.vocab {
             kv.extend(vocab::metadata(ck, hp.vocab_size()?)?);
         }

@@ -1,0 +1,243 @@
+//! Which storage each GGUF tensor gets. First what llama.cpp's converter writes (1-D tensors,
+//! norms, routers and conv1d in F32; the rest in the chosen type; the exact `Q8_0` of int8 pairs
+//! whose row scale is an f16); then, for a K-quant type, what llama-quantize would make of that
+//! file (`mixture.rs`); or, for `auto`, per coded linear the narrowest type within the error budget
+//! that `--bits auto` spends too.
+
+use super::mixture::{self, GgmlType, Mixture, ModelShape};
+use super::GgufOptions;
+use crate::checkpoint::{Catalog, Checkpoint};
+use crate::layout::mlx::{AutoBits, Int8Mode};
+use crate::layout::{Chosen, Encoding, OutputTensor, RowSource, WeightProbe, WidthChoice};
+use crate::quant::budget::{budget, narrowest_within};
+use crate::storage::{BlockType, Storage};
+use anyhow::{Context, Result};
+use safetensors::Dtype;
+
+/// `--gguf-type`: the type of every tensor llama.cpp does not keep in F32: what its converter
+/// writes (`bf16`, `f16`, `f32`, `q8_0`), one K-quant for every tensor llama-quantize quantizes
+/// (`q4_k`, `q5_k`, `q6_k`), or llama-quantize's mixtures (`q4_k_m`, `q5_k_m`).
+#[allow(non_camel_case_types)] // llama.cpp's names
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum GgufType {
+    Bf16,
+    F16,
+    F32,
+    #[value(name = "q8_0")]
+    Q8_0,
+    #[value(name = "q4_k")]
+    Q4_K,
+    #[value(name = "q5_k")]
+    Q5_K,
+    #[value(name = "q6_k")]
+    Q6_K,
+    #[value(name = "q4_k_m")]
+    Q4_K_M,
+    #[value(name = "q5_k_m")]
+    Q5_K_M,
+    /// Per coded linear, the narrowest of Q4_K, Q5_K, Q6_K and Q8_0 within the error budget
+    /// (`--max-added-error`), else BF16.
+    Auto,
+}
+
+/// How llama-quantize's choice is made for a K-quant `--gguf-type`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Quantize {
+    /// One type for every tensor it quantizes (rows that are not whole blocks fall back).
+    Uniform(GgmlType),
+    Mixture(Mixture),
+}
+
+impl GgufType {
+    /// What llama.cpp's converter writes, and what llama-quantize starts from for a K-quant.
+    fn converter_storage(self) -> Storage {
+        match self {
+            GgufType::F16 => Storage::Element(Dtype::F16),
+            GgufType::F32 => Storage::Element(Dtype::F32),
+            GgufType::Q8_0 => Storage::Block(BlockType::Q8_0),
+            _ => Storage::Element(Dtype::BF16),
+        }
+    }
+
+    pub(super) fn quantize(self) -> Option<Quantize> {
+        Some(match self {
+            GgufType::Q4_K => Quantize::Uniform(GgmlType::Q4_K),
+            GgufType::Q5_K => Quantize::Uniform(GgmlType::Q5_K),
+            GgufType::Q6_K => Quantize::Uniform(GgmlType::Q6_K),
+            GgufType::Q4_K_M => Quantize::Mixture(Mixture::Q4KM),
+            GgufType::Q5_K_M => Quantize::Mixture(Mixture::Q5KM),
+            GgufType::Bf16 | GgufType::F16 | GgufType::F32 | GgufType::Q8_0 | GgufType::Auto => return None,
+        })
+    }
+
+    /// `general.file_type`: llama.cpp's `LLAMA_FTYPE_MOSTLY_*`; a uniform K-quant takes its
+    /// `_S` mixture's number (`Q6_K` has only the one).
+    fn fixed_file_type(self) -> Option<u32> {
+        Some(match self {
+            GgufType::Auto => return None,
+            GgufType::F32 => 0,
+            GgufType::F16 => 1,
+            GgufType::Q8_0 => 7,
+            GgufType::Q4_K => Mixture::Q4KS.file_type(),
+            GgufType::Q5_K => Mixture::Q5KS.file_type(),
+            GgufType::Q6_K => Mixture::Q6K.file_type(),
+            GgufType::Q4_K_M => Mixture::Q4KM.file_type(),
+            GgufType::Q5_K_M => Mixture::Q5KM.file_type(),
+            GgufType::Bf16 => 32,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            GgufType::Bf16 => "bf16",
+            GgufType::F16 => "f16",
+            GgufType::F32 => "f32",
+            GgufType::Q8_0 => "q8_0",
+            GgufType::Q4_K => "q4_k",
+            GgufType::Q5_K => "q5_k",
+            GgufType::Q6_K => "q6_k",
+            GgufType::Q4_K_M => "q4_k_m",
+            GgufType::Q5_K_M => "q5_k_m",
+            GgufType::Auto => "auto",
+        }
+    }
+}
+
+/// Whether llama.cpp keeps tensor `name` of `shape` in F32 whatever the file type.
+fn always_f32(name: &str, shape: &[usize]) -> bool {
+    shape.len() <= 1
+        || name.ends_with("_norm.weight")
+        || !name.ends_with(".weight")
+        || [".ffn_gate_inp.", ".ffn_gate_inp_shexp.", ".ssm_conv1d."].iter().any(|k| name.contains(k))
+}
+
+/// The types llama-quantize gives the tensors of a file with `blocks` blocks and `experts` experts,
+/// starting from what the converter writes: each float tensor it quantizes gets the rule's type
+/// (falling back where rows are not whole blocks); what it leaves alone, and the exact `Q8_0` of
+/// int8 pairs, stay as they are.
+pub(super) fn quantize_as_llama_does(
+    rule: Quantize,
+    tensors: &mut [OutputTensor],
+    blocks: u64,
+    experts: Option<u32>,
+) -> Result<()> {
+    let blocks = u32::try_from(blocks).context("too many blocks for llama.cpp")?;
+    let shapes: Vec<(String, Vec<usize>)> = tensors.iter().map(|t| (t.name.clone(), t.shape.clone())).collect();
+    let model = ModelShape::new(blocks, experts.unwrap_or(0), shapes.iter().map(|(n, s)| (n.as_str(), s.as_slice())));
+    for t in tensors.iter_mut().filter(|t| t.recipe.as_ref().is_some_and(|r| r.encoding == Encoding::Float)) {
+        let chosen = match rule {
+            Quantize::Mixture(m) => mixture::tensor_type(m, &model, &t.name, &t.shape)?,
+            Quantize::Uniform(ty) => mixture::uniform_type(ty, &t.name, &t.shape),
+        };
+        if let Some(ty) = chosen {
+            t.storage = ty.storage().with_context(|| {
+                format!("tensor {}: llama-quantize would write {}, which this tool does not encode", t.name, ty.name())
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// The storage and encoding of output `name` of `shape`, made from `t` (an HF-layout tensor).
+pub(super) fn converter_choice(
+    opts: GgufOptions,
+    name: &str,
+    shape: &[usize],
+    t: &OutputTensor,
+    (ck, cat): (&Checkpoint, &Catalog),
+) -> (Storage, Encoding) {
+    let recipe = t.recipe.as_ref().expect("HF-layout tensors have recipes");
+    if recipe.encoding == Encoding::Bytes {
+        return (t.storage, Encoding::Bytes);
+    }
+    if always_f32(name, shape) {
+        return (Storage::Element(Dtype::F32), Encoding::Float);
+    }
+    let cols = shape.last().copied().unwrap_or(1);
+    if let RowSource::Int8(i) = recipe.source {
+        let f16_scale = ck.tensors.get(&cat.int8[i].scale).is_some_and(|s| s.dtype == Dtype::F16);
+        if opts.int8 == Int8Mode::Exact && f16_scale && cols % 32 == 0 {
+            return (Storage::Block(BlockType::Q8_0), Encoding::Int8Blocks);
+        }
+    }
+    match opts.ty.converter_storage() {
+        // llama.cpp's converter writes F16 where rows are not whole blocks.
+        Storage::Block(b) if cols % b.elements() != 0 => (Storage::Element(Dtype::F16), Encoding::Float),
+        s => (s, Encoding::Float),
+    }
+}
+
+/// The types `--gguf-type auto` chooses among, narrowest first (BF16 after them all).
+const AUTO_TYPES: [BlockType; 4] = [BlockType::Q4_K, BlockType::Q5_K, BlockType::Q6_K, BlockType::Q8_0];
+
+/// `--gguf-type auto`: each coded linear gets the narrowest of [`AUTO_TYPES`] whose blocks divide
+/// its rows and whose added error is within `R · 2^-K`, else BF16; everything else stays what the
+/// converter writes (BF16, F32, the exact `Q8_0` of int8 pairs). Says what it chose.
+pub(super) fn choose_by_budget(
+    auto: AutoBits,
+    tensors: &mut [OutputTensor],
+    cat: &Catalog,
+    probe: &dyn WeightProbe,
+) -> Result<Vec<WidthChoice>> {
+    let mut choices = Vec::new();
+    for t in tensors.iter_mut() {
+        let Some(recipe) = &t.recipe else { continue };
+        if recipe.encoding != Encoding::Float || t.storage != Storage::Element(Dtype::BF16) {
+            continue;
+        }
+        let Some(&module) = recipe.source.coded_modules().first() else { continue };
+        let k = cat.coded[module].k;
+        let budget = budget(auto.max_added_error, k);
+        let cols = t.shape.last().copied().unwrap_or(1);
+        let candidates: Vec<Storage> = AUTO_TYPES
+            .into_iter()
+            .filter(|b| cols % b.elements() == 0)
+            .map(Storage::Block)
+            .chain([Storage::Element(Dtype::BF16)])
+            .collect();
+        let (estimate, exact) = probe.storage_errors(&recipe.source, recipe.adjust, &candidates, auto.exact)?;
+        let estimated = narrowest_within(&estimate.relative(), budget);
+        let chosen = exact.as_ref().map_or(estimated, |e| narrowest_within(&e.relative(), budget));
+        let error_of = |e: &crate::quant::block_error::StorageErrors| {
+            e.relative().into_iter().find(|&(c, _)| c == chosen).map_or(0.0, |(_, x)| x)
+        };
+        t.storage = chosen;
+        choices.push(WidthChoice {
+            tensor: t.name.clone(),
+            k,
+            chosen: Chosen::GgufType(chosen.name()),
+            bits_per_weight: chosen.bits_per_weight(),
+            budget,
+            predicted: error_of(&estimate),
+            actual: exact.as_ref().map(error_of),
+            estimate: exact.map(|_| Chosen::GgufType(estimated.name())),
+        });
+    }
+    Ok(choices)
+}
+
+/// `general.file_type`: the type's, or for `auto` the one llama.cpp would give the file from the
+/// type that holds the most weights (its `llama_model_loader` guess, by weights rather than by
+/// tensor count so that the many small F32 norms do not decide).
+pub(super) fn file_type(ty: GgufType, tensors: &[OutputTensor]) -> u32 {
+    if let Some(fixed) = ty.fixed_file_type() {
+        return fixed;
+    }
+    let mut weights: Vec<(Storage, usize)> = Vec::new();
+    for t in tensors.iter().filter(|t| t.storage != Storage::Element(Dtype::F32)) {
+        match weights.iter_mut().find(|(s, _)| *s == t.storage) {
+            Some((_, n)) => *n += t.numel(),
+            None => weights.push((t.storage, t.numel())),
+        }
+    }
+    let most = weights.iter().max_by_key(|(_, n)| *n).map(|(s, _)| *s);
+    let named = match most {
+        Some(Storage::Element(Dtype::F16)) => GgufType::F16,
+        Some(Storage::Block(BlockType::Q8_0)) => GgufType::Q8_0,
+        Some(Storage::Block(BlockType::Q4_K)) => GgufType::Q4_K_M,
+        Some(Storage::Block(BlockType::Q5_K)) => GgufType::Q5_K_M,
+        Some(Storage::Block(BlockType::Q6_K)) => GgufType::Q6_K,
+        _ => GgufType::Bf16,
+    };
+    named.fixed_file_type().unwrap_or(32)
+}

@@ -1,0 +1,147 @@
+//! The error a GGUF storage type adds to a weight, for each of several candidates: estimated from
+//! each block's range (a step `s` rounds a value with a mean squared error of `s²/12`; the block
+//! scales' own rounding is left out), or measured by encoding and decoding exactly as the output
+//! will be. Element types (bf16, f16) are always measured: rounding one value costs no more than
+//! estimating it.
+
+use super::affine::round_to;
+use super::blocks::{dequantize, quantize};
+use crate::storage::{BlockType, Storage};
+
+/// Squared added error of each candidate, and the squared norm of the weight, summed over the
+/// rows seen (all-zero rows, pruned channels, are left out of both).
+#[derive(Clone, Debug)]
+pub struct StorageErrors {
+    pub candidates: Vec<Storage>,
+    pub sq: Vec<f64>,
+    pub norm_sq: f64,
+}
+
+impl StorageErrors {
+    /// No rows seen yet, for `candidates` (narrowest first).
+    pub fn new(candidates: &[Storage]) -> StorageErrors {
+        StorageErrors { candidates: candidates.to_vec(), sq: vec![0.0; candidates.len()], norm_sq: 0.0 }
+    }
+
+    #[must_use]
+    pub fn merge(mut self, o: StorageErrors) -> StorageErrors {
+        for (a, b) in self.sq.iter_mut().zip(o.sq) {
+            *a += b;
+        }
+        self.norm_sq += o.norm_sq;
+        self
+    }
+
+    /// `‖deq(Q(W)) − W‖ / ‖W‖` for each candidate, in their order.
+    pub fn relative(&self) -> Vec<(Storage, f64)> {
+        let rel = |sq: f64| if self.norm_sq > 0.0 { (sq / self.norm_sq).sqrt() } else { 0.0 };
+        self.candidates.iter().zip(&self.sq).map(|(&c, &sq)| (c, rel(sq))).collect()
+    }
+
+    /// Adds the estimate for `values` (`rows × cols`).
+    pub fn add_estimate(&mut self, values: &[f32], cols: usize) {
+        for row in live_rows(values, cols) {
+            self.norm_sq += norm_sq(row);
+            for (sq, &c) in self.sq.iter_mut().zip(&self.candidates) {
+                *sq += match c {
+                    Storage::Block(b) => estimate(b, row),
+                    Storage::Element(_) => measured(c, row),
+                };
+            }
+        }
+    }
+
+    /// Adds the exact errors for `values` (`rows × cols`): encoded and decoded.
+    pub fn add_exact(&mut self, values: &[f32], cols: usize) {
+        for row in live_rows(values, cols) {
+            self.norm_sq += norm_sq(row);
+            for (sq, &c) in self.sq.iter_mut().zip(&self.candidates) {
+                *sq += measured(c, row);
+            }
+        }
+    }
+}
+
+fn live_rows(values: &[f32], cols: usize) -> impl Iterator<Item = &[f32]> {
+    values.chunks_exact(cols).filter(|r| r.iter().any(|&v| v != 0.0))
+}
+
+fn norm_sq(row: &[f32]) -> f64 {
+    row.iter().map(|&v| f64::from(v) * f64::from(v)).sum()
+}
+
+/// The squared error of `row` stored as `storage`, encoded and decoded.
+fn measured(storage: Storage, row: &[f32]) -> f64 {
+    let mut back = Vec::with_capacity(row.len());
+    match storage {
+        Storage::Block(b) => {
+            let mut bytes = Vec::new();
+            quantize(b, row, &mut bytes);
+            dequantize(b, &bytes, &mut back);
+        }
+        Storage::Element(dtype) => back.extend(row.iter().map(|&v| round_to(v, dtype))),
+    }
+    back.iter().zip(row).map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2)).sum()
+}
+
+/// The estimated squared error of `row` stored as `block`: per group of values sharing a step,
+/// `n · s²/12` with the step of its format (symmetric ones from the largest magnitude, those
+/// with a minimum from the range down to at most zero).
+fn estimate(block: BlockType, row: &[f32]) -> f64 {
+    let (group, levels, with_min) = match block {
+        BlockType::Q4_0 => (32, 16.0, false),
+        BlockType::Q5_0 => (32, 32.0, false),
+        BlockType::Q8_0 => (32, 254.0, false),
+        BlockType::Q4_1 => (32, 15.0, true),
+        BlockType::Q5_1 => (32, 31.0, true),
+        BlockType::Q4_K => (32, 15.0, true),
+        BlockType::Q5_K => (32, 31.0, true),
+        BlockType::Q6_K => (16, 64.0, false),
+    };
+    let mut sq = 0.0;
+    for g in row.chunks(group) {
+        let span = if with_min {
+            let (lo, hi) = g.iter().fold((0.0f32, f32::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+            f64::from(hi.max(0.0) - lo)
+        } else {
+            2.0 * g.iter().fold(0.0f64, |m, &v| m.max(f64::from(v.abs())))
+        };
+        let step = span / levels;
+        sq += g.len() as f64 * step * step / 12.0;
+    }
+    sq
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::SplitMix64;
+    use safetensors::Dtype;
+
+    #[test]
+    fn the_estimate_tracks_the_exact_error_on_gaussian_weights() {
+        let mut rng = SplitMix64(11);
+        let mut gauss = || {
+            let (u, v) = (1.0 - rng.uniform(), rng.uniform());
+            ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32 * 0.02
+        };
+        let (rows, cols) = (32, 1024);
+        let mut values: Vec<f32> = (0..rows * cols).map(|_| gauss()).collect();
+        values[..cols].fill(0.0); // a pruned row counts for nothing
+        let candidates: Vec<Storage> = [BlockType::Q4_K, BlockType::Q5_K, BlockType::Q6_K, BlockType::Q8_0]
+            .into_iter()
+            .map(Storage::Block)
+            .chain([Storage::Element(Dtype::BF16)])
+            .collect();
+        let (mut est, mut exact) = (StorageErrors::new(&candidates), StorageErrors::new(&candidates));
+        est.add_estimate(&values, cols);
+        exact.add_exact(&values, cols);
+        assert!((est.norm_sq - exact.norm_sq).abs() < 1e-9 * exact.norm_sq);
+        let (e, x) = (est.relative(), exact.relative());
+        for ((c, e), (_, x)) in e.iter().zip(&x) {
+            assert!((e / x - 1.0).abs() < 0.3, "{}: estimate {e} vs exact {x}", c.name());
+        }
+        // Each wider type is more exact than the one before.
+        assert!(x.windows(2).all(|w| w[1].1 < w[0].1), "{x:?}");
+    }
+}

@@ -1,0 +1,463 @@
+//! ggml's original ("legacy") 32-value block encodings `Q4_0`, `Q4_1`, `Q5_0` and `Q5_1`: byte for
+//! byte what ggml's reference quantizers `quantize_row_q{4,5}_{0,1}_ref` (no importance matrix)
+//! write, and ggml's dequantization of them. llama-quantize falls back to these for tensors whose
+//! rows are not a multiple of 256 values when a K-quant is asked for.
+//!
+//! The `_0` types are symmetric: `x ≈ d·(q − 8)` (resp. `q − 16`), `d` the signed value of largest
+//! magnitude divided by −8 (−16), so that value itself lands on q = 0. The `_1` types are affine:
+//! `x ≈ d·q + m` with `m` the block minimum and `d = (max − min)/15` (`/31`).
+//!
+//! Bit-exactness rests on the same IEEE operations in the same order as the C code built with
+//! `-ffp-contract=off` (Rust never fuses), and on C's float → 8-bit integer conversions
+//! (`(int8_t)(x·id + 8.5f)` and friends), which truncate toward zero rather than round. Where the
+//! converted value does not fit (this happens only for blocks whose largest magnitude or range is
+//! so tiny that `1/d` overflows, for a range `max − min` that overflows, and for non-finite
+//! input), C leaves the result undefined; this module reproduces what x86-64 builds of ggml
+//! produce (the low byte of a 32-bit truncation, 0 for NaN and beyond ±2³¹), which other targets
+//! (aarch64 saturates) do not.
+//! Callers should pass finite values; `tests/it/kquants_ref.rs` checks all of this against the C
+//! code itself.
+
+use half::f16;
+
+/// Values per block, for every type here.
+pub const QK: usize = 32;
+
+/// ggml's legacy block types handled here.
+// The variants are spelled as ggml spells the types; `Q40` would read as "forty".
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Legacy {
+    /// f16 `d`, 16 bytes of 4-bit quants: `x = d·(q − 8)`.
+    Q4_0,
+    /// f16 `d`, f16 `m`, 16 bytes of 4-bit quants: `x = d·q + m`.
+    Q4_1,
+    /// f16 `d`, 32 bits of fifth bits, 16 bytes of low nibbles: `x = d·(q − 16)`.
+    Q5_0,
+    /// f16 `d`, f16 `m`, 32 bits of fifth bits, 16 bytes of low nibbles: `x = d·q + m`.
+    Q5_1,
+}
+
+impl Legacy {
+    pub const ALL: [Legacy; 4] = [Legacy::Q4_0, Legacy::Q4_1, Legacy::Q5_0, Legacy::Q5_1];
+
+    /// Bytes of one block of [`QK`] values.
+    pub const fn block_bytes(self) -> usize {
+        match self {
+            Legacy::Q4_0 => 18,
+            Legacy::Q4_1 => 20,
+            Legacy::Q5_0 => 22,
+            Legacy::Q5_1 => 24,
+        }
+    }
+
+    /// The type's number in ggml's `enum ggml_type` (and in GGUF).
+    pub const fn ggml_type(self) -> u32 {
+        match self {
+            Legacy::Q4_0 => 2,
+            Legacy::Q4_1 => 3,
+            Legacy::Q5_0 => 6,
+            Legacy::Q5_1 => 7,
+        }
+    }
+
+    /// The name ggml prints.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Legacy::Q4_0 => "q4_0",
+            Legacy::Q4_1 => "q4_1",
+            Legacy::Q5_0 => "q5_0",
+            Legacy::Q5_1 => "q5_1",
+        }
+    }
+}
+
+/// Appends `values` (a whole number of [`QK`]-value blocks) encoded as `kind` to `out`.
+pub fn quantize_row(kind: Legacy, values: &[f32], out: &mut Vec<u8>) {
+    assert_eq!(values.len() % QK, 0, "{} rows hold whole blocks of {QK} values", kind.name());
+    out.reserve(values.len() / QK * kind.block_bytes());
+    for block in values.chunks_exact(QK) {
+        let x: &[f32; QK] = block.try_into().unwrap();
+        match kind {
+            Legacy::Q4_0 => out.extend_from_slice(&quantize_q4_0_block(x)),
+            Legacy::Q4_1 => out.extend_from_slice(&quantize_q4_1_block(x)),
+            Legacy::Q5_0 => out.extend_from_slice(&quantize_q5_0_block(x)),
+            Legacy::Q5_1 => out.extend_from_slice(&quantize_q5_1_block(x)),
+        }
+    }
+}
+
+/// Appends the values of `blocks` (whole `kind` blocks) to `out`, computed as ggml's
+/// `dequantize_row_q{4,5}_{0,1}` computes them.
+pub fn dequantize_row(kind: Legacy, blocks: &[u8], out: &mut Vec<f32>) {
+    let size = kind.block_bytes();
+    assert_eq!(blocks.len() % size, 0, "{} data holds whole blocks of {size} bytes", kind.name());
+    out.reserve(blocks.len() / size * QK);
+    for block in blocks.chunks_exact(size) {
+        let d = f16_at(block, 0);
+        match kind {
+            Legacy::Q4_0 => {
+                let qs = &block[2..18];
+                out.extend(qs.iter().map(|&q| ((q & 0xF) as i32 - 8) as f32 * d));
+                out.extend(qs.iter().map(|&q| ((q >> 4) as i32 - 8) as f32 * d));
+            }
+            Legacy::Q4_1 => {
+                let m = f16_at(block, 2);
+                let qs = &block[4..20];
+                out.extend(qs.iter().map(|&q| (q & 0xF) as f32 * d + m));
+                out.extend(qs.iter().map(|&q| (q >> 4) as f32 * d + m));
+            }
+            Legacy::Q5_0 => {
+                let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
+                let (lo, hi) = five_bit_quants(qh, &block[6..22]);
+                out.extend(lo.iter().chain(&hi).map(|&q| (q as i32 - 16) as f32 * d));
+            }
+            Legacy::Q5_1 => {
+                let m = f16_at(block, 2);
+                let qh = u32::from_le_bytes([block[4], block[5], block[6], block[7]]);
+                let (lo, hi) = five_bit_quants(qh, &block[8..24]);
+                out.extend(lo.iter().chain(&hi).map(|&q| q as f32 * d + m));
+            }
+        }
+    }
+}
+
+/// C's conversion of a float to `int8_t` or `uint8_t` as gcc compiles it for x86-64
+/// (`cvttss2si`/`cvttps2dq` to a 32-bit integer, then its low byte): truncation toward zero and
+/// wrap-around for values that fit an `i32`, and the "integer indefinite" `0x8000_0000` (so a
+/// low byte of 0) for NaN and for values of magnitude 2³¹ or more. The C standard leaves every
+/// value outside the 8-bit range undefined; Rust's `as u8` would saturate instead.
+#[inline(always)]
+fn c_float_to_low_byte(v: f32) -> u8 {
+    let i = if v.abs() < 2147483648.0 { v as i32 } else { i32::MIN };
+    i as u8
+}
+
+/// C's `(uint8_t) MIN(top, (int8_t) v)`: the comparison is signed, so a negative `int8_t` (out of
+/// range input only) passes through and wraps to a large byte.
+#[inline(always)]
+fn c_min_int8(top: i8, v: f32) -> u8 {
+    let b = c_float_to_low_byte(v) as i8;
+    b.min(top) as u8
+}
+
+/// f32 → f16 bits as ggml's `GGML_FP32_TO_FP16` (the FP16 library's bit trick): round to nearest
+/// even and overflow to ±inf, which `half` matches for every non-NaN value; NaN becomes the sign
+/// and `0x7E00`. (Only an all-infinite `_1` block makes a NaN scale, as inf − inf.)
+#[inline(always)]
+fn to_f16_bits(v: f32) -> u16 {
+    if v.is_nan() {
+        ((v.to_bits() >> 16) & 0x8000) as u16 | 0x7E00
+    } else {
+        f16::from_f32(v).to_bits()
+    }
+}
+
+#[inline(always)]
+fn f16_at(block: &[u8], at: usize) -> f32 {
+    f16::from_le_bytes([block[at], block[at + 1]]).to_f32()
+}
+
+/// The signed value of largest magnitude, the first such one on ties (C's `amax < fabsf(v)`:
+/// NaN never wins, and a block of zeros gives +0).
+#[inline(always)]
+fn signed_absmax(x: &[f32; QK]) -> f32 {
+    let mut amax = 0.0f32;
+    let mut max = 0.0f32;
+    for &v in x {
+        if amax < v.abs() {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    max
+}
+
+/// The block's minimum and maximum as C's `if (v < min) …; if (v > max) …` from ±`FLT_MAX` finds
+/// them: NaN is skipped, and of +0 and −0 the first seen stays.
+#[inline(always)]
+fn min_max(x: &[f32; QK]) -> (f32, f32) {
+    let mut min = f32::MAX;
+    let mut max = -f32::MAX;
+    for &v in x {
+        if v < min {
+            min = v;
+        }
+        if v > max {
+            max = v;
+        }
+    }
+    (min, max)
+}
+
+/// C's `d ? 1.0f/d : 0.0f`: NaN counts as non-zero.
+#[inline(always)]
+fn inverse(d: f32) -> f32 {
+    if d == 0.0 {
+        0.0
+    } else {
+        1.0 / d
+    }
+}
+
+/// Splits 5-bit quants into `qs` (value j's low nibble in byte j's low half, value j + 16's in its
+/// high half) and the 32 fifth bits (value j's at bit j), the layout `Q5_0` and `Q5_1` share.
+#[inline(always)]
+fn pack_five_bits(q: &[u8; QK]) -> (u32, [u8; QK / 2]) {
+    let mut qh = 0u32;
+    let mut qs = [0u8; QK / 2];
+    for j in 0..QK / 2 {
+        let (q0, q1) = (q[j], q[j + QK / 2]);
+        qs[j] = (q0 & 0x0F) | ((q1 & 0x0F) << 4);
+        qh |= (((q0 & 0x10) >> 4) as u32) << j;
+        qh |= (((q1 & 0x10) >> 4) as u32) << (j + QK / 2);
+    }
+    (qh, qs)
+}
+
+/// The inverse of [`pack_five_bits`]: the 5-bit quants of values 0..16 and 16..32.
+#[inline(always)]
+fn five_bit_quants(qh: u32, qs: &[u8]) -> ([u8; QK / 2], [u8; QK / 2]) {
+    let mut lo = [0u8; QK / 2];
+    let mut hi = [0u8; QK / 2];
+    for j in 0..QK / 2 {
+        lo[j] = (qs[j] & 0x0F) | ((((qh >> j) << 4) & 0x10) as u8);
+        hi[j] = (qs[j] >> 4) | (((qh >> (j + 12)) & 0x10) as u8);
+    }
+    (lo, hi)
+}
+
+fn quantize_q4_0_block(x: &[f32; QK]) -> [u8; 18] {
+    // `max / -8`; an all-zero block gives d = −0 (stored as f16 0x8000) and id = 0.
+    let d = signed_absmax(x) / -8.0;
+    let id = inverse(d);
+    let mut out = [0u8; 18];
+    out[0..2].copy_from_slice(&to_f16_bits(d).to_le_bytes());
+    for j in 0..QK / 2 {
+        let q0 = c_min_int8(15, x[j] * id + 8.5);
+        let q1 = c_min_int8(15, x[j + QK / 2] * id + 8.5);
+        // C ORs `xi1 << 4` into a uint8_t: its high bits drop, a wrapped xi0 keeps all of its.
+        out[2 + j] = q0 | (q1 << 4);
+    }
+    out
+}
+
+fn quantize_q4_1_block(x: &[f32; QK]) -> [u8; 20] {
+    let (min, max) = min_max(x);
+    let d = (max - min) / 15.0;
+    let id = inverse(d);
+    let mut out = [0u8; 20];
+    out[0..2].copy_from_slice(&to_f16_bits(d).to_le_bytes());
+    out[2..4].copy_from_slice(&to_f16_bits(min).to_le_bytes());
+    for j in 0..QK / 2 {
+        let q0 = c_min_int8(15, (x[j] - min) * id + 0.5);
+        let q1 = c_min_int8(15, (x[j + QK / 2] - min) * id + 0.5);
+        out[4 + j] = q0 | (q1 << 4);
+    }
+    out
+}
+
+fn quantize_q5_0_block(x: &[f32; QK]) -> [u8; 22] {
+    let d = signed_absmax(x) / -16.0;
+    let id = inverse(d);
+    let q: [u8; QK] = std::array::from_fn(|i| c_min_int8(31, x[i] * id + 16.5));
+    let (qh, qs) = pack_five_bits(&q);
+    let mut out = [0u8; 22];
+    out[0..2].copy_from_slice(&to_f16_bits(d).to_le_bytes());
+    out[2..6].copy_from_slice(&qh.to_le_bytes());
+    out[6..22].copy_from_slice(&qs);
+    out
+}
+
+fn quantize_q5_1_block(x: &[f32; QK]) -> [u8; 24] {
+    let (min, max) = min_max(x);
+    let d = (max - min) / 31.0;
+    let id = inverse(d);
+    // No MIN(31, …) here in ggml, the plain `(uint8_t)` conversion: the largest argument,
+    // (max − min)·id + 0.5, is 31.5 up to rounding and truncates to 31 (bits above the fifth would
+    // be dropped by pack_five_bits, as C drops them).
+    let q: [u8; QK] = std::array::from_fn(|i| c_float_to_low_byte((x[i] - min) * id + 0.5));
+    let (qh, qs) = pack_five_bits(&q);
+    let mut out = [0u8; 24];
+    out[0..2].copy_from_slice(&to_f16_bits(d).to_le_bytes());
+    out[2..4].copy_from_slice(&to_f16_bits(min).to_le_bytes());
+    out[4..8].copy_from_slice(&qh.to_le_bytes());
+    out[8..24].copy_from_slice(&qs);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::SplitMix64;
+
+    fn encode(kind: Legacy, values: &[f32]) -> Vec<u8> {
+        let mut out = Vec::new();
+        quantize_row(kind, values, &mut out);
+        out
+    }
+
+    fn decode(kind: Legacy, blocks: &[u8]) -> Vec<f32> {
+        let mut out = Vec::new();
+        dequantize_row(kind, blocks, &mut out);
+        out
+    }
+
+    fn gaussian(rng: &mut SplitMix64) -> f32 {
+        let u1 = 1.0 - rng.uniform();
+        let u2 = rng.uniform();
+        ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+    }
+
+    #[test]
+    fn block_sizes_and_ids() {
+        let sizes: Vec<usize> = Legacy::ALL.iter().map(|k| k.block_bytes()).collect();
+        assert_eq!(sizes, [18, 20, 22, 24]);
+        let ids: Vec<u32> = Legacy::ALL.iter().map(|k| k.ggml_type()).collect();
+        assert_eq!(ids, [2, 3, 6, 7]);
+        let names: Vec<&str> = Legacy::ALL.iter().map(|k| k.name()).collect();
+        assert_eq!(names, ["q4_0", "q4_1", "q5_0", "q5_1"]);
+        // ggml's bits per weight: 4.5, 5, 5.5, 6.
+        for (kind, bpw) in Legacy::ALL.iter().zip([4.5, 5.0, 5.5, 6.0]) {
+            assert_eq!(kind.block_bytes() as f64 * 8.0 / QK as f64, bpw);
+            let bytes = encode(*kind, &[0.5; 3 * QK]);
+            assert_eq!(bytes.len(), 3 * kind.block_bytes());
+            assert_eq!(decode(*kind, &bytes).len(), 3 * QK);
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "whole blocks")]
+    fn partial_blocks_are_refused() {
+        encode(Legacy::Q4_0, &[1.0; QK + 1]);
+    }
+
+    #[test]
+    fn zero_rows() {
+        // Q4_0/Q5_0: d = +0/−8 = −0 (f16 0x8000), every quant at the middle (8 resp. 16).
+        let q4_0 = encode(Legacy::Q4_0, &[0.0; QK]);
+        assert_eq!(q4_0[..2], [0x00, 0x80]);
+        assert!(q4_0[2..].iter().all(|&b| b == 0x88));
+        let q5_0 = encode(Legacy::Q5_0, &[0.0; QK]);
+        assert_eq!(q5_0[..6], [0x00, 0x80, 0xFF, 0xFF, 0xFF, 0xFF]);
+        assert!(q5_0[6..].iter().all(|&b| b == 0));
+        // Q4_1/Q5_1: d = 0, m = the first zero's sign, quants 0.
+        for kind in [Legacy::Q4_1, Legacy::Q5_1] {
+            assert!(encode(kind, &[0.0; QK]).iter().all(|&b| b == 0));
+            let neg = encode(kind, &[-0.0; QK]);
+            assert_eq!(neg[..4], [0, 0, 0x00, 0x80]);
+            assert!(neg[4..].iter().all(|&b| b == 0));
+        }
+        for kind in Legacy::ALL {
+            for z in [0.0f32, -0.0] {
+                assert!(decode(kind, &encode(kind, &[z; 2 * QK])).iter().all(|&v| v == 0.0));
+            }
+        }
+    }
+
+    #[test]
+    fn extremes_land_on_the_grid_ends() {
+        // Q4_0: the largest magnitude maps to q = 0 (exactly back), its negation to 16, clamped
+        // to 15; Q5_0 likewise with 16 and 32 → 31.
+        let mut x = [0.0f32; QK];
+        x[3] = -2.0;
+        x[20] = 2.0;
+        let b = encode(Legacy::Q4_0, &x);
+        assert_eq!(f16::from_le_bytes([b[0], b[1]]).to_f32(), 0.25);
+        assert_eq!(b[2 + 3] & 0xF, 0);
+        assert_eq!(b[2 + 4] >> 4, 15);
+        let back = decode(Legacy::Q4_0, &b);
+        assert_eq!((back[3], back[20]), (-2.0, 1.75));
+        let back = decode(Legacy::Q5_0, &encode(Legacy::Q5_0, &x));
+        assert_eq!((back[3], back[20]), (-2.0, 1.875));
+        // Q4_1/Q5_1: min and max both come back exactly on a grid of exact steps.
+        let mut x: [f32; QK] = std::array::from_fn(|i| i as f32 - 1.0);
+        x[QK - 1] = 30.0;
+        let back = decode(Legacy::Q5_1, &encode(Legacy::Q5_1, &x));
+        assert_eq!(back, x);
+        let back = decode(Legacy::Q4_1, &encode(Legacy::Q4_1, &x));
+        assert_eq!(back[0], -1.0);
+        assert!((back[QK - 1] - 30.0).abs() < 0.01, "{}", back[QK - 1]);
+    }
+
+    #[test]
+    fn truncation_not_rounding() {
+        // id = −1: x·id + 8.5 = 8 − k exactly for x = k + ½, and values a hair either side of the
+        // tie truncate to different quants.
+        let mut x = [0.0f32; QK];
+        x[0] = 8.0;
+        x[1] = 2.5; // −2.5 + 8.5 = 6
+        x[2] = 2.5f32.next_up().next_up(); // 6 − 2⁻²¹ → 5
+        x[3] = 2.5f32.next_down(); // 6 + 2⁻²², a tie in f32 that rounds to even 6 → 6
+        x[4] = -0.5f32.next_down(); // 0.49999997 + 8.5 rounds up to 9 in f32 before truncating
+        let b = encode(Legacy::Q4_0, &x);
+        let nib = |i: usize| if i < 16 { b[2 + i] & 0xF } else { b[2 + i - 16] >> 4 };
+        assert_eq!([nib(0), nib(1), nib(2), nib(3), nib(4)], [0, 6, 5, 6, 9]);
+    }
+
+    #[test]
+    fn round_trip_error_is_small() {
+        let mut rng = SplitMix64(0x001E_6AC7);
+        let values: Vec<f32> = (0..64 * QK).map(|_| gaussian(&mut rng)).collect();
+        let rms = (values.iter().map(|v| v * v).sum::<f32>() / values.len() as f32).sqrt();
+        // Relative RMS error bounds with margin over what ggml's code reaches on Gaussian data
+        // (0.087, 0.080, 0.044 and 0.038 for these values).
+        for (kind, bound) in Legacy::ALL.iter().zip([0.1f32, 0.095, 0.052, 0.046]) {
+            let back = decode(*kind, &encode(*kind, &values));
+            assert_eq!(back.len(), values.len());
+            let err =
+                (values.iter().zip(&back).map(|(a, b)| (a - b) * (a - b)).sum::<f32>() / values.len() as f32).sqrt();
+            assert!(err / rms < bound, "{}: relative RMS error {}", kind.name(), err / rms);
+            // No value is off by more than one quantization step of its block.
+            for (block, got) in values.chunks_exact(QK).zip(back.chunks_exact(QK)) {
+                let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                let step = match kind {
+                    Legacy::Q4_0 => amax / 8.0,
+                    Legacy::Q5_0 => amax / 16.0,
+                    Legacy::Q4_1 => 2.0 * amax / 15.0,
+                    Legacy::Q5_1 => 2.0 * amax / 31.0,
+                };
+                for (a, b) in block.iter().zip(got) {
+                    assert!((a - b).abs() <= step * 1.01, "{}: {a} came back {b}", kind.name());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn constant_rows() {
+        for c in [1.0f32, -1.0, 0.37, -1234.5, 3e-3] {
+            // The _1 types store the constant as m (f16) with d = 0.
+            for kind in [Legacy::Q4_1, Legacy::Q5_1] {
+                for &v in &decode(kind, &encode(kind, &[c; QK])) {
+                    assert_eq!(v, f16::from_f32(c).to_f32(), "{}: {c}", kind.name());
+                }
+            }
+            // The _0 types map it to q = 0, d = −c/8 (−c/16) in f16.
+            for kind in [Legacy::Q4_0, Legacy::Q5_0] {
+                for &v in &decode(kind, &encode(kind, &[c; QK])) {
+                    assert!((v - c).abs() <= c.abs() * 1e-3, "{}: {c} came back {v}", kind.name());
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn out_of_range_conversions_follow_x86() {
+        assert_eq!(c_float_to_low_byte(300.7), 44);
+        assert_eq!(c_float_to_low_byte(-1.5), 0xFF);
+        assert_eq!(c_float_to_low_byte(f32::NAN), 0);
+        assert_eq!(c_float_to_low_byte(f32::INFINITY), 0);
+        assert_eq!(c_float_to_low_byte(-3e9), 0);
+        assert_eq!(c_float_to_low_byte(2147483520.0), 0x80);
+        assert_eq!(c_min_int8(15, -1.5), 0xFF);
+        assert_eq!(c_min_int8(15, 200.0), 0xC8);
+        assert_eq!(c_min_int8(15, 100.0), 15);
+        // A block whose largest magnitude is a subnormal so small that 1/d overflows: every
+        // product is ±inf or NaN, and every quant comes out 0 with d = f16 −0.
+        let mut x = [0.0f32; QK];
+        x[5] = f32::from_bits(9);
+        let b = encode(Legacy::Q4_0, &x);
+        assert!(b.iter().enumerate().all(|(i, &v)| v == if i == 1 { 0x80 } else { 0 }), "{b:?}");
+    }
+}

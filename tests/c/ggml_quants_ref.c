@@ -1,0 +1,176 @@
+// Runs ggml's reference encoders (no importance matrix) over a row read from stdin, so
+// tests/it/kquants_ref.rs can compare the Rust encoders byte for byte: the K-quants
+// (quantize_row_q{4,5,6}_K_ref, 256 values a block) and the legacy types
+// (quantize_row_q{4,5}_{0,1}_ref, 32 values a block).
+//
+// stdin:  u32 type (2 = Q4_0, 3 = Q4_1, 6 = Q5_0, 7 = Q5_1, 12 = Q4_K, 13 = Q5_K, 14 = Q6_K),
+//         u32 n (a multiple of the type's block length), then n f32; all little-endian.
+// stdout: the blocks as ggml lays them out in memory.
+//
+// With 256 added to the type, stdin holds the blocks of n values instead of the f32 values and
+// stdout gets the n f32 that ggml's dequantize_row_<type> makes of them (little-endian).
+//
+// Built together with ggml/src/ggml-quants.c alone (from the llama.cpp directory):
+//   cc -O2 -ffp-contract=off -std=c11 -DNDEBUG -Iggml/include -Iggml/src
+//      tests/c/ggml_quants_ref.c ggml/src/ggml-quants.c -lm -o ggml_quants_ref
+// -DNDEBUG as in ggml's release builds: nearest_int() asserts |x| <= 4194303, which rows of
+// subnormals (and some huge ones) break in the Q4_K/Q5_K paths; release builds carry on with the
+// bit pattern arithmetic, and the Rust encoders reproduce that.
+// The legacy encoders convert floats to int8_t/uint8_t, undefined in C where the value does not
+// fit (1/d overflowing for blocks of tiny subnormals, max - min overflowing, non-finite input);
+// x86-64 builds give the low byte of cvttss2si/cvttps2dq, which src/quant/legacy.rs reproduces.
+// The few ggml symbols that file references outside the reference encoders are stubbed below.
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ggml-quants.h"
+
+// Stubs: ggml-quants.c links against these, but the reference encoders never call them.
+void ggml_abort(const char * file, int line, const char * fmt, ...) {
+    va_list args;
+    fprintf(stderr, "ggml_abort at %s:%d: ", file, line);
+    va_start(args, fmt);
+    vfprintf(stderr, fmt, args);
+    va_end(args);
+    fputc('\n', stderr);
+    abort();
+}
+
+static void unexpected(const char * what) {
+    fprintf(stderr, "ggml_quants_ref: unexpected call to %s\n", what);
+    abort();
+}
+
+size_t ggml_type_size(enum ggml_type type) {
+    (void) type;
+    unexpected("ggml_type_size");
+    return 0;
+}
+
+size_t ggml_row_size(enum ggml_type type, int64_t ne) {
+    (void) type;
+    (void) ne;
+    unexpected("ggml_row_size");
+    return 0;
+}
+
+const char * ggml_type_name(enum ggml_type type) {
+    (void) type;
+    unexpected("ggml_type_name");
+    return "";
+}
+
+static int read_exact(void * buf, size_t len) {
+    return fread(buf, 1, len, stdin) == len;
+}
+
+static uint32_t le_u32(const unsigned char b[4]) {
+    return (uint32_t) b[0] | (uint32_t) b[1] << 8 | (uint32_t) b[2] << 16 | (uint32_t) b[3] << 24;
+}
+
+static void put_le_u32(unsigned char b[4], uint32_t v) {
+    b[0] = (unsigned char) v;
+    b[1] = (unsigned char) (v >> 8);
+    b[2] = (unsigned char) (v >> 16);
+    b[3] = (unsigned char) (v >> 24);
+}
+
+static int write_all(const void * buf, size_t len) {
+    return fwrite(buf, 1, len, stdout) == len && fflush(stdout) == 0;
+}
+
+#define DECODE 256u
+
+int main(void) {
+    unsigned char header[8];
+    if (!read_exact(header, sizeof header)) {
+        fprintf(stderr, "ggml_quants_ref: short header\n");
+        return 2;
+    }
+    const uint32_t mode = le_u32(header);
+    const uint32_t n = le_u32(header + 4);
+    const uint32_t type = mode & ~DECODE;
+    const int decode = (mode & DECODE) != 0;
+    size_t block_size;
+    uint32_t block_len;
+    switch (type) {
+        case GGML_TYPE_Q4_0: block_size = sizeof(block_q4_0); block_len = QK4_0; break;
+        case GGML_TYPE_Q4_1: block_size = sizeof(block_q4_1); block_len = QK4_1; break;
+        case GGML_TYPE_Q5_0: block_size = sizeof(block_q5_0); block_len = QK5_0; break;
+        case GGML_TYPE_Q5_1: block_size = sizeof(block_q5_1); block_len = QK5_1; break;
+        case GGML_TYPE_Q4_K: block_size = sizeof(block_q4_K); block_len = QK_K; break;
+        case GGML_TYPE_Q5_K: block_size = sizeof(block_q5_K); block_len = QK_K; break;
+        case GGML_TYPE_Q6_K: block_size = sizeof(block_q6_K); block_len = QK_K; break;
+        default:
+            fprintf(stderr, "ggml_quants_ref: unsupported type %u\n", type);
+            return 2;
+    }
+    if (n % block_len != 0) {
+        fprintf(stderr, "ggml_quants_ref: %u values is not a multiple of %u\n", n, block_len);
+        return 2;
+    }
+
+    const size_t n_blocks = n / block_len;
+    float * values = malloc((size_t) n * sizeof(float) + 1);
+    unsigned char * raw = malloc((size_t) n * 4 + 1);
+    void * blocks = malloc(n_blocks * block_size + 1);
+    if (!values || !raw || !blocks) {
+        fprintf(stderr, "ggml_quants_ref: out of memory\n");
+        return 2;
+    }
+
+    if (decode) {
+        if (!read_exact(blocks, n_blocks * block_size)) {
+            fprintf(stderr, "ggml_quants_ref: short input (%zu blocks expected)\n", n_blocks);
+            return 2;
+        }
+        switch (type) {
+            case GGML_TYPE_Q4_0: dequantize_row_q4_0(blocks, values, n); break;
+            case GGML_TYPE_Q4_1: dequantize_row_q4_1(blocks, values, n); break;
+            case GGML_TYPE_Q5_0: dequantize_row_q5_0(blocks, values, n); break;
+            case GGML_TYPE_Q5_1: dequantize_row_q5_1(blocks, values, n); break;
+            case GGML_TYPE_Q4_K: dequantize_row_q4_K(blocks, values, n); break;
+            case GGML_TYPE_Q5_K: dequantize_row_q5_K(blocks, values, n); break;
+            default:             dequantize_row_q6_K(blocks, values, n); break;
+        }
+        for (size_t i = 0; i < n; ++i) {
+            uint32_t bits;
+            memcpy(&bits, &values[i], sizeof bits);
+            put_le_u32(raw + 4 * i, bits);
+        }
+        if (!write_all(raw, (size_t) n * 4)) {
+            fprintf(stderr, "ggml_quants_ref: write failed\n");
+            return 2;
+        }
+    } else {
+        if (!read_exact(raw, (size_t) n * 4)) {
+            fprintf(stderr, "ggml_quants_ref: short input (%u values expected)\n", n);
+            return 2;
+        }
+        for (size_t i = 0; i < n; ++i) {
+            const uint32_t bits = le_u32(raw + 4 * i);
+            memcpy(&values[i], &bits, sizeof bits);
+        }
+        switch (type) {
+            case GGML_TYPE_Q4_0: quantize_row_q4_0_ref(values, blocks, n); break;
+            case GGML_TYPE_Q4_1: quantize_row_q4_1_ref(values, blocks, n); break;
+            case GGML_TYPE_Q5_0: quantize_row_q5_0_ref(values, blocks, n); break;
+            case GGML_TYPE_Q5_1: quantize_row_q5_1_ref(values, blocks, n); break;
+            case GGML_TYPE_Q4_K: quantize_row_q4_K_ref(values, blocks, n); break;
+            case GGML_TYPE_Q5_K: quantize_row_q5_K_ref(values, blocks, n); break;
+            default:             quantize_row_q6_K_ref(values, blocks, n); break;
+        }
+        if (!write_all(blocks, n_blocks * block_size)) {
+            fprintf(stderr, "ggml_quants_ref: write failed\n");
+            return 2;
+        }
+    }
+    free(blocks);
+    free(raw);
+    free(values);
+    return 0;
+}
