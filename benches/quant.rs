@@ -62,7 +62,7 @@ fn kquants_section(values: &[f32]) {
     println!("{:>4}  {:>22}  {:>22}  speed-up", "type", "reference", best.name());
     let mut out = Vec::new();
     for kind in KQuant::ALL {
-        let mut run = |kernel: kquants::Kernel, out: &mut Vec<u8>| {
+        let run = |kernel: kquants::Kernel, out: &mut Vec<u8>| {
             out.clear();
             for row in black_box(values).chunks_exact(COLS) {
                 kquants::quantize_row_with(kernel, kind, row, out);

@@ -67,6 +67,10 @@ step "lints of the aarch64-only code (NEON paths): clippy for $TARGET with -D wa
 cargo clippy --locked --target "$TARGET" --all-targets -- -D warnings
 
 step "Rust tests for $TARGET under qemu-user (all but the encoder tests)"
+# The ggml encoders' comparison compiles ggml-quants.c from the cached llama.cpp sources.
+bash scripts/llama-cpp.sh
+# shellcheck disable=SC1090
+. "$(bash scripts/llama-cpp.sh --print-env)"
 echo "cargo test --locked --target $TARGET -- --skip encoder::"
 t0=$SECONDS
 cargo test --locked --target "$TARGET" -- --skip encoder::

@@ -6,7 +6,7 @@ use crate::codec::best_decoder;
 use crate::convert::{planned_tensor_bytes, ConvertOptions};
 use crate::layout::mlx::{AutoBits, MlxOptions};
 use crate::layout::{norm_kind, NormKind};
-use crate::layout::{DenseDtype, MtpMode, OutputFormat};
+use crate::layout::{DenseDtype, GgufOptions, GgufType, MtpMode, OutputFormat, WidthChoice};
 use crate::text::{escape_controls, human_bytes, shape};
 use anyhow::Result;
 use serde::Serialize;
@@ -41,6 +41,13 @@ pub struct Sizes {
     /// `--format mlx --bits auto` at its defaults (R = 0.5, group 64), the widths estimated from
     /// a few sampled blocks per coded linear.
     pub mlx_auto_bytes: Option<u64>,
+    /// `--format gguf` at its defaults (bf16), and with `--gguf-type q4_k_m`; absent when the
+    /// architecture has no GGUF layout.
+    pub gguf_bf16_bytes: Option<u64>,
+    pub gguf_q4_k_m_bytes: Option<u64>,
+    /// `--format gguf --gguf-type auto` at its defaults (R = 0.5), the types estimated from a few
+    /// sampled blocks per coded linear.
+    pub gguf_auto_bytes: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -64,6 +71,8 @@ pub struct InspectReport {
     pub biases_nonzero: usize,
     pub mtp: bool,
     pub sizes: Sizes,
+    /// The type `--gguf-type auto` would give each coded linear, with its estimated error.
+    pub gguf_auto_types: Vec<WidthChoice>,
     pub problems: Vec<String>,
 }
 
@@ -156,6 +165,10 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
     }
 
     let input_bytes = ck.shards.iter().map(|s| s.bytes().len() as u64).sum();
+    let auto = Some(AutoBits::DEFAULT);
+    let mlx_auto = auto_plan(path, OutputFormat::Mlx(MlxOptions { auto, ..MlxOptions::DEFAULT }));
+    let gguf_auto =
+        auto_plan(path, OutputFormat::Gguf(GgufOptions { ty: GgufType::Auto, auto, ..GgufOptions::DEFAULT }));
     let biases: Vec<&CodedReport> = coded.iter().filter(|c| c.has_bias).collect();
 
     Ok(InspectReport {
@@ -185,8 +198,16 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
             bf16_bytes: output_bytes(&ck, &cat, dense(DenseDtype::Bf16)).unwrap_or(0),
             f16_bytes: output_bytes(&ck, &cat, dense(DenseDtype::F16)).unwrap_or(0),
             mlx_4bit_bytes: output_bytes(&ck, &cat, OutputFormat::Mlx(MlxOptions::DEFAULT)),
-            mlx_auto_bytes: mlx_auto_bytes(path),
+            mlx_auto_bytes: mlx_auto.map(|(bytes, _)| bytes),
+            gguf_bf16_bytes: output_bytes(&ck, &cat, OutputFormat::Gguf(GgufOptions::DEFAULT)),
+            gguf_q4_k_m_bytes: output_bytes(
+                &ck,
+                &cat,
+                OutputFormat::Gguf(GgufOptions { ty: GgufType::Q4_K_M, ..GgufOptions::DEFAULT }),
+            ),
+            gguf_auto_bytes: gguf_auto.as_ref().map(|(bytes, _)| *bytes),
         },
+        gguf_auto_types: gguf_auto.map(|(_, choices)| choices).unwrap_or_default(),
         coded,
         problems,
     })
@@ -207,13 +228,13 @@ fn output_bytes(ck: &Checkpoint, cat: &crate::checkpoint::Catalog, format: Outpu
 /// Blocks per coded linear the `--bits auto` size is estimated from.
 const AUTO_SAMPLE: usize = 4;
 
-/// The size `--format mlx --bits auto` would write (tensor bytes), its widths estimated from a
-/// few sampled blocks per coded linear.
-fn mlx_auto_bytes(input: &Path) -> Option<u64> {
+/// The size `format` (an auto choice at its defaults) would write (tensor bytes) and what it
+/// chooses, estimated from a few sampled blocks per coded linear.
+fn auto_plan(input: &Path, format: OutputFormat) -> Option<(u64, Vec<WidthChoice>)> {
     let opts = ConvertOptions {
         input: input.to_path_buf(),
         output: PathBuf::new(),
-        format: OutputFormat::Mlx(MlxOptions { auto: Some(AutoBits::DEFAULT), ..MlxOptions::DEFAULT }),
+        format,
         keep_bias: false,
         max_shard_size: None,
         only: Vec::new(),
@@ -295,6 +316,25 @@ pub fn render(r: &InspectReport) -> String {
         r.sizes.mlx_4bit_bytes.map_or("n/a".into(), human_bytes),
         r.sizes.mlx_auto_bytes.map_or("n/a".into(), human_bytes)
     );
+    let _ = writeln!(
+        s,
+        "       gguf output (bf16) {}, gguf --gguf-type q4_k_m {}, gguf --gguf-type auto (estimated) {}",
+        r.sizes.gguf_bf16_bytes.map_or("n/a".into(), human_bytes),
+        r.sizes.gguf_q4_k_m_bytes.map_or("n/a".into(), human_bytes),
+        r.sizes.gguf_auto_bytes.map_or("n/a".into(), human_bytes)
+    );
+    if !r.gguf_auto_types.is_empty() {
+        let mut counts: Vec<(String, usize)> = Vec::new();
+        for c in &r.gguf_auto_types {
+            let chosen = c.chosen.to_string();
+            match counts.iter_mut().find(|(t, _)| *t == chosen) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((chosen, 1)),
+            }
+        }
+        let counts: Vec<String> = counts.iter().map(|(t, n)| format!("{t} ×{n}")).collect();
+        let _ = writeln!(s, "gguf --gguf-type auto types (estimated; every tensor in --json): {}", counts.join(", "));
+    }
     if r.problems.is_empty() {
         let _ = writeln!(s, "problems: none found");
     } else {

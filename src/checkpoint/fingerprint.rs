@@ -13,7 +13,7 @@ const SAMPLE: usize = 4096;
 
 impl Checkpoint {
     /// SHA-256 (hex) of config.json and, shard by shard in the order the index or directory gives,
-    /// each shard's length, its whole header and [`SAMPLES`] blocks of its data.
+    /// each shard's length, its whole header and `SAMPLES` blocks of its data.
     pub fn fingerprint(&self) -> String {
         let mut h = Sha256::new();
         let config = self.config.as_ref().map(ToString::to_string).unwrap_or_default();

@@ -23,7 +23,7 @@ pub use report::{render_plan, render_summary, ConvertReport, ShardReport, Tensor
 
 use crate::checkpoint::Checkpoint;
 use crate::codec::TileDecoder;
-use crate::layout::{Encoding, Layout};
+use crate::layout::{Encoding, Layout, WidthChoice};
 use crate::output::{checksums, Destination, Staging, MARKER_FILE};
 use crate::plan::Plan;
 use crate::transform::hadamard::HADAMARD_SIZE;
@@ -216,11 +216,15 @@ fn affine_bits_per_weight(plan: &Plan) -> Option<f64> {
 
 /// The tensor bytes a conversion with `opts` would write, planned without writing; a format
 /// that looks at the weights looks at `sample` blocks per tensor.
-pub fn planned_tensor_bytes(opts: &ConvertOptions, decoder: &dyn TileDecoder, sample: Option<usize>) -> Result<u64> {
+pub fn planned_tensor_bytes(
+    opts: &ConvertOptions,
+    decoder: &dyn TileDecoder,
+    sample: Option<usize>,
+) -> Result<(u64, Vec<WidthChoice>)> {
     let layout = opts.format.layout();
     let ck = Checkpoint::open(&opts.input)?;
     let job = Job::new(ck, opts, layout.as_ref(), (decoder, sample), &mut Vec::new())?;
-    Ok(job.plan.tensors.iter().map(|p| p.tensor.byte_len() as u64).sum())
+    Ok((job.plan.tensors.iter().map(|p| p.tensor.byte_len() as u64).sum(), job.widths))
 }
 
 /// Bytes of scratch one work unit needs at input width `ic`.

@@ -92,10 +92,9 @@ fn estimate(block: BlockType, row: &[f32]) -> f64 {
         BlockType::Q4_0 => (32, 16.0, false),
         BlockType::Q5_0 => (32, 32.0, false),
         BlockType::Q8_0 => (32, 254.0, false),
-        BlockType::Q4_1 => (32, 15.0, true),
-        BlockType::Q5_1 => (32, 31.0, true),
-        BlockType::Q4_K => (32, 15.0, true),
-        BlockType::Q5_K => (32, 31.0, true),
+        // The K-quants' 32-value sub-blocks round like the 32-value blocks with a minimum.
+        BlockType::Q4_1 | BlockType::Q4_K => (32, 15.0, true),
+        BlockType::Q5_1 | BlockType::Q5_K => (32, 31.0, true),
         BlockType::Q6_K => (16, 64.0, false),
     };
     let mut sq = 0.0;

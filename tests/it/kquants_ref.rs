@@ -55,7 +55,7 @@ impl Format {
     fn quantize(self, values: &[f32]) -> Vec<u8> {
         let mut out = Vec::new();
         match self {
-            Format::K(k) => kquants::quantize_row(k, values, &mut out),
+            Format::K(k) => kquants::quantize_row_with(kquants::Kernel::Reference, k, values, &mut out),
             Format::L(l) => legacy::quantize_row(l, values, &mut out),
         }
         out
@@ -365,6 +365,18 @@ fn compare(
         let want = harness.quantize(kind, &c.values);
         let got = kind.quantize(&c.values);
         assert_eq!(got.len(), want.len());
+        if let Format::K(k) = kind {
+            // The kernel the conversion uses writes the reference's bytes too.
+            let mut best = Vec::new();
+            kquants::quantize_row(k, &c.values, &mut best);
+            assert!(
+                best == got,
+                "{} case {:?}: the {} kernel differs from the reference",
+                kind.name(),
+                c.name,
+                kquants::Kernel::best().name()
+            );
+        }
         let differ: Vec<usize> = (0..want.len() / size)
             .filter(|&b| got[b * size..(b + 1) * size] != want[b * size..(b + 1) * size])
             .collect();

@@ -150,7 +150,7 @@ fn a_broken_state_extractor_fails_the_overlap_check() {
 
 #[test]
 fn exchanging_rin_and_rout_fails_correlation() {
-    let p = "model.language_model.layers.0.linear_attn.out_proj";
+    let p = "model.language_model.layers.3.self_attn.o_proj";
     assert_fails_with(
         "dense",
         "dense-base",

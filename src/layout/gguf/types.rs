@@ -35,7 +35,7 @@ pub enum GgufType {
     Q4_K_M,
     #[value(name = "q5_k_m")]
     Q5_K_M,
-    /// Per coded linear, the narrowest of Q4_K, Q5_K, Q6_K and Q8_0 within the error budget
+    /// Per coded linear, the narrowest of `Q4_K`, `Q5_K`, `Q6_K` and `Q8_0` within the error budget
     /// (`--max-added-error`), else BF16.
     Auto,
 }

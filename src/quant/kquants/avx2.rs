@@ -106,6 +106,7 @@ fn transpose8(r: [__m256; 8]) -> [__m256; 8] {
 
 /// `x` as `8·G` consecutive groups ("units") of `N` values, transposed: lane `j` of `[i][g]` is
 /// element `i` of unit `8g + j`.
+#[allow(clippy::needless_range_loop)] // `g` is the register column of each row of `xt`
 #[inline]
 #[target_feature(enable = "avx2")]
 fn transpose_units<const N: usize, const G: usize>(x: &[f32]) -> [[__m256; G]; N] {
@@ -226,8 +227,14 @@ fn qkx2_search<const G: usize>(x: &[f32], nmax: i32, rmin: f32, nstep: i32) -> F
         for g in 0..G {
             let det = _mm256_sub_ps(_mm256_mul_ps(sum_w[g], sum_l2[g]), _mm256_mul_ps(sum_l[g], sum_l[g]));
             ok[g] = _mm256_cmp_ps::<_CMP_GT_OQ>(det, zero);
-            let ts = _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(sum_w[g], sum_xl[g]), _mm256_mul_ps(sum_x[g], sum_l[g])), det);
-            let tm = _mm256_div_ps(_mm256_sub_ps(_mm256_mul_ps(sum_l2[g], sum_x[g]), _mm256_mul_ps(sum_l[g], sum_xl[g])), det);
+            let ts = _mm256_div_ps(
+                _mm256_sub_ps(_mm256_mul_ps(sum_w[g], sum_xl[g]), _mm256_mul_ps(sum_x[g], sum_l[g])),
+                det,
+            );
+            let tm = _mm256_div_ps(
+                _mm256_sub_ps(_mm256_mul_ps(sum_l2[g], sum_x[g]), _mm256_mul_ps(sum_l[g], sum_xl[g])),
+                det,
+            );
             let positive = _mm256_cmp_ps::<_CMP_GT_OQ>(tm, zero);
             this_min[g] = select(tm, zero, positive);
             this_scale[g] = select(ts, _mm256_div_ps(sum_xl[g], sum_l2[g]), positive);

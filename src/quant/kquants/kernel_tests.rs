@@ -287,8 +287,7 @@ fn random_block(rng: &mut SplitMix64) -> Vec<f32> {
 #[test]
 fn thousands_of_random_blocks_match_the_reference() {
     let mut rng = SplitMix64(0x0005_EED5);
-    let n = if cfg!(target_arch = "x86_64") { 3000 } else { 1200 };
-    let blocks: Vec<f32> = (0..n).flat_map(|_| random_block(&mut rng)).collect();
+    let blocks: Vec<f32> = (0..3000).flat_map(|_| random_block(&mut rng)).collect();
     assert_same(&blocks, "random blocks");
 }
 
@@ -305,7 +304,7 @@ fn element() -> impl Strategy<Value = f32> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(if cfg!(target_arch = "x86_64") { 64 } else { 24 }))]
+    #![proptest_config(ProptestConfig::with_cases(64))]
 
     #[test]
     fn random_rows_match_the_reference(
@@ -345,4 +344,3 @@ fn non_finite_values_match_the_reference() {
     }
     assert_same(&blocks, "non-finite values");
 }
-

@@ -85,6 +85,7 @@ fn transpose4(r: [float32x4_t; 4]) -> [float32x4_t; 4] {
 
 /// `x` as `4·G` consecutive groups ("units") of `N` values, transposed: lane `j` of `[i][g]` is
 /// element `i` of unit `4g + j`.
+#[allow(clippy::needless_range_loop)] // `g` is the register column of each row of `xt`
 #[inline]
 #[target_feature(enable = "neon")]
 fn transpose_units<const N: usize, const G: usize>(x: &[f32]) -> [[float32x4_t; G]; N] {
