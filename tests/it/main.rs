@@ -13,6 +13,7 @@ mod destinations;
 mod edges;
 mod encoder;
 mod fuzz_catalogue;
+mod gguf;
 mod golden;
 mod inspect;
 mod kquants_ref;

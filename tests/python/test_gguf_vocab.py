@@ -52,6 +52,7 @@ import sys
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from testenv import require, unavailable
@@ -252,7 +253,29 @@ def checkpoint(repo_root, tmp_path_factory):
     text["vocab_size"] = VOCAB_SIZE
     text["bos_token_id"], text["eos_token_id"] = BOS_ID, EOS_ID
     (ck / "config.json").write_text(json.dumps(config, indent=2))
+    widen_embeddings(ck, VOCAB_SIZE)
     return ck
+
+
+def widen_embeddings(ck, rows):
+    """Replaces the fixture's 256-row int8 embedding and head by plain zero tensors of `rows` rows:
+    llama.cpp needs the vocabulary as long as the embedding, and escha-convert refuses a GGUF
+    whose config says otherwise."""
+    from safetensors.numpy import load_file, save_file
+
+    index_path = ck / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    int8 = [n for n in index["weight_map"] if n.startswith(("lm_head.", "model.language_model.embed_tokens."))]
+    for shard in sorted({index["weight_map"][n] for n in int8}):
+        tensors = load_file(ck / shard)
+        save_file({n: t for n, t in tensors.items() if n not in int8}, ck / shard)
+    for n in int8:
+        del index["weight_map"][n]
+    hidden = json.loads((ck / "config.json").read_text())["text_config"]["hidden_size"]
+    zeros = np.zeros((rows, hidden), np.float16)
+    save_file({"lm_head.weight": zeros, "model.language_model.embed_tokens.weight": zeros}, ck / "vocab.safetensors")
+    index["weight_map"]["lm_head.weight"] = index["weight_map"]["model.language_model.embed_tokens.weight"] = "vocab.safetensors"
+    index_path.write_text(json.dumps(index, indent=2))
 
 
 @pytest.fixture(scope="session")

@@ -33,7 +33,10 @@ impl LinearHeads {
         else {
             return Ok(None);
         };
-        if key_heads == 0 || value_heads == key_heads {
+        if key_heads == 0 {
+            bail!("config.json: linear_num_key_heads is 0, with {value_heads} value heads");
+        }
+        if value_heads == key_heads {
             return Ok(None);
         }
         if value_heads % key_heads != 0 {

@@ -26,6 +26,7 @@ use anyhow::{bail, Context, Result};
 use heads::{LinearHeads, Reorder};
 use hparams::Hparams;
 use serde_json::Value;
+use std::collections::BTreeSet;
 
 /// Options of a GGUF conversion.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -123,15 +124,39 @@ fn sampling(ck: &Checkpoint) -> Result<Metadata> {
     Ok(kv)
 }
 
-/// The next-token (MTP) blocks after the `layers` transformer blocks: the layers config.json
-/// declares when any tensor of them is written, else none.
-fn mtp_blocks(tensors: &[OutputTensor], layers: u64, config: Option<&Value>) -> u64 {
-    let block = |t: &OutputTensor| t.name.strip_prefix("blk.")?.split('.').next()?.parse::<u64>().ok();
-    if tensors.iter().any(|t| block(t).is_some_and(|b| b >= layers)) {
-        mtp::declared_layers(config)
-    } else {
-        0
+/// The block a GGUF tensor belongs to (`blk.N.…`).
+fn block(t: &OutputTensor) -> Option<u64> {
+    t.name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
+}
+
+/// The next-token (MTP) blocks written after the `layers` transformer blocks: up to the last one
+/// any tensor belongs to (never more than the tensors show, whatever config.json declares).
+fn mtp_blocks(tensors: &[OutputTensor], layers: u64) -> u64 {
+    tensors.iter().filter_map(block).filter(|&b| b >= layers).map(|b| b + 1 - layers).max().unwrap_or(0)
+}
+
+/// Refuses a config whose counts the tensors do not bear out: llama.cpp would refuse the file.
+/// Every transformer block must hold tensors, and the vocabulary must be as long as the
+/// embedding and the output are high. Returns the vocabulary's length.
+fn check_counts(tensors: &[OutputTensor], layers: u64, vocab_size: Option<u32>) -> Result<Option<u64>> {
+    let present: BTreeSet<u64> = tensors.iter().filter_map(block).filter(|&b| b < layers).collect();
+    if present.len() as u64 != layers {
+        let missing = (0..).find(|b| !present.contains(b)).unwrap_or(0);
+        bail!("config.json: num_hidden_layers is {layers}, but the checkpoint holds no tensor of block {missing}");
     }
+    let mut rows = None;
+    for name in ["token_embd.weight", "output.weight"] {
+        let Some(t) = tensors.iter().find(|t| t.name == name) else { continue };
+        let height = t.shape.first().copied().unwrap_or(0) as u64;
+        if let Some(n) = vocab_size.filter(|&n| u64::from(n) != height) {
+            bail!("config.json: vocab_size is {n}, but {name} has {height} rows; llama.cpp needs them equal");
+        }
+        if rows.is_some_and(|r| r != height) {
+            bail!("token_embd.weight and output.weight differ in height; llama.cpp needs one vocabulary");
+        }
+        rows = Some(height);
+    }
+    Ok(rows.or(vocab_size.map(u64::from)))
 }
 
 /// Rows `range` of every lead of a coded source (one half of a fused gate/up expert tensor).
@@ -182,8 +207,9 @@ impl Layout for GgufLayout {
                 out.push(self.convert(&piece, &format!("{base}mlp.experts.{part}"), &model)?);
             }
         }
+        check_counts(&out, model.layers, hp.vocab_size()?)?;
         if let Some(rule) = self.opts.ty.quantize() {
-            let blocks = model.layers + mtp_blocks(&out, model.layers, ck.config.as_ref());
+            let blocks = model.layers + mtp_blocks(&out, model.layers);
             quantize_as_llama_does(
                 rule,
                 &mut out,
@@ -213,8 +239,7 @@ impl Layout for GgufLayout {
     fn metadata(&self, ck: &Checkpoint, tensors: &[OutputTensor]) -> Result<Metadata> {
         let hp = Hparams::new(ck.config.as_ref())?;
         let layers = u64::from(hp.layers()?);
-        let mtp_layers =
-            u32::try_from(mtp_blocks(tensors, layers, ck.config.as_ref())).context("too many MTP layers")?;
+        let mtp_layers = u32::try_from(mtp_blocks(tensors, layers)).context("too many MTP layers")?;
         let mut kv: Metadata = vec![
             ("general.architecture".into(), MetaValue::Str(hp.arch.into())),
             ("general.type".into(), MetaValue::Str("model".into())),
@@ -224,7 +249,7 @@ impl Layout for GgufLayout {
         kv.extend(sampling(ck)?);
         kv.extend(hp.metadata(mtp_layers, types::file_type(self.opts.ty, tensors))?);
         if self.opts.vocab {
-            kv.extend(vocab::metadata(ck, hp.vocab_size()?)?);
+            kv.extend(vocab::metadata(ck, check_counts(tensors, layers, hp.vocab_size()?)?)?);
         }
         Ok(kv)
     }

@@ -70,16 +70,16 @@ impl GgufType {
         })
     }
 
-    /// `general.file_type`: llama.cpp's `LLAMA_FTYPE_MOSTLY_*`; a uniform K-quant takes its
-    /// `_S` mixture's number (`Q6_K` has only the one).
+    /// `general.file_type`: llama.cpp's `LLAMA_FTYPE_MOSTLY_*`; a uniform K-quant the number
+    /// `llama-quantize --pure` writes for it (it takes `Q4_K` and `Q5_K` for their `_M` mixtures).
     fn fixed_file_type(self) -> Option<u32> {
         Some(match self {
             GgufType::Auto => return None,
             GgufType::F32 => 0,
             GgufType::F16 => 1,
             GgufType::Q8_0 => 7,
-            GgufType::Q4_K => Mixture::Q4KS.file_type(),
-            GgufType::Q5_K => Mixture::Q5KS.file_type(),
+            GgufType::Q4_K => Mixture::Q4KM.file_type(),
+            GgufType::Q5_K => Mixture::Q5KM.file_type(),
             GgufType::Q6_K => Mixture::Q6K.file_type(),
             GgufType::Q4_K_M => Mixture::Q4KM.file_type(),
             GgufType::Q5_K_M => Mixture::Q5KM.file_type(),

@@ -43,8 +43,12 @@ pub(super) fn json_file(ck: &Checkpoint, name: &str) -> Result<Option<Value>> {
     serde_json::from_str(&text).map(Some).with_context(|| format!("{}: not valid JSON", path.display()))
 }
 
-/// The tokenizer keys for `ck`, its ids padded to `vocab_size` (the config's).
-pub fn metadata(ck: &Checkpoint, vocab_size: Option<u32>) -> Result<Metadata> {
+/// Unused ids the token list may be padded with (Qwen3.5 pads 243; a count far beyond any real
+/// one would only allocate).
+const MAX_PADDING: u64 = 1 << 20;
+
+/// The tokenizer keys for `ck`, its ids padded to `vocab_size` (the embedding's height).
+pub fn metadata(ck: &Checkpoint, vocab_size: Option<u64>) -> Result<Metadata> {
     let tokenizer = json_file(ck, "tokenizer.json")?.with_context(|| {
         format!(
             "{}: no tokenizer.json, so no vocabulary for the GGUF file (--gguf-vocab none writes the tensors alone)",
@@ -90,10 +94,17 @@ pub fn metadata(ck: &Checkpoint, vocab_size: Option<u32>) -> Result<Metadata> {
     }
     let largest = by_id.keys().max().copied().unwrap_or(0);
     let size = match vocab_size {
-        Some(n) if u64::from(n) <= largest => {
-            bail!("tokenizer.json has token id {largest}, but config.json's vocab_size is {n}")
+        Some(n) if n <= largest => {
+            bail!("tokenizer.json has token id {largest}, but the vocabulary (config.json's vocab_size, the embedding's height) is {n}")
         }
-        Some(n) => u64::from(n),
+        Some(n) if n - largest > MAX_PADDING => {
+            bail!(
+                "config.json: vocab_size {n} would pad tokenizer.json's {} ids with {} unused ones",
+                largest + 1,
+                n - largest - 1
+            )
+        }
+        Some(n) => n,
         None => by_id.len() as u64,
     };
     let mut tokens = Vec::with_capacity(size as usize);
