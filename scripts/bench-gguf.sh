@@ -94,6 +94,7 @@ for i in $(seq "$RUNS"); do
     run two-step-3-llama-quantize "$ESCHA_LLAMA_BIN/llama-quantize" "$DIR/ref-bf16.gguf" "$DIR/ref-q4_k_m.gguf" Q4_K_M 1
 done
 
+if [ "$TWO_STEP_RUNS" -gt 0 ]; then
 echo "== the converter's tensors against ours (last run's files)"
 .venv/bin/python - "$ESCHA_LLAMA_CPP/gguf-py" "$DIR" <<'PY'
 import sys
@@ -127,9 +128,10 @@ for ours_path, theirs_path, what in (
           f"shape and size, {same_bytes} byte-identical to ours: "
           + ("OK" if not problems else "PROBLEMS:\n  " + "\n  ".join(problems)))
 PY
+fi
 echo "file sizes (bytes): $(for f in out-bf16/model-*.safetensors out-gguf-bf16/model.gguf ref-bf16.gguf \
     out-gguf-q8_0/model.gguf out-gguf-q4_k_m/model.gguf ref-q4_k_m.gguf out-gguf-auto/model.gguf; do
-    printf '%s %s; ' "$f" "$(du -cb "$DIR"/$f | tail -1 | cut -f1)"; done)"
+    ! compgen -G "$DIR/$f" >/dev/null || printf '%s %s; ' "$f" "$(du -cb "$DIR"/$f | tail -1 | cut -f1)"; done)"
 rm -rf "$DIR"/out-* "$DIR/hf" "$DIR/ref-bf16.gguf" "$DIR/ref-q4_k_m.gguf" "$DIR/out"
 
 python3 - "$TIMES" "$WEIGHTS" <<'PY'
@@ -145,16 +147,18 @@ print(f"{weights / 1e9:.3f} G weights; escha-convert and llama-quantize on one t
       f"{len(rows['bf16'])} alternated runs ({len(rows.get('two-step-1-bf16', []))} of the two-step path)")
 print("| run | CPU (user + sys) | wall | CPU ns/weight | peak RSS | runs (CPU) |")
 print("|---|---|---|---|---|---|")
-cpu, wall, rss = {}, {}, {}
+cpu, wall, rss, user = {}, {}, {}, {}
 for label, r in rows.items():
     med = lambda f: statistics.median(f(x) for x in r)
     cpu[label], wall[label], rss[label] = med(lambda x: x[1] + x[2]), med(lambda x: x[0]), med(lambda x: x[3])
+    user[label] = med(lambda x: x[1])
     print(f"| {label} | {cpu[label]:.2f} s ({med(lambda x: x[1]):.2f} + {med(lambda x: x[2]):.2f}) "
           f"| {wall[label]:.2f} s | {cpu[label] / weights * 1e9:.2f} | {rss[label] / 1024:.0f} MiB | "
           + ", ".join(f"{x[1] + x[2]:.2f}" for x in r) + " |")
 print()
 for label in ("gguf-bf16", "gguf-q8_0", "gguf-q4_k_m", "gguf-auto"):
-    print(f"{label} / bf16: CPU {cpu[label] / cpu['bf16']:.2f}x, wall {wall[label] / wall['bf16']:.2f}x; "
+    print(f"{label} / bf16: CPU {cpu[label] / cpu['bf16']:.2f}x, user {user[label] / user['bf16']:.2f}x, "
+          f"wall {wall[label] / wall['bf16']:.2f}x; "
           f"peak RSS {max(x[3] for x in rows[label]) / 1024:.0f} MiB at most")
 if "two-step-2-converter" in cpu:
     two = cpu["two-step-1-bf16"] + cpu["two-step-2-converter"]

@@ -141,7 +141,7 @@ fn mtp_blocks(tensors: &[OutputTensor], layers: u64) -> u64 {
 fn check_counts(tensors: &[OutputTensor], layers: u64, vocab_size: Option<u32>) -> Result<Option<u64>> {
     let present: BTreeSet<u64> = tensors.iter().filter_map(block).filter(|&b| b < layers).collect();
     if present.len() as u64 != layers {
-        let missing = (0..).find(|b| !present.contains(b)).unwrap_or(0);
+        let missing = (0..layers).find(|b| !present.contains(b)).unwrap_or(0);
         bail!("config.json: num_hidden_layers is {layers}, but the checkpoint holds no tensor of block {missing}");
     }
     let mut rows = None;

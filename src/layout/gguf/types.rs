@@ -78,11 +78,10 @@ impl GgufType {
             GgufType::F32 => 0,
             GgufType::F16 => 1,
             GgufType::Q8_0 => 7,
-            GgufType::Q4_K => Mixture::Q4KM.file_type(),
-            GgufType::Q5_K => Mixture::Q5KM.file_type(),
+
             GgufType::Q6_K => Mixture::Q6K.file_type(),
-            GgufType::Q4_K_M => Mixture::Q4KM.file_type(),
-            GgufType::Q5_K_M => Mixture::Q5KM.file_type(),
+            GgufType::Q4_K | GgufType::Q4_K_M => Mixture::Q4KM.file_type(),
+            GgufType::Q5_K | GgufType::Q5_K_M => Mixture::Q5KM.file_type(),
             GgufType::Bf16 => 32,
         })
     }
