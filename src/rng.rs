@@ -17,4 +17,11 @@ impl SplitMix64 {
     pub fn uniform(&mut self) -> f64 {
         (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
     }
+
+    /// Standard normal (Box–Muller, one value from two uniforms).
+    pub fn gaussian(&mut self) -> f64 {
+        let u1 = 1.0 - self.uniform(); // (0, 1], so the logarithm stays finite
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+    }
 }

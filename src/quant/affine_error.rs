@@ -87,10 +87,7 @@ mod tests {
     #[test]
     fn the_estimate_tracks_the_exact_error_on_gaussian_weights() {
         let mut rng = SplitMix64(7);
-        let mut gauss = || {
-            let (u, v) = (1.0 - rng.uniform(), rng.uniform());
-            ((-2.0 * u.ln()).sqrt() * (std::f64::consts::TAU * v).cos()) as f32 * 0.02
-        };
+        let mut gauss = || rng.gaussian() as f32 * 0.02;
         let (rows, cols) = (64, 512);
         let mut values: Vec<f32> = (0..rows * cols).map(|_| gauss()).collect();
         values[..cols].fill(0.0); // a pruned row counts for nothing

@@ -6,7 +6,7 @@
 //! Some cases need root (mounts, namespaces); they are skipped with the reason printed, except
 //! under `CI=true`, where a missing facility fails the test.
 
-use crate::common::{copy_tree, escha_convert, fixture};
+use crate::common::{copy_tree, escha_convert, fixture, snapshot};
 use crate::synth::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -22,21 +22,6 @@ fn stderr(o: &Output) -> String {
 
 fn checkpoint(dir: &Path) -> PathBuf {
     write_checkpoint(dir, &small_checkpoint(41))
-}
-
-/// Every file under `dir` with its bytes, for before/after comparisons.
-fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(snapshot(&p));
-        } else {
-            out.push((p.clone(), std::fs::read(&p).unwrap()));
-        }
-    }
-    out.sort();
-    out
 }
 
 /// Whether this process may use root-only facilities (mounts, namespaces); says why not when it

@@ -7,7 +7,7 @@
 //! The header is read by a parser of its own here (not the crate's), so a writer bug cannot hide
 //! behind a reader with the same bug.
 
-use crate::common::{copy_tree, escha_convert, fixture};
+use crate::common::{copy_tree, escha_convert, fixture, snapshot};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -305,21 +305,6 @@ fn run_bounded(input: &Path, extra: &[&str]) -> (Output, Duration, tempfile::Tem
     };
     let o = Output { status, stdout: stdout.join().unwrap(), stderr: stderr_.join().unwrap() };
     (o, t0.elapsed(), parent)
-}
-
-/// Every file under `dir` with its bytes.
-fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.is_dir() {
-            out.extend(snapshot(&p));
-        } else {
-            out.push((p.clone(), std::fs::read(&p).unwrap()));
-        }
-    }
-    out.sort();
-    out
 }
 
 /// The failure contract: exit 1 (not a signal, not a panic), one error line containing every

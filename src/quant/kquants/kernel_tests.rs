@@ -42,9 +42,7 @@ fn assert_same(values: &[f32], what: &str) {
 }
 
 fn gaussian(rng: &mut SplitMix64) -> f32 {
-    let u1 = 1.0 - rng.uniform();
-    let u2 = rng.uniform();
-    ((-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()) as f32
+    rng.gaussian() as f32
 }
 
 #[test]
