@@ -75,7 +75,7 @@ pub struct ConvertArgs {
     #[arg(long, value_name = "R", value_parser = parse_added_error)]
     pub max_added_error: Option<f64>,
     /// With --bits auto or --gguf-type auto: measure each choice's error exactly (about 20 ns more
-    /// per weight for MLX) instead of estimating it from the group or block ranges.
+    /// per weight for MLX, 30 for GGUF) instead of estimating it from the group or block ranges.
     #[arg(long)]
     pub measure_error: bool,
     /// MLX affine group size (`--format mlx`; default 64).
