@@ -270,8 +270,8 @@ impl Layout for GgufLayout {
             library: "gguf",
             tags: vec!["gguf".into(), ty.into(), "llama.cpp".into()],
             description: format!(
-                "GGUF for llama.cpp ({} architecture), {ty} tensors, int8 layers as exact Q8_0",
-                "qwen35"
+                "GGUF for llama.cpp (`--gguf-type {ty}`){}",
+                if self.opts.int8 == Int8Mode::Exact { ", int8 layers as exact Q8_0" } else { "" }
             ),
             how_to_load: format!(
                 "llama.cpp{draft}:\n\n```sh\nllama-cli -m path/to/model/model.gguf -p \"Hello\"\n```\n\n\
