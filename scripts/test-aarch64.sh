@@ -7,8 +7,8 @@
 #      tests, cross-built and run under qemu-user (.cargo/config.toml names the linker and
 #      the runner): every test except the encoder's (tests/it/encoder.rs), see below;
 #   3. the aarch64 release binary, under qemu-user, converts both bundled fixtures (fixtures/dense,
-#      fixtures/moe) to the same bytes as the native x86_64 release binary, in bf16 and in
-#      `--format mlx`, every output file compared;
+#      fixtures/moe) to the same bytes as the native x86_64 release binary, in bf16, in
+#      `--format mlx` and in `--format gguf --gguf-type q4_k_m`, every output file compared;
 #   4. `verify fixtures/dense --base fixtures/dense-base` passes under qemu-user, with the NEON
 #      decoder.
 #
@@ -104,12 +104,16 @@ same_tree() {
     echo "  $n files, all byte-identical"
 }
 
+# GGUF with q4_k_m runs the K-quant kernels (AVX2 here, NEON there) end to end.
 for model in dense moe; do
-    for format in bf16 mlx; do
+    for format in "bf16" "mlx" "gguf --gguf-type q4_k_m"; do
+        name=${format%% *}
         step "convert fixtures/$model --format $format: native x86_64 vs $TARGET under qemu-user"
-        "$native" convert "fixtures/$model" "$work/$model-$format-x86_64" --format "$format" --quiet
-        arm_run convert "fixtures/$model" "$work/$model-$format-aarch64" --format "$format" --quiet
-        same_tree "$work/$model-$format-x86_64" "$work/$model-$format-aarch64"
+        # shellcheck disable=SC2086 # the format's words
+        "$native" convert "fixtures/$model" "$work/$model-$name-x86_64" --format $format --quiet
+        # shellcheck disable=SC2086
+        arm_run convert "fixtures/$model" "$work/$model-$name-aarch64" --format $format --quiet
+        same_tree "$work/$model-$name-x86_64" "$work/$model-$name-aarch64"
     done
 done
 
