@@ -44,29 +44,6 @@ WEIGHTS=$($BIN "$DIR/synth" "$DIR/out" --dry-run --json --force |
 TIMES="$DIR/times.txt"
 : >"$TIMES"
 
-cat >"$DIR/converter.py" <<'PY'
-# convert_hf_to_gguf.py with get_vocab_base_pre answering "qwen35" for the stand-in tokenizer
-# (tests/python/test_gguf.py's CONVERTER_WRAPPER).
-import runpy, sys
-from pathlib import Path
-script = Path(sys.argv[1]).resolve()
-sys.path.insert(0, str(script.parent))
-sys.path.insert(1, str(script.parent / "gguf-py"))
-import gguf
-from conversion import base
-original = base.TextModel.get_vocab_base_pre
-def get_vocab_base_pre(self, tokenizer):
-    try:
-        return original(self, tokenizer)
-    except NotImplementedError:
-        if self.model_arch in (gguf.MODEL_ARCH.QWEN35, gguf.MODEL_ARCH.QWEN35MOE):
-            return "qwen35"
-        raise
-base.TextModel.get_vocab_base_pre = get_vocab_base_pre
-sys.argv = [str(script), *sys.argv[2:]]
-runpy.run_path(str(script), run_name="__main__")
-PY
-
 run() { # label, command...: appends "label wall user sys rss_kb" to $TIMES; output to $DIR/label.log
     local label=$1
     shift
@@ -89,7 +66,7 @@ for i in $(seq "$RUNS"); do
     rm -rf "$DIR/hf" "$DIR/ref-bf16.gguf" "$DIR/ref-q4_k_m.gguf"
     run two-step-1-bf16 $BIN "$DIR/synth" "$DIR/hf" -j 1 --quiet
     cp fixtures/dense/tokenizer.json fixtures/dense/tokenizer_config.json "$DIR/hf/"
-    run two-step-2-converter .venv/bin/python "$DIR/converter.py" "$ESCHA_LLAMA_CPP/convert_hf_to_gguf.py" \
+    run two-step-2-converter .venv/bin/python scripts/convert_hf_to_gguf_standin.py "$ESCHA_LLAMA_CPP/convert_hf_to_gguf.py" \
         "$DIR/hf" --outtype bf16 --no-mtp --outfile "$DIR/ref-bf16.gguf"
     run two-step-3-llama-quantize "$ESCHA_LLAMA_BIN/llama-quantize" "$DIR/ref-bf16.gguf" "$DIR/ref-q4_k_m.gguf" Q4_K_M 1
 done

@@ -107,30 +107,8 @@ PROVENANCE_PREFIXES = (
     "general.uuid",
 )
 
-# Runs the converter with one patch (see the module docstring): the fixtures' stand-in tokenizer is
-# unknown to get_vocab_base_pre, which then answers what it answers for the real Qwen3.5 tokenizers.
-CONVERTER_WRAPPER = r"""
-import runpy, sys
-from pathlib import Path
-script = Path(sys.argv[1]).resolve()
-sys.path.insert(0, str(script.parent))
-sys.path.insert(1, str(script.parent / "gguf-py"))
-import gguf
-from conversion import base
-original = base.TextModel.get_vocab_base_pre
-def get_vocab_base_pre(self, tokenizer):
-    try:
-        return original(self, tokenizer)
-    except NotImplementedError:
-        if self.model_arch in (gguf.MODEL_ARCH.QWEN35, gguf.MODEL_ARCH.QWEN35MOE):
-            print("test_gguf: the fixture's stand-in tokenizer is not in the converter's table; "
-                  "tokenizer.ggml.pre = qwen35, as for the real Qwen3.5 tokenizers", file=sys.stderr)
-            return "qwen35"
-        raise
-base.TextModel.get_vocab_base_pre = get_vocab_base_pre
-sys.argv = [str(script), *sys.argv[2:]]
-runpy.run_path(str(script), run_name="__main__")
-"""
+# The converter with one patch (see the module docstring), shared with scripts/bench-gguf.sh.
+CONVERTER_WRAPPER = Path(__file__).resolve().parents[2] / "scripts" / "convert_hf_to_gguf_standin.py"
 
 # Bound on max |ours - theirs| over all logits (max |logit| about 2) when the tensor bytes differ:
 # test_transformers.py's BF16_ATOL (1.5 times the largest logit change that random bf16-sized weight
@@ -202,7 +180,7 @@ class Workspace:
             out.mkdir()
             index = json.loads((hf / "model.safetensors.index.json").read_text())
             has_mtp = any(k.startswith("mtp.") for k in index["weight_map"])
-            cmd = [sys.executable, "-c", CONVERTER_WRAPPER, Path(LLAMA_CPP) / "convert_hf_to_gguf.py", hf]
+            cmd = [sys.executable, CONVERTER_WRAPPER, Path(LLAMA_CPP) / "convert_hf_to_gguf.py", hf]
             cmd += ["--outtype", ty, "--outfile", out / "model.gguf"]
             if not has_mtp:
                 cmd.append("--no-mtp")
