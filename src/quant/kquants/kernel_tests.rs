@@ -342,3 +342,34 @@ fn non_finite_values_match_the_reference() {
     }
     assert_same(&blocks, "non-finite values");
 }
+
+/// The rows above reach every way the AVX2 kernel rounds a pass, in both searches: the exact bit
+/// arithmetic (non-finite and huge values) and `vroundps` with each combination of clamps.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn edge_and_random_rows_reach_every_avx2_rounding() {
+    if !is_x86_feature_detected!("avx2") {
+        return;
+    }
+    let mut rng = SplitMix64(0xC0FF_EE11);
+    let mut rows = edge_blocks(&mut rng);
+    rows.extend((0..300).map(|_| random_block(&mut rng)));
+    let mut bad = Vec::new();
+    for bad_value in [f32::NAN, f32::INFINITY] {
+        let mut b: Vec<f32> = (0..QK_K).map(|_| gaussian(&mut rng)).collect();
+        b[9] = bad_value;
+        bad.extend(b);
+    }
+    rows.push(bad);
+    for row in &rows {
+        assert_same(row, "coverage row");
+    }
+    let names = ["exact", "round", "round, clamp below", "round, clamp above", "round, clamp both"];
+    for (search, counts) in ["Q4_K/Q5_K", "Q6_K"].iter().zip(&super::avx2::PASSES) {
+        for (name, n) in names.iter().zip(counts) {
+            let n = n.load(std::sync::atomic::Ordering::Relaxed);
+            eprintln!("{search}: {name}: {n} passes");
+            assert!(n > 0, "{search}: no pass rounded as \"{name}\"");
+        }
+    }
+}

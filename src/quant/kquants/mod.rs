@@ -608,7 +608,7 @@ fn dequantize_q6_k_block(block: &[u8], out: &mut Vec<f32>) {
 }
 
 /// What a kernel's scale search found for each group ("unit") of the blocks it works on, lane by
-/// lane: at most 16 units (two `Q4_K`/`Q5_K` blocks, or one `Q6_K` block).
+/// lane: at most 32 units (four `Q4_K`/`Q5_K` blocks, or one `Q6_K` block).
 ///
 /// `scale` and `min` are what the reference's `make_qkx2_quants` / `make_qx_quants` return.
 /// A unit's quants are kept as the grid they came from instead: `iscale` and `lmin` (the
@@ -619,11 +619,11 @@ fn dequantize_q6_k_block(block: &[u8], out: &mut Vec<f32>) {
 #[derive(Clone, Copy, Default)]
 #[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
 struct Fits {
-    scale: [f32; 16],
-    min: [f32; 16],
-    iscale: [f32; 16],
-    lmin: [f32; 16],
-    zero: [u32; 16],
+    scale: [f32; 32],
+    min: [f32; 32],
+    iscale: [f32; 32],
+    lmin: [f32; 32],
+    zero: [u32; 32],
 }
 
 /// The quants of one `make_qkx2_quants` pass: `nearest_int(iscale·(x − min))` in `0..=nmax`.
@@ -685,7 +685,7 @@ fn finish_scale_min_block(kind: KQuant, x: &[f32], fits: &Fits, first: usize, ou
 fn finish_q6_k_block(x: &[f32], fits: &Fits, out: &mut [u8]) {
     let x: &[f32; QK_K] = x.try_into().unwrap();
     let out: &mut [u8; Q6_K_BLOCK_BYTES] = out.try_into().unwrap();
-    let Some((d, sc)) = q6_k_header(&fits.scale) else {
+    let Some((d, sc)) = q6_k_header(fits.scale[..16].try_into().unwrap()) else {
         out.fill(0);
         return;
     };
