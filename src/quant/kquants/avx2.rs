@@ -13,10 +13,8 @@
 //! the blend drops it.
 //!
 //! Rounding to quants is most of a pass's work, so each pass picks the cheapest way that gives the
-//! reference's quants ([`Rounding`]): `vroundps` (IEEE nearest-even, which the reference's
-//! magic-number arithmetic equals below 2²²) with only the clamps that can bite, known from the
-//! rounded values of each group's least and greatest element (rounding is monotonic, so every
-//! element's value lies between theirs).
+//! reference's quants ([`Rounding`]): `vroundps` with only the clamps that can bite, or the
+//! reference's bit arithmetic where the range of the pass's values is not known.
 //!
 //! `Q4_K` and `Q5_K` search four blocks at once (32 groups, four registers per quantity), each pass
 //! split in three loops (quants, sums, error) so that few instructions wait on long chains; `Q6_K`'s
@@ -24,7 +22,9 @@
 //! against them, packing) is the shared code of [`super::finish_scale_min_block`] and
 //! [`super::finish_q6_k_block`], compiled here for AVX2.
 
-use super::{finish_q6_k_block, finish_scale_min_block, Fits, KQuant, QK_K};
+#[cfg(test)]
+use super::count;
+use super::{finish_q6_k_block, finish_scale_min_block, Fits, KQuant, Rounding, QK_K};
 #[allow(clippy::wildcard_imports)] // the intrinsics
 use std::arch::x86_64::*;
 
@@ -153,47 +153,10 @@ fn transpose_units<const N: usize, const G: usize>(x: &[f32]) -> [[__m256; G]; N
     xt
 }
 
-/// How a pass rounds `v` to quants in `lo..=hi`, all giving the reference's
-/// `nearest_int(v).clamp(lo, hi)` for the pass it was chosen for (see [`rounding`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Rounding {
-    /// The reference's bit arithmetic, for any `v`: NaN, infinities and huge values included.
-    Exact,
-    /// `vroundps`, then the clamps that some element needs: below `lo` and above `hi`.
-    Round { lo: bool, hi: bool },
-}
-
-impl Rounding {
-    /// Index into [`PASSES`]: `Exact`, then `Round` without clamps, `lo`, `hi`, both.
-    #[cfg(test)]
-    fn index(self) -> usize {
-        match self {
-            Rounding::Exact => 0,
-            Rounding::Round { lo, hi } => 1 + usize::from(lo) + 2 * usize::from(hi),
-        }
-    }
-}
-
-/// How many passes each [`Rounding`] ran, `Q4_K`/`Q5_K` then `Q6_K`: the tests check that their
-/// rows reach every one.
-#[cfg(test)]
-pub(super) static PASSES: [[std::sync::atomic::AtomicUsize; 5]; 2] =
-    [const { [const { std::sync::atomic::AtomicUsize::new(0) }; 5] }; 2];
-
-#[cfg(test)]
-fn count(search: usize, r: Rounding) {
-    PASSES[search][r.index()].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// The cheapest [`Rounding`] for a pass whose values `v` lie, lane by lane, between `a` and `b`
-/// (the rounded `v` of the group's least and greatest element: `v` is monotonic in the element,
-/// and so is its rounding) into quants `lo..=hi`. Lanes in `skip` (whose results the search drops)
-/// do not count; `finite` says the groups hold no NaN or infinity, without which no bound holds.
-///
-/// `vroundps` (nearest, ties to even) equals the reference's magic-number rounding for |v| < 2²²;
-/// the clamp below `lo` (an even integer) is needed only if some `v < lo − ½`, the one above `hi`
-/// only if some `v ≥ hi + ½`. Where a clamp is skipped, a `v` in `[−½, 0)` rounds to −0 instead of
-/// +0, which no sum or product of the search can tell apart.
+/// The cheapest [`Rounding`] for a pass whose values lie, lane by lane, between `a` and `b` (the
+/// values of the group's least and greatest element), into quants `lo..=hi`. Lanes in `skip`
+/// (whose results the search drops) do not count; `finite` says the groups hold no NaN or
+/// infinity, without which no bound holds.
 #[inline]
 #[target_feature(enable = "avx2")]
 fn rounding<const G: usize>(
@@ -503,25 +466,23 @@ fn qx_round<const G: usize, const LO: bool, const HI: bool>(
 }
 
 /// The sums of [`qx_sums`] for the quants `quant(x, g)` gives.
-#[inline(always)]
+#[inline]
+#[target_feature(enable = "avx2")]
 fn qx_sums_of<const G: usize>(
     xt: &[[__m256; G]; 16],
     w: &[[__m256; G]; 16],
     wx: &[[__m256; G]; 16],
     quant: impl Fn(__m256, usize) -> __m256,
 ) -> ([__m256; G], [__m256; G]) {
-    // SAFETY: only called from the AVX2 functions above.
-    unsafe {
-        let (mut sumlx, mut suml2) = ([_mm256_setzero_ps(); G], [_mm256_setzero_ps(); G]);
-        for ((wi, wxi), xi) in w.iter().zip(wx).zip(xt) {
-            for g in 0..G {
-                let q = quant(xi[g], g);
-                sumlx[g] = _mm256_add_ps(sumlx[g], _mm256_mul_ps(wxi[g], q));
-                suml2[g] = _mm256_add_ps(suml2[g], _mm256_mul_ps(_mm256_mul_ps(wi[g], q), q));
-            }
+    let (mut sumlx, mut suml2) = ([_mm256_setzero_ps(); G], [_mm256_setzero_ps(); G]);
+    for ((wi, wxi), xi) in w.iter().zip(wx).zip(xt) {
+        for g in 0..G {
+            let q = quant(xi[g], g);
+            sumlx[g] = _mm256_add_ps(sumlx[g], _mm256_mul_ps(wxi[g], q));
+            suml2[g] = _mm256_add_ps(suml2[g], _mm256_mul_ps(_mm256_mul_ps(wi[g], q), q));
         }
-        (sumlx, suml2)
     }
+    (sumlx, suml2)
 }
 
 /// `make_qx_quants(32, …)` for the 16 groups of 16 of a `Q6_K` block, one group per lane (two

@@ -343,11 +343,13 @@ fn non_finite_values_match_the_reference() {
     assert_same(&blocks, "non-finite values");
 }
 
-/// The rows above reach every way the AVX2 kernel rounds a pass, in both searches: the exact bit
-/// arithmetic (non-finite and huge values) and `vroundps` with each combination of clamps.
-#[cfg(target_arch = "x86_64")]
+/// The rows above reach every way the SIMD kernel rounds a pass, in both searches: the exact bit
+/// arithmetic (non-finite and huge values) and round-to-nearest-even with each combination of
+/// clamps.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 #[test]
-fn edge_and_random_rows_reach_every_avx2_rounding() {
+fn edge_and_random_rows_reach_every_simd_rounding() {
+    #[cfg(target_arch = "x86_64")]
     if !is_x86_feature_detected!("avx2") {
         return;
     }
@@ -365,7 +367,7 @@ fn edge_and_random_rows_reach_every_avx2_rounding() {
         assert_same(row, "coverage row");
     }
     let names = ["exact", "round", "round, clamp below", "round, clamp above", "round, clamp both"];
-    for (search, counts) in ["Q4_K/Q5_K", "Q6_K"].iter().zip(&super::avx2::PASSES) {
+    for (search, counts) in ["Q4_K/Q5_K", "Q6_K"].iter().zip(&super::PASSES) {
         for (name, n) in names.iter().zip(counts) {
             let n = n.load(std::sync::atomic::Ordering::Relaxed);
             eprintln!("{search}: {name}: {n} passes");

@@ -607,6 +607,47 @@ fn dequantize_q6_k_block(block: &[u8], out: &mut Vec<f32>) {
     out.extend_from_slice(&y);
 }
 
+/// How a kernel's pass rounds its values `v` to quants in `lo..=hi`; each gives the reference's
+/// `nearest_int(v).clamp(lo, hi)` for a pass it is chosen for.
+///
+/// Round to nearest even (`vroundps`, `frintn`) equals the reference's magic-number arithmetic for
+/// |v| < 2²², and the clamp below `lo` (an even integer) changes nothing unless some `v < lo − ½`,
+/// the one above `hi` nothing unless some `v ≥ hi + ½`. A kernel knows the range of a pass's `v`
+/// in each group from the `v` of its least and greatest element (`v` is monotonic in the element,
+/// and so is every rounding), provided no element is NaN or infinite. Where the clamp below is
+/// skipped, a `v` in `[−½, 0)` rounds to −0 rather than +0, which no sum or product of the
+/// searches can tell apart.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
+enum Rounding {
+    /// The reference's bit arithmetic, for any `v`: NaN, infinities and huge values included.
+    Exact,
+    /// Round to nearest even, then the clamps that some element needs: below `lo`, above `hi`.
+    Round { lo: bool, hi: bool },
+}
+
+impl Rounding {
+    /// Index into `PASSES`: `Exact`, then `Round` without clamps, `lo`, `hi`, both.
+    #[cfg(test)]
+    fn index(self) -> usize {
+        match self {
+            Rounding::Exact => 0,
+            Rounding::Round { lo, hi } => 1 + usize::from(lo) + 2 * usize::from(hi),
+        }
+    }
+}
+
+/// How many passes each [`Rounding`] ran, `Q4_K`/`Q5_K` then `Q6_K`: the tests check that their
+/// rows reach every one.
+#[cfg(all(test, any(target_arch = "x86_64", target_arch = "aarch64")))]
+static PASSES: [[std::sync::atomic::AtomicUsize; 5]; 2] =
+    [const { [const { std::sync::atomic::AtomicUsize::new(0) }; 5] }; 2];
+
+#[cfg(all(test, any(target_arch = "x86_64", target_arch = "aarch64")))]
+fn count(search: usize, r: Rounding) {
+    PASSES[search][r.index()].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// What a kernel's scale search found for each group ("unit") of the blocks it works on, lane by
 /// lane: at most 32 units (four `Q4_K`/`Q5_K` blocks, or one `Q6_K` block).
 ///

@@ -3,16 +3,19 @@
 //! The same scheme as the AVX2 kernel (see `avx2.rs`) with four lanes: the scale searches of the
 //! groups run side by side, one group per f32 lane, each lane doing the reference's sequence of
 //! operations for its group: sums front to back, products and sums as separate instructions (no
-//! fused multiply-add), IEEE division (`fdiv`) and square root (`fsqrt`), rounding by the same
-//! magic-number bit arithmetic. The reference's comparisons are compare-and-select (`x < m ? x : m`
-//! and so on), not `fmin`/`fmax`, which differ from them on NaN and on the sign of zero. Work the
-//! reference skips is computed and dropped by the selects.
+//! fused multiply-add), IEEE division (`fdiv`) and square root (`fsqrt`), and each pass rounds as
+//! the AVX2 kernel's does ([`Rounding`]: `frintn` with the clamps that can bite, or the reference's
+//! magic-number bit arithmetic). The reference's comparisons are compare-and-select
+//! (`x < m ? x : m` and so on), not `fmin`/`fmax`, which differ from them on NaN and on the sign of
+//! zero. Work the reference skips is computed and dropped by the selects.
 //!
-//! `Q4_K` and `Q5_K` search two blocks at once (16 groups in four registers per quantity), `Q6_K`
-//! the 16 groups of one block. The per-block rest is the shared code of
-//! [`super::finish_scale_min_block`] and [`super::finish_q6_k_block`].
+//! `Q4_K` and `Q5_K` search two blocks at once (16 groups in four registers per quantity), each pass
+//! in three loops (quants, sums, error); `Q6_K` the 16 groups of one block. The per-block rest is
+//! the shared code of [`super::finish_scale_min_block`] and [`super::finish_q6_k_block`].
 
-use super::{finish_q6_k_block, finish_scale_min_block, Fits, KQuant, QK_K};
+#[cfg(test)]
+use super::count;
+use super::{finish_q6_k_block, finish_scale_min_block, Fits, KQuant, Rounding, QK_K};
 #[allow(clippy::wildcard_imports)] // the intrinsics
 use std::arch::aarch64::*;
 
@@ -129,14 +132,145 @@ fn zero_where(mask: uint32x4_t, v: float32x4_t) -> float32x4_t {
     vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(v), mask))
 }
 
+/// The cheapest [`Rounding`] for a pass whose values lie, lane by lane, between `a` and `b` (the
+/// values of the group's least and greatest element), into quants `lo..=hi`. Lanes in `skip`
+/// (whose results the search drops) do not count; `finite` says the groups hold no NaN or
+/// infinity, without which no bound holds.
+#[inline]
+#[target_feature(enable = "neon")]
+fn rounding<const G: usize>(
+    finite: bool,
+    a: &[float32x4_t; G],
+    b: &[float32x4_t; G],
+    skip: &[uint32x4_t; G],
+    lo: f32,
+    hi: f32,
+) -> Rounding {
+    if !finite {
+        return Rounding::Exact;
+    }
+    let limit = vdupq_n_f32(4_194_304.0);
+    let (below, above) = (vdupq_n_f32(lo - 0.5), vdupq_n_f32(hi + 0.5));
+    let (mut wild, mut need_lo, mut need_hi) = (vdupq_n_u32(0), vdupq_n_u32(0), vdupq_n_u32(0));
+    for g in 0..G {
+        // |a| < 2²² and |b| < 2²²; false for NaN.
+        let in_range = vandq_u32(vcaltq_f32(a[g], limit), vcaltq_f32(b[g], limit));
+        let (least, most) = (vminq_f32(a[g], b[g]), vmaxq_f32(a[g], b[g]));
+        wild = vorrq_u32(wild, vbicq_u32(vmvnq_u32(in_range), skip[g]));
+        need_lo = vorrq_u32(need_lo, vbicq_u32(vcltq_f32(least, below), skip[g]));
+        need_hi = vorrq_u32(need_hi, vbicq_u32(vcgeq_f32(most, above), skip[g]));
+    }
+    if vmaxvq_u32(wild) != 0 {
+        Rounding::Exact
+    } else {
+        Rounding::Round { lo: vmaxvq_u32(need_lo) != 0, hi: vmaxvq_u32(need_hi) != 0 }
+    }
+}
+
+/// `v` rounded to nearest-even and clamped to `[lo, hi]` on the sides asked for: `levels` for the
+/// `v` that [`rounding`] allows.
+#[inline]
+#[target_feature(enable = "neon")]
+fn round_levels<const LO: bool, const HI: bool>(v: float32x4_t, lo: float32x4_t, hi: float32x4_t) -> float32x4_t {
+    let mut q = vrndnq_f32(v);
+    if LO {
+        q = vmaxq_f32(q, lo);
+    }
+    if HI {
+        q = vminq_f32(q, hi);
+    }
+    q
+}
+
+/// Whether every value of `xt` is finite.
+#[inline]
+#[target_feature(enable = "neon")]
+fn all_finite<const N: usize, const G: usize>(xt: &[[float32x4_t; G]; N]) -> bool {
+    let inf = vdupq_n_f32(f32::INFINITY);
+    let mut finite = vdupq_n_u32(u32::MAX);
+    for xi in xt {
+        for v in xi {
+            finite = vandq_u32(finite, vcaltq_f32(*v, inf));
+        }
+    }
+    vminvq_u32(finite) == u32::MAX
+}
+
+/// The quants of one `make_qkx2_quants` pass, `nearest_int(iscale·(x − min))` in `0..=nmax`,
+/// into `l`, rounded as `r` says.
+#[inline]
+#[target_feature(enable = "neon")]
+fn qkx2_levels<const G: usize>(
+    r: Rounding,
+    xt: &[[float32x4_t; G]; 32],
+    iscale: &[float32x4_t; G],
+    min: &[float32x4_t; G],
+    nmax: i32,
+    l: &mut [[float32x4_t; G]; 32],
+) {
+    #[cfg(test)]
+    count(0, r);
+    match r {
+        Rounding::Exact => {
+            let (lo, hi) = (vdupq_n_s32(0), vdupq_n_s32(nmax));
+            for (li, xi) in l.iter_mut().zip(xt) {
+                for g in 0..G {
+                    li[g] = levels(vmulq_f32(iscale[g], vsubq_f32(xi[g], min[g])), lo, hi);
+                }
+            }
+        }
+        Rounding::Round { lo: false, hi: false } => qkx2_round::<G, false, false>(xt, iscale, min, nmax, l),
+        Rounding::Round { lo: true, hi: false } => qkx2_round::<G, true, false>(xt, iscale, min, nmax, l),
+        Rounding::Round { lo: false, hi: true } => qkx2_round::<G, false, true>(xt, iscale, min, nmax, l),
+        Rounding::Round { lo: true, hi: true } => qkx2_round::<G, true, true>(xt, iscale, min, nmax, l),
+    }
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn qkx2_round<const G: usize, const LO: bool, const HI: bool>(
+    xt: &[[float32x4_t; G]; 32],
+    iscale: &[float32x4_t; G],
+    min: &[float32x4_t; G],
+    nmax: i32,
+    l: &mut [[float32x4_t; G]; 32],
+) {
+    let (lo, hi) = (vdupq_n_f32(0.0), vdupq_n_f32(nmax as f32));
+    for (li, xi) in l.iter_mut().zip(xt) {
+        for g in 0..G {
+            li[g] = round_levels::<LO, HI>(vmulq_f32(iscale[g], vsubq_f32(xi[g], min[g])), lo, hi);
+        }
+    }
+}
+
+/// `Σ w·(scale·l + min − x)²` front to back: the error of a `make_qkx2_quants` fit.
+#[inline]
+#[target_feature(enable = "neon")]
+fn qkx2_error<const G: usize>(
+    l: &[[float32x4_t; G]; 32],
+    w: &[[float32x4_t; G]; 32],
+    xt: &[[float32x4_t; G]; 32],
+    scale: &[float32x4_t; G],
+    min: &[float32x4_t; G],
+) -> [float32x4_t; G] {
+    let mut error = [vdupq_n_f32(0.0); G];
+    for ((li, wi), xi) in l.iter().zip(w).zip(xt) {
+        for g in 0..G {
+            let diff = vsubq_f32(vaddq_f32(vmulq_f32(scale[g], li[g]), min[g]), xi[g]);
+            error[g] = vaddq_f32(error[g], vmulq_f32(wi[g], vmulq_f32(diff, diff)));
+        }
+    }
+    error
+}
+
 /// `quantize_scale_min_block`'s weights and `make_qkx2_quants` for the `4·G` groups of 32 in `x`
 /// (`G / 2` blocks), one group per lane. Each line is the reference's, lane-wise.
 #[target_feature(enable = "neon")]
 fn qkx2_search<const G: usize>(x: &[f32], nmax: i32, rmin: f32, nstep: i32) -> Fits {
     let xt = transpose_units::<32, G>(x);
+    let finite = all_finite(&xt);
     let zero = vdupq_n_f32(0.0);
     let no = vdupq_n_u32(0);
-    let (lo, hi) = (vdupq_n_s32(0), vdupq_n_s32(nmax));
     let nmax_f = nmax as f32;
 
     // weights = sqrt(Σx²/32) + |x|, the sum front to back.
@@ -158,20 +292,31 @@ fn qkx2_search<const G: usize>(x: &[f32], nmax: i32, rmin: f32, nstep: i32) -> F
     for g in 0..G {
         sum_x[g] = vmulq_f32(w[0][g], xt[0][g]);
     }
-    for (wi, xi) in w.iter().zip(&xt).skip(1) {
+    for i in 1..32 {
         for g in 0..G {
-            min[g] = select(min[g], xi[g], vcltq_f32(xi[g], min[g]));
-            max[g] = select(max[g], xi[g], vcgtq_f32(xi[g], max[g]));
-            sum_w[g] = vaddq_f32(sum_w[g], wi[g]);
-            sum_x[g] = vaddq_f32(sum_x[g], vmulq_f32(wi[g], xi[g]));
+            min[g] = select(min[g], xt[i][g], vcltq_f32(xt[i][g], min[g]));
+            max[g] = select(max[g], xt[i][g], vcgtq_f32(xt[i][g], max[g]));
+            sum_w[g] = vaddq_f32(sum_w[g], w[i][g]);
+            sum_x[g] = vaddq_f32(sum_x[g], vmulq_f32(w[i][g], xt[i][g]));
         }
     }
+    // The least element, for the range of each pass's values.
+    let least = min;
     let mut flat = [no; G];
     for g in 0..G {
         min[g] = zero_where(vcgtq_f32(min[g], zero), min[g]);
         flat[g] = vceqq_f32(max[g], min[g]);
     }
     let data_min = min;
+    // The rounding of a pass with these multipliers and offsets; flat groups' passes are dropped.
+    let pass_rounding = |iscale: &[float32x4_t; G], min: &[float32x4_t; G]| {
+        let (mut a, mut b) = ([zero; G], [zero; G]);
+        for g in 0..G {
+            a[g] = vmulq_f32(iscale[g], vsubq_f32(least[g], min[g]));
+            b[g] = vmulq_f32(iscale[g], vsubq_f32(max[g], min[g]));
+        }
+        rounding(finite, &a, &b, &flat, 0.0, nmax_f)
+    };
 
     let mut iscale = [zero; G];
     let mut scale = [zero; G];
@@ -179,30 +324,23 @@ fn qkx2_search<const G: usize>(x: &[f32], nmax: i32, rmin: f32, nstep: i32) -> F
         iscale[g] = vdivq_f32(vdupq_n_f32(nmax_f), vsubq_f32(max[g], min[g]));
         scale[g] = vdivq_f32(vdupq_n_f32(1.0), iscale[g]);
     }
-    let mut best_error = [zero; G];
-    for (wi, xi) in w.iter().zip(&xt) {
-        for g in 0..G {
-            let q = levels(vmulq_f32(iscale[g], vsubq_f32(xi[g], min[g])), lo, hi);
-            let diff = vsubq_f32(vaddq_f32(vmulq_f32(scale[g], q), min[g]), xi[g]);
-            best_error[g] = vaddq_f32(best_error[g], vmulq_f32(wi[g], vmulq_f32(diff, diff)));
-        }
-    }
+    let mut laux = [[zero; G]; 32];
+    qkx2_levels(pass_rounding(&iscale, &min), &xt, &iscale, &min, nmax, &mut laux);
+    let mut best_error = qkx2_error(&laux, &w, &xt, &scale, &min);
     let (mut best_iscale, mut best_lmin) = (iscale, min);
 
-    let mut laux = [[zero; G]; 32];
     for is in 0..=nstep {
         let num = vdupq_n_f32(rmin + 0.1 * is as f32 + nmax_f);
         for g in 0..G {
             iscale[g] = vdivq_f32(num, vsubq_f32(max[g], min[g]));
         }
+        qkx2_levels(pass_rounding(&iscale, &min), &xt, &iscale, &min, nmax, &mut laux);
         let (mut sum_l, mut sum_l2, mut sum_xl) = ([zero; G], [zero; G], [zero; G]);
-        for ((li, wi), xi) in laux.iter_mut().zip(&w).zip(&xt) {
+        for ((li, wi), xi) in laux.iter().zip(&w).zip(&xt) {
             for g in 0..G {
-                let q = levels(vmulq_f32(iscale[g], vsubq_f32(xi[g], min[g])), lo, hi);
-                li[g] = q;
-                let wq = vmulq_f32(wi[g], q);
+                let wq = vmulq_f32(wi[g], li[g]);
                 sum_l[g] = vaddq_f32(sum_l[g], wq);
-                sum_l2[g] = vaddq_f32(sum_l2[g], vmulq_f32(wq, q));
+                sum_l2[g] = vaddq_f32(sum_l2[g], vmulq_f32(wq, li[g]));
                 sum_xl[g] = vaddq_f32(sum_xl[g], vmulq_f32(wq, xi[g]));
             }
         }
@@ -216,13 +354,7 @@ fn qkx2_search<const G: usize>(x: &[f32], nmax: i32, rmin: f32, nstep: i32) -> F
             this_min[g] = zero_where(positive, tm);
             this_scale[g] = select(ts, vdivq_f32(sum_xl[g], sum_l2[g]), positive);
         }
-        let mut cur_error = [zero; G];
-        for ((li, wi), xi) in laux.iter().zip(&w).zip(&xt) {
-            for g in 0..G {
-                let diff = vsubq_f32(vaddq_f32(vmulq_f32(this_scale[g], li[g]), this_min[g]), xi[g]);
-                cur_error[g] = vaddq_f32(cur_error[g], vmulq_f32(wi[g], vmulq_f32(diff, diff)));
-            }
-        }
+        let cur_error = qkx2_error(&laux, &w, &xt, &this_scale, &this_min);
         for g in 0..G {
             let better = vandq_u32(ok[g], vcltq_f32(cur_error[g], best_error[g]));
             best_iscale[g] = select(best_iscale[g], iscale[g], better);
@@ -246,18 +378,75 @@ fn qkx2_search<const G: usize>(x: &[f32], nmax: i32, rmin: f32, nstep: i32) -> F
     fits
 }
 
+/// `Σ x²·x·q` and `Σ x²·q·q` front to back over a `make_qx_quants` pass's quants
+/// `nearest_int(iscale·x)` in `−32..32`, rounded as `r` says; `w` is x², `wx` x²·x.
+#[inline]
+#[target_feature(enable = "neon")]
+fn qx_sums<const G: usize>(
+    r: Rounding,
+    xt: &[[float32x4_t; G]; 16],
+    w: &[[float32x4_t; G]; 16],
+    wx: &[[float32x4_t; G]; 16],
+    iscale: &[float32x4_t; G],
+) -> ([float32x4_t; G], [float32x4_t; G]) {
+    #[cfg(test)]
+    count(1, r);
+    match r {
+        Rounding::Exact => {
+            let (lo, hi) = (vdupq_n_s32(-32), vdupq_n_s32(31));
+            qx_sums_of(xt, w, wx, |xi, g| levels(vmulq_f32(iscale[g], xi), lo, hi))
+        }
+        Rounding::Round { lo: false, hi: false } => qx_round::<G, false, false>(xt, w, wx, iscale),
+        Rounding::Round { lo: true, hi: false } => qx_round::<G, true, false>(xt, w, wx, iscale),
+        Rounding::Round { lo: false, hi: true } => qx_round::<G, false, true>(xt, w, wx, iscale),
+        Rounding::Round { lo: true, hi: true } => qx_round::<G, true, true>(xt, w, wx, iscale),
+    }
+}
+
+#[inline]
+#[target_feature(enable = "neon")]
+fn qx_round<const G: usize, const LO: bool, const HI: bool>(
+    xt: &[[float32x4_t; G]; 16],
+    w: &[[float32x4_t; G]; 16],
+    wx: &[[float32x4_t; G]; 16],
+    iscale: &[float32x4_t; G],
+) -> ([float32x4_t; G], [float32x4_t; G]) {
+    let (lo, hi) = (vdupq_n_f32(-32.0), vdupq_n_f32(31.0));
+    qx_sums_of(xt, w, wx, |xi, g| round_levels::<LO, HI>(vmulq_f32(iscale[g], xi), lo, hi))
+}
+
+/// The sums of [`qx_sums`] for the quants `quant(x, g)` gives.
+#[inline]
+#[target_feature(enable = "neon")]
+fn qx_sums_of<const G: usize>(
+    xt: &[[float32x4_t; G]; 16],
+    w: &[[float32x4_t; G]; 16],
+    wx: &[[float32x4_t; G]; 16],
+    quant: impl Fn(float32x4_t, usize) -> float32x4_t,
+) -> ([float32x4_t; G], [float32x4_t; G]) {
+    let (mut sumlx, mut suml2) = ([vdupq_n_f32(0.0); G], [vdupq_n_f32(0.0); G]);
+    for ((wi, wxi), xi) in w.iter().zip(wx).zip(xt) {
+        for g in 0..G {
+            let q = quant(xi[g], g);
+            sumlx[g] = vaddq_f32(sumlx[g], vmulq_f32(wxi[g], q));
+            suml2[g] = vaddq_f32(suml2[g], vmulq_f32(vmulq_f32(wi[g], q), q));
+        }
+    }
+    (sumlx, suml2)
+}
+
 /// `make_qx_quants(32, …)` for the 16 groups of 16 of a `Q6_K` block, one group per lane (four
 /// registers per quantity). Each line is the reference's, lane-wise.
 #[target_feature(enable = "neon")]
 fn qx_search(x: &[f32]) -> Fits {
     const G: usize = 4;
     let xt = transpose_units::<16, G>(x);
+    let finite = all_finite(&xt);
     let zero = vdupq_n_f32(0.0);
     let nmax_f = 32.0f32;
-    let (lo, hi) = (vdupq_n_s32(-32), vdupq_n_s32(31));
 
-    // The value of largest magnitude, the first of equals.
-    let (mut max, mut amax) = ([zero; G], [zero; G]);
+    // The value of largest magnitude, the first of equals; the least and greatest values.
+    let (mut max, mut amax, mut least, mut most) = ([zero; G], [zero; G], xt[0], xt[0]);
     // The weights x² and the products x²·x of the sums.
     let (mut w, mut wx) = ([[zero; G]; 16], [[zero; G]; 16]);
     for ((wi, wxi), xi) in w.iter_mut().zip(&mut wx).zip(&xt) {
@@ -266,26 +455,25 @@ fn qx_search(x: &[f32]) -> Fits {
             let larger = vcgtq_f32(ax, amax[g]);
             amax[g] = select(amax[g], ax, larger);
             max[g] = select(max[g], xi[g], larger);
+            least[g] = select(least[g], xi[g], vcltq_f32(xi[g], least[g]));
+            most[g] = select(most[g], xi[g], vcgtq_f32(xi[g], most[g]));
             wi[g] = vmulq_f32(xi[g], xi[g]);
             wxi[g] = vmulq_f32(wi[g], xi[g]);
         }
     }
     let tiny = amax.map(|a| vcltq_f32(a, vdupq_n_f32(1e-15)));
-
-    let sums = |iscale: &[float32x4_t; G]| {
-        let (mut sumlx, mut suml2) = ([zero; G], [zero; G]);
-        for ((wi, wxi), xi) in w.iter().zip(&wx).zip(&xt) {
-            for g in 0..G {
-                let q = levels(vmulq_f32(iscale[g], xi[g]), lo, hi);
-                sumlx[g] = vaddq_f32(sumlx[g], vmulq_f32(wxi[g], q));
-                suml2[g] = vaddq_f32(suml2[g], vmulq_f32(vmulq_f32(wi[g], q), q));
-            }
+    // The rounding of a pass with these multipliers; groups below 1e-15 are dropped.
+    let pass_rounding = |iscale: &[float32x4_t; G]| {
+        let (mut a, mut b) = ([zero; G], [zero; G]);
+        for g in 0..G {
+            a[g] = vmulq_f32(iscale[g], least[g]);
+            b[g] = vmulq_f32(iscale[g], most[g]);
         }
-        (sumlx, suml2)
+        rounding(finite, &a, &b, &tiny, -32.0, 31.0)
     };
 
     let iscale = max.map(|m| vdivq_f32(vdupq_n_f32(-nmax_f), m));
-    let (sumlx, suml2) = sums(&iscale);
+    let (sumlx, suml2) = qx_sums(pass_rounding(&iscale), &xt, &w, &wx, &iscale);
     let (mut scale, mut best) = ([zero; G], [zero; G]);
     for g in 0..G {
         // `suml2 == 0 ? 0 : sumlx / suml2`
@@ -296,7 +484,7 @@ fn qx_search(x: &[f32]) -> Fits {
     for is in (-9..=9).filter(|&is| is != 0) {
         let num = vdupq_n_f32(-(nmax_f + 0.1 * is as f32));
         let iscale = max.map(|m| vdivq_f32(num, m));
-        let (sumlx, suml2) = sums(&iscale);
+        let (sumlx, suml2) = qx_sums(pass_rounding(&iscale), &xt, &w, &wx, &iscale);
         for g in 0..G {
             let better = vandq_u32(
                 vcgtq_f32(suml2[g], zero),
