@@ -5,8 +5,8 @@
 //! independent between groups, so they run side by side: one group per f32 lane, the groups' values
 //! transposed so that register `i` holds element `i` of eight groups. Each lane then does exactly
 //! the reference's sequence for its group, sums front to back, products and sums as separate
-//! instructions (no FMA), IEEE division (`vdivps`) and square root (`vsqrtps`), rounding by the
-//! same magic-number bit arithmetic, and the reference's comparisons: `_mm256_min_ps(x, m)` is
+//! instructions (no FMA), IEEE division (`vdivps`) and square root (`vsqrtps`), and the
+//! reference's comparisons: `_mm256_min_ps(x, m)` is
 //! `x < m ? x : m` and `_mm256_max_ps(x, m)` is `x > m ? x : m` operand for operand (NaN and the
 //! sign of zero included), the other `if`s ordered compares feeding blends. Where the reference
 //! skips work (`det > 0` false, an unimproved pass, a flat group) the lane computes it anyway and
