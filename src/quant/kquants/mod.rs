@@ -614,9 +614,9 @@ fn dequantize_q6_k_block(block: &[u8], out: &mut Vec<f32>) {
 /// |v| < 2²², and the clamp below `lo` (an even integer) changes nothing unless some `v < lo − ½`,
 /// the one above `hi` nothing unless some `v ≥ hi + ½`. A kernel knows the range of a pass's `v`
 /// in each group from the `v` of its least and greatest element (`v` is monotonic in the element,
-/// and so is every rounding), provided no element is NaN or infinite. Where the clamp below is
-/// skipped, a `v` in `[−½, 0)` rounds to −0 rather than +0, which no sum or product of the
-/// searches can tell apart.
+/// and so is every rounding), provided no element is NaN or infinite. A `v` in `[−½, 0)` rounds to
+/// −0 where the reference's integer is +0 (unless a clamp at 0 applies); no sum or product of the
+/// searches can tell the two apart.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
 enum Rounding {
