@@ -198,6 +198,18 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
                         bail!("row {row}, column {col}: the value is {}", s.values[i]);
                     }
                     blocks::quantize(block, &s.values, &mut s.bytes);
+                    if let Some(b) = blocks::first_non_finite_scale(block, &s.bytes) {
+                        let (row, col) = at(b * block.elements());
+                        let values = &s.values[b * block.elements()..][..block.elements()];
+                        let peak = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                        bail!(
+                            "row {row}, block {} (columns {col}..{}): values up to {peak:e} need a {} scale beyond \
+                             float16's 65504; --gguf-type bf16 or f32 holds them",
+                            col / block.elements(),
+                            col + block.elements(),
+                            block.name()
+                        );
+                    }
                 }
             }
             Ok(Placed { offset, params_offset: 0 })
@@ -215,6 +227,9 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
         Encoding::Int8Blocks => {
             reader.int8_rows(source, span, &mut s.codes, &mut s.row_scales)?;
             // The scales are f16 (the layout checked), so the round trip through f32 is exact.
+            if let Some(i) = s.row_scales.iter().position(|v| !v.is_finite()) {
+                bail!("row {}: the int8 row scale is {}", span.rows.start + i, s.row_scales[i]);
+            }
             for (row, &scale) in s.codes.chunks_exact(width).zip(&s.row_scales) {
                 blocks::q8_0_from_int8(row, half::f16::from_f32(scale), &mut s.bytes);
             }

@@ -83,13 +83,8 @@ pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Optio
             format!("{} pairs, dequantized exactly (w8·scale) before any rounding", job.cat.int8.len()),
         ));
     }
-    let mtp = match (job.ck.tensors.keys().any(|n| is_mtp(n)), job.mtp_written) {
-        (false, _) => "none in the source",
-        (true, true) => "kept: `mtp.*` tensors in the main shards",
-        (true, false) => {
-            "not written (incomplete, dropped on request, or the format has none); mtp_num_hidden_layers is 0"
-        }
-    };
+    let mtp =
+        if job.ck.tensors.keys().any(|n| is_mtp(n)) { layout.mtp_note(job.mtp_written) } else { "none in the source" };
     notes.push(("MTP head", mtp.to_string()));
     Card {
         source,

@@ -7,7 +7,6 @@ use super::rows::Reader;
 use crate::checkpoint::{catalog, Catalog, Checkpoint};
 use crate::codec::TileDecoder;
 use crate::container::Container;
-use crate::layout::mtp::is_mtp;
 use crate::layout::{check_unique_names, Kind, Layout, OutputTensor, WidthChoice};
 use crate::plan::Plan;
 use anyhow::{bail, Result};
@@ -52,7 +51,7 @@ impl Job {
         let widths = layout.refine(&mut all, &cat, &Probe { reader: &reader, sample })?;
         let config = ck.config.as_ref().and_then(|c| layout.config(c, &all));
         let metadata = layout.metadata(&ck, &all)?;
-        let mtp_written = all.iter().any(|t| is_mtp(&t.name));
+        let mtp_written = layout.writes_mtp(&all);
         let mut tensors = all;
         if !opts.only.is_empty() {
             layout.select(&mut tensors, &opts.only);

@@ -1,6 +1,7 @@
 //! The policy of one output format, as the engine sees it: which tensors a checkpoint becomes,
 //! and what goes into the files around them.
 
+use super::mtp::is_mtp;
 use super::tensor::{Adjust, OutputTensor, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint};
 use crate::container::{Container, Metadata, Safetensors};
@@ -147,4 +148,18 @@ pub trait Layout: Sync {
 
     /// How the model card describes the output; `mtp`: whether it holds an MTP head.
     fn card(&self, mtp: bool) -> FormatCard;
+
+    /// Whether `tensors` (every tensor of the whole conversion) hold an MTP head.
+    fn writes_mtp(&self, tensors: &[OutputTensor]) -> bool {
+        tensors.iter().any(|t| is_mtp(&t.name))
+    }
+
+    /// The model card's line on the MTP head of a source that has one: kept (`written`) or not.
+    fn mtp_note(&self, written: bool) -> &'static str {
+        if written {
+            "kept: `mtp.*` tensors in the main shards"
+        } else {
+            "not written (incomplete, dropped on request, or the format has none); mtp_num_hidden_layers is 0"
+        }
+    }
 }

@@ -1,12 +1,14 @@
 //! The error a GGUF storage type adds to a weight, for each of several candidates: estimated from
 //! each block's range (a step `s` rounds a value with a mean squared error of `s²/12`; the block
-//! scales' own rounding is left out), or measured by encoding and decoding exactly as the output
-//! will be. Element types (bf16, f16) are always measured: rounding one value costs no more than
-//! estimating it.
+//! scales' own f16 rounding, 2^-11 relative, is left out), or measured by encoding and decoding
+//! exactly as the output will be. A row whose scales f16 would round coarsely (subnormal) or not
+//! hold at all is always measured, so the error reported is that of the bytes written. Element
+//! types (bf16, f16) are always measured: rounding one value costs no more than estimating it.
 
 use super::affine::round_to;
 use super::blocks::{dequantize, quantize};
 use crate::storage::{BlockType, Storage};
+use half::f16;
 
 /// Squared added error of each candidate, and the squared norm of the weight, summed over the
 /// rows seen (all-zero rows, pruned channels, are left out of both).
@@ -44,7 +46,7 @@ impl StorageErrors {
             self.norm_sq += norm_sq(row);
             for (sq, &c) in self.sq.iter_mut().zip(&self.candidates) {
                 *sq += match c {
-                    Storage::Block(b) => estimate(b, row),
+                    Storage::Block(b) => estimate(b, row).unwrap_or_else(|| measured(c, row)),
                     Storage::Element(_) => measured(c, row),
                 };
             }
@@ -81,13 +83,36 @@ fn measured(storage: Storage, row: &[f32]) -> f64 {
         }
         Storage::Element(dtype) => back.extend(row.iter().map(|&v| round_to(v, dtype))),
     }
-    back.iter().zip(row).map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2)).sum()
+    let sq: f64 = back.iter().zip(row).map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2)).sum();
+    // A scale f16 cannot hold decodes to inf or NaN: the type cannot hold the row at all.
+    if sq.is_finite() {
+        sq
+    } else {
+        f64::INFINITY
+    }
+}
+
+/// The steps whose stored scales f16 holds to its full precision: from where the smallest stored
+/// scale (the step over the sub-block scale's levels, for the K-quants) leaves f16's normal range,
+/// to where the largest overflows it.
+fn f16_exact_steps(block: BlockType) -> std::ops::RangeInclusive<f64> {
+    let sub_levels = match block {
+        BlockType::Q4_K | BlockType::Q5_K => 63.0,
+        BlockType::Q6_K => 127.0,
+        _ => 1.0,
+    };
+    let min_normal = f64::from(f16::MIN_POSITIVE.to_f32());
+    let max = f64::from(f16::MAX.to_f32());
+    // Margins of 2 and 4 cover the quantizers' own choice of scale within a group's range.
+    2.0 * min_normal * sub_levels..=max / 4.0
 }
 
 /// The estimated squared error of `row` stored as `block`: per group of values sharing a step,
 /// `n · s²/12` with the step of its format (symmetric ones from the largest magnitude, those
-/// with a minimum from the range down to at most zero).
-fn estimate(block: BlockType, row: &[f32]) -> f64 {
+/// with a minimum from the range down to at most zero); `None` where a non-zero step leaves the
+/// range f16 scales hold exactly, so the row must be measured.
+fn estimate(block: BlockType, row: &[f32]) -> Option<f64> {
+    let exact_steps = f16_exact_steps(block);
     let (group, levels, with_min) = match block {
         BlockType::Q4_0 => (32, 16.0, false),
         BlockType::Q5_0 => (32, 32.0, false),
@@ -106,9 +131,12 @@ fn estimate(block: BlockType, row: &[f32]) -> f64 {
             2.0 * g.iter().fold(0.0f64, |m, &v| m.max(f64::from(v.abs())))
         };
         let step = span / levels;
+        if step != 0.0 && !exact_steps.contains(&step) {
+            return None;
+        }
         sq += g.len() as f64 * step * step / 12.0;
     }
-    sq
+    Some(sq)
 }
 
 #[cfg(test)]
@@ -139,5 +167,35 @@ mod tests {
         }
         // Each wider type is more exact than the one before.
         assert!(x.windows(2).all(|w| w[1].1 < w[0].1), "{x:?}");
+    }
+
+    #[test]
+    fn tiny_and_huge_weights_are_measured_with_their_f16_scales() {
+        let candidates: Vec<Storage> = [BlockType::Q4_K, BlockType::Q5_K, BlockType::Q6_K, BlockType::Q8_0]
+            .into_iter()
+            .map(Storage::Block)
+            .collect();
+        let mut rng = SplitMix64(5);
+        let gauss: Vec<f32> = (0..8 * 1024).map(|_| rng.gaussian() as f32).collect();
+        for scale in [2e-5f32, 1e-6, 1e-9, 5e6, 1e9] {
+            let values: Vec<f32> = gauss.iter().map(|v| v * scale).collect();
+            let (mut est, mut exact) = (StorageErrors::new(&candidates), StorageErrors::new(&candidates));
+            est.add_estimate(&values, 1024);
+            exact.add_exact(&values, 1024);
+            for ((c, e), (_, x)) in est.relative().iter().zip(&exact.relative()) {
+                // What auto reports is what the bytes hold: never below the measured error.
+                assert!(e >= x || (e / x - 1.0).abs() < 0.3, "{} at scale {scale}: estimate {e}, bytes {x}", c.name());
+            }
+        }
+        // Weights of 1e-9 are zeros in every type (their scales underflow f16): the whole norm is lost.
+        let values: Vec<f32> = gauss.iter().map(|v| v * 1e-9).collect();
+        let mut est = StorageErrors::new(&candidates);
+        est.add_estimate(&values, 1024);
+        assert!(est.relative().iter().all(|&(_, e)| (e - 1.0).abs() < 1e-6), "{:?}", est.relative());
+        // Weights of 1e9 overflow every type's f16 scale: no type holds them.
+        let values: Vec<f32> = gauss.iter().map(|v| v * 1e9).collect();
+        let mut est = StorageErrors::new(&candidates);
+        est.add_estimate(&values, 1024);
+        assert!(est.relative().iter().all(|&(_, e)| e == f64::INFINITY), "{:?}", est.relative());
     }
 }

@@ -40,6 +40,24 @@ pub fn dequantize(block: BlockType, blocks: &[u8], out: &mut Vec<f32>) {
     }
 }
 
+/// Byte offsets of the f16 scales in one block of `block` (`d`, and `dmin` or `m` where it has one).
+fn scale_offsets(block: BlockType) -> &'static [usize] {
+    match block {
+        BlockType::Q4_0 | BlockType::Q5_0 | BlockType::Q8_0 => &[0],
+        BlockType::Q4_1 | BlockType::Q5_1 | BlockType::Q4_K | BlockType::Q5_K => &[0, 2],
+        BlockType::Q6_K => &[208],
+    }
+}
+
+/// The first block of `blocks` (whole blocks of `block`) with a scale f16 cannot hold: finite
+/// weights whose range is beyond 65504 times the type's levels make an infinite scale, and every
+/// value of a model using it NaN.
+pub fn first_non_finite_scale(block: BlockType, blocks: &[u8]) -> Option<usize> {
+    blocks
+        .chunks_exact(block.bytes())
+        .position(|b| scale_offsets(block).iter().any(|&at| !f16::from_le_bytes([b[at], b[at + 1]]).is_finite()))
+}
+
 /// `Q8_0`: per 32 values, an f16 scale `d = max|x| / 127` and `round(x / d)` as i8 (rounded half
 /// away from zero; all zeros when the block is zero).
 fn quantize_q8_0(values: &[f32], out: &mut Vec<u8>) {
@@ -81,5 +99,22 @@ mod tests {
         let mut zero = Vec::new();
         quantize(BlockType::Q8_0, &[0.0; 32], &mut zero);
         assert!(zero.iter().all(|&b| b == 0));
+    }
+
+    #[test]
+    fn scales_f16_cannot_hold_are_found_in_every_type() {
+        use BlockType::*;
+        for block in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K] {
+            let n = block.elements();
+            let mut values: Vec<f32> = (0..3 * n).map(|i| (i % 7) as f32 - 3.0).collect();
+            let mut fine = Vec::new();
+            quantize(block, &values, &mut fine);
+            assert_eq!(first_non_finite_scale(block, &fine), None, "{}", block.name());
+            // Finite in f32, beyond f16 once divided into the type's levels.
+            values[n + 5] = 1e10;
+            let mut wide = Vec::new();
+            quantize(block, &values, &mut wide);
+            assert_eq!(first_non_finite_scale(block, &wide), Some(1), "{}", block.name());
+        }
     }
 }

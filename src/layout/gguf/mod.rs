@@ -7,6 +7,7 @@
 
 mod heads;
 mod hparams;
+mod loader;
 mod mixture;
 mod names;
 mod types;
@@ -67,6 +68,12 @@ impl GgufLayout {
         let (ck, cat) = (model.ck, model.cat);
         let mapped = names::map(hf_name, model.layers)
             .with_context(|| format!("tensor {hf_name}: llama.cpp's GGUF layout has no place for it"))?;
+        if let Some(b) = block(&mapped.name).filter(|&b| b >= model.layers && !mtp::is_mtp(hf_name)) {
+            bail!(
+                "tensor {hf_name}: block {b}, but config.json's num_hidden_layers is {}; llama.cpp has no place for it",
+                model.layers
+            );
+        }
         let mut shape = t.shape.clone();
         if mapped.name.contains(".ssm_conv1d.") {
             shape.retain(|&d| d != 1);
@@ -124,25 +131,30 @@ fn sampling(ck: &Checkpoint) -> Result<Metadata> {
     Ok(kv)
 }
 
-/// The block a GGUF tensor belongs to (`blk.N.…`).
-fn block(t: &OutputTensor) -> Option<u64> {
-    t.name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
+/// The block a GGUF tensor name belongs to (`blk.N.…`).
+fn block(name: &str) -> Option<u64> {
+    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
 }
 
 /// The next-token (MTP) blocks written after the `layers` transformer blocks: up to the last one
 /// any tensor belongs to (never more than the tensors show, whatever config.json declares).
 fn mtp_blocks(tensors: &[OutputTensor], layers: u64) -> u64 {
-    tensors.iter().filter_map(block).filter(|&b| b >= layers).map(|b| b + 1 - layers).max().unwrap_or(0)
+    tensors.iter().filter_map(|t| block(&t.name)).filter(|&b| b >= layers).map(|b| b + 1 - layers).max().unwrap_or(0)
 }
 
 /// Refuses a config whose counts the tensors do not bear out: llama.cpp would refuse the file.
-/// Every transformer block must hold tensors, and the vocabulary must be as long as the
-/// embedding and the output are high. Returns the vocabulary's length.
+/// Every block, transformer and MTP, must hold tensors (so the block count is bounded by the
+/// tensors, never by a number in a name or in config.json), and the vocabulary must be as long as
+/// the embedding and the output are high. Returns the vocabulary's length.
 fn check_counts(tensors: &[OutputTensor], layers: u64, vocab_size: Option<u32>) -> Result<Option<u64>> {
-    let present: BTreeSet<u64> = tensors.iter().filter_map(block).filter(|&b| b < layers).collect();
-    if present.len() as u64 != layers {
-        let missing = (0..layers).find(|b| !present.contains(b)).unwrap_or(0);
-        bail!("config.json: num_hidden_layers is {layers}, but the checkpoint holds no tensor of block {missing}");
+    let present: BTreeSet<u64> = tensors.iter().filter_map(|t| block(&t.name)).collect();
+    let blocks = present.last().map_or(0, |b| b + 1).max(layers);
+    if present.len() as u64 != blocks {
+        let missing = (0..blocks).find(|b| !present.contains(b)).unwrap_or(0);
+        if missing < layers {
+            bail!("config.json: num_hidden_layers is {layers}, but the checkpoint holds no tensor of block {missing}");
+        }
+        bail!("the MTP head has no tensor of its layer {}: its layers must follow each other", missing - layers);
     }
     let mut rows = None;
     for name in ["token_embd.weight", "output.weight"] {
@@ -195,7 +207,11 @@ impl Layout for GgufLayout {
                 continue;
             };
             // [E, 2·I, H] → gate [E, I, H] (the first half of each expert's rows) and up.
-            let half = t.shape[t.shape.len() - 2] / 2;
+            let rows = t.shape[t.shape.len() - 2];
+            if rows % 2 != 0 {
+                bail!("tensor {}: {rows} rows per expert do not split into gate and up halves", t.name);
+            }
+            let half = rows / 2;
             let source = &t.recipe.as_ref().expect("HF-layout tensors have recipes").source;
             for (part, rows) in [("gate_proj", 0..half), ("up_proj", half..2 * half)] {
                 let mut piece = t.clone();
@@ -208,6 +224,8 @@ impl Layout for GgufLayout {
             }
         }
         check_counts(&out, model.layers, hp.vocab_size()?)?;
+        // The file as llama.cpp will read it, before any weight is decoded.
+        loader::check(&self.metadata(ck, &out)?, &out)?;
         if let Some(rule) = self.opts.ty.quantize() {
             let blocks = model.layers + mtp_blocks(&out, model.layers);
             quantize_as_llama_does(
@@ -261,6 +279,20 @@ impl Layout for GgufLayout {
     /// One file unless `--max-shard-size` asks for splits.
     fn default_max_shard_size(&self) -> u64 {
         u64::MAX
+    }
+
+    /// The MTP head is the next-token blocks (`blk.N.nextn.*`) after the transformer blocks.
+    fn writes_mtp(&self, tensors: &[OutputTensor]) -> bool {
+        tensors.iter().any(|t| t.name.contains(".nextn."))
+    }
+
+    fn mtp_note(&self, written: bool) -> &'static str {
+        if written {
+            "kept: the next-token block after the transformer blocks (`blk.N.nextn.*`, `nextn_predict_layers` 1), \
+             which llama.cpp runs with `--spec-type draft-mtp`"
+        } else {
+            "not written (incomplete, or dropped on request): the file has no next-token block and no `nextn_predict_layers`"
+        }
     }
 
     fn card(&self, mtp: bool) -> FormatCard {
