@@ -275,8 +275,9 @@ pub fn check(kv: &Metadata, tensors: &[OutputTensor]) -> Result<()> {
         let ne = trimmed(t.shape.iter().rev().map(|&d| d as u64).collect());
         let Some(e) = expected.get(&t.name) else {
             bail!(
-                "tensor {}: llama.cpp's {arch} has no place for it and refuses a file holding it (\"wrong number of tensors\")",
-                t.name
+                "tensor {}: llama.cpp's {arch} has no place for it and refuses a file holding it (\"wrong number of tensors\"){}",
+                t.name,
+                block_kind(&t.name, &s)
             );
         };
         // A file without a vocabulary cannot be held to one.
@@ -294,16 +295,21 @@ pub fn check(kv: &Metadata, tensors: &[OutputTensor]) -> Result<()> {
         present.insert(t.name.as_str());
     }
     if let Some((name, e)) = expected.iter().find(|(n, e)| e.required && !present.contains(n.as_str())) {
-        let block = name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|b| b.parse::<u32>().ok());
-        let why = match block {
-            Some(b) if b >= s.layers => " (the MTP head is incomplete: --mtp drop writes none)".to_string(),
-            Some(b) if s.recurrent[b as usize] => format!(" (block {b} is linear attention in config.json)"),
-            Some(b) => format!(" (block {b} is full attention in config.json)"),
-            None => String::new(),
-        };
-        bail!("no tensor {name} {}: llama.cpp's {arch} requires it{why}", dims(&e.ne));
+        bail!("no tensor {name} {}: llama.cpp's {arch} requires it{}", dims(&e.ne), block_kind(name, &s));
     }
     Ok(())
+}
+
+/// What config.json makes of the block tensor `name` belongs to, for a message.
+fn block_kind(name: &str, s: &Sizes) -> String {
+    let block = name.strip_prefix("blk.").and_then(|r| r.split('.').next()).and_then(|b| b.parse::<u32>().ok());
+    match block {
+        Some(b) if b >= s.layers + s.nextn => String::new(),
+        Some(b) if b >= s.layers => " (the MTP head is incomplete: --mtp drop writes none)".to_string(),
+        Some(b) if s.recurrent[b as usize] => format!(" (block {b} is linear attention in config.json)"),
+        Some(b) => format!(" (block {b} is full attention in config.json)"),
+        None => String::new(),
+    }
 }
 
 /// A ggml shape without its trailing 1s: llama.cpp takes `[n, 1]` for `[n]`.
