@@ -77,6 +77,8 @@ phase_done "llama.cpp"
 
 cargo test --locked
 phase_done "cargo test"
-# The binary cargo test built (the test profile is optimised): no second, release build.
+# The binary cargo test built (the test profile is optimised). test_wheel.py alone builds the
+# release profile, to package the Python wheel: the build `cargo build --release` makes, which
+# scripts/test-aarch64.sh then reuses.
 ESCHA_CONVERT="${CARGO_TARGET_DIR:-$PWD/target}/debug/escha-convert" "$VENV/bin/python" -m pytest tests/python -q
 phase_done "pytest"
