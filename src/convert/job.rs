@@ -51,7 +51,7 @@ impl Job {
         let reader = Reader { ck: &ck, cat: &cat, decoder };
         let widths = layout.refine(&mut all, &cat, &Probe { reader: &reader, sample })?;
         let config = ck.config.as_ref().and_then(|c| layout.config(c, &all));
-        let metadata = layout.metadata(&ck, &all)?;
+        let metadata = layout.metadata(&ck, &all, warnings)?;
         let mtp_written = all.iter().any(|t| is_mtp(&t.name));
         let mut tensors = all;
         if !opts.only.is_empty() {

@@ -236,7 +236,7 @@ impl Layout for GgufLayout {
         Box::new(Gguf)
     }
 
-    fn metadata(&self, ck: &Checkpoint, tensors: &[OutputTensor]) -> Result<Metadata> {
+    fn metadata(&self, ck: &Checkpoint, tensors: &[OutputTensor], warnings: &mut Vec<String>) -> Result<Metadata> {
         let hp = Hparams::new(ck.config.as_ref())?;
         let layers = u64::from(hp.layers()?);
         let mtp_layers = u32::try_from(mtp_blocks(tensors, layers)).context("too many MTP layers")?;
@@ -248,8 +248,11 @@ impl Layout for GgufLayout {
         ];
         kv.extend(sampling(ck)?);
         kv.extend(hp.metadata(mtp_layers, types::file_type(self.opts.ty, tensors))?);
+        let vocab_size = check_counts(tensors, layers, hp.vocab_size()?)?;
         if self.opts.vocab {
-            kv.extend(vocab::metadata(ck, check_counts(tensors, layers, hp.vocab_size()?)?)?);
+            kv.extend(vocab::metadata(ck, vocab_size, warnings)?);
+        } else {
+            kv.extend(vocab::none(hp.arch, vocab_size)?);
         }
         Ok(kv)
     }
