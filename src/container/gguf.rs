@@ -2,7 +2,9 @@
 //! infos, then the tensor data, each tensor aligned to `general.alignment` (32) bytes. Above the
 //! shard limit the output is split as llama.cpp's `gguf-split` writes it: files
 //! `model-0000i-of-0000N.gguf`, each with `split.no`, `split.count` and `split.tensors.count`, the
-//! model metadata in the first; llama.cpp loads them all from the first.
+//! model metadata in the first; llama.cpp loads them all from the first. Metadata llama.cpp could
+//! not read (a string over 1 GiB, an array over 2^30 elements) is refused when the header is laid
+//! out, before any tensor is converted; the read-back accepts what llama.cpp reads.
 
 use super::api::{Container, MetaValue, Metadata, ShardAt, ShardLayout, TensorInfo};
 use crate::storage::Storage;
@@ -18,6 +20,11 @@ const VERSION: u32 = 3;
 pub const ALIGNMENT: u64 = 32;
 /// ggml's longest tensor name, in bytes (its name buffer is 64 bytes with the terminating NUL).
 const MAX_NAME: usize = 63;
+/// The longest string (bytes) and the longest array (elements) llama.cpp reads
+/// (`GGUF_MAX_STRING_LENGTH`, `GGUF_MAX_ARRAY_ELEMENTS` in ggml's gguf.cpp): the most this
+/// container writes and its read-back accepts.
+pub const MAX_STRING: u64 = 1 << 30;
+pub const MAX_ARRAY: u64 = 1 << 30;
 /// The split keys `gguf-split` writes.
 pub const SPLIT_NO: &str = "split.no";
 pub const SPLIT_COUNT: &str = "split.count";
@@ -114,6 +121,51 @@ fn shard_metadata(metadata: &Metadata, at: ShardAt) -> Result<Metadata> {
     Ok(kv)
 }
 
+/// Refuses metadata llama.cpp could not read: a key, string or array longer than its limits.
+fn check_metadata(kv: &Metadata) -> Result<()> {
+    check_metadata_within(kv, MAX_STRING, MAX_ARRAY)
+}
+
+fn check_metadata_within(kv: &Metadata, max_string: u64, max_array: u64) -> Result<()> {
+    let string = |key: &str, what: &str, s: &str| {
+        if s.len() as u64 > max_string {
+            bail!(
+                "metadata key {key}: {what} of {} bytes; llama.cpp reads GGUF strings of at most {max_string}",
+                s.len()
+            );
+        }
+        Ok(())
+    };
+    for (key, value) in kv {
+        string(key, "a name", key)?;
+        let n = match value {
+            MetaValue::Str(s) => {
+                string(key, "a string", s)?;
+                0
+            }
+            MetaValue::Strings(items) => {
+                for s in items {
+                    string(key, "an element", s)?;
+                }
+                items.len()
+            }
+            MetaValue::I32s(items) => items.len(),
+            MetaValue::F32s(items) => items.len(),
+            MetaValue::Bools(items) => items.len(),
+            MetaValue::U16(_)
+            | MetaValue::U32(_)
+            | MetaValue::I32(_)
+            | MetaValue::U64(_)
+            | MetaValue::F32(_)
+            | MetaValue::Bool(_) => 0,
+        };
+        if n as u64 > max_array {
+            bail!("metadata key {key}: an array of {n} elements; llama.cpp reads GGUF arrays of at most {max_array}");
+        }
+    }
+    Ok(())
+}
+
 fn aligned(x: u64) -> u64 {
     x.div_ceil(ALIGNMENT) * ALIGNMENT
 }
@@ -130,6 +182,7 @@ impl Container for Gguf {
 
     fn shard_layout(&self, tensors: &[TensorInfo], metadata: &Metadata, at: ShardAt) -> Result<ShardLayout> {
         let kv = shard_metadata(metadata, at)?;
+        check_metadata(&kv)?;
         let mut header = Vec::new();
         header.extend_from_slice(MAGIC);
         header.extend_from_slice(&VERSION.to_le_bytes());
@@ -237,7 +290,8 @@ impl<R: Read> Reader<R> {
         Ok(u64::from_le_bytes(self.bytes()?))
     }
 
-    /// A count, bounded so that a damaged header cannot ask for unbounded memory.
+    /// A count, bounded (by llama.cpp's limits where they apply), so that a damaged header cannot
+    /// ask for unbounded memory.
     fn count(&mut self, limit: u64) -> Result<usize> {
         let n = self.u64()?;
         if n > limit {
@@ -246,10 +300,14 @@ impl<R: Read> Reader<R> {
         Ok(n as usize)
     }
 
+    /// A string of at most llama.cpp's length, its memory taken as its bytes arrive.
     fn string(&mut self) -> Result<String> {
-        let n = self.count(1 << 24)?;
-        let mut b = vec![0u8; n];
-        self.inner.read_exact(&mut b).context("the header ends early")?;
+        let n = self.count(MAX_STRING)?;
+        let mut b = Vec::new();
+        (&mut self.inner).take(n as u64).read_to_end(&mut b)?;
+        if b.len() != n {
+            bail!("the header ends early");
+        }
         self.read += n as u64;
         String::from_utf8(b).context("a string that is not UTF-8")
     }
@@ -265,7 +323,7 @@ impl<R: Read> Reader<R> {
             value_type::STRING => MetaValue::Str(self.string()?),
             value_type::ARRAY => {
                 let elem = self.u32()?;
-                let n = self.count(1 << 26)?;
+                let n = self.count(MAX_ARRAY)?;
                 match elem {
                     value_type::STRING => MetaValue::Strings((0..n).map(|_| self.string()).collect::<Result<_>>()?),
                     value_type::INT32 => {
@@ -349,6 +407,41 @@ mod tests {
         let h = read(&path).unwrap();
         assert_eq!(h.kv.len(), 3, "the second file has the split keys only");
         assert_eq!(h.tensors[1], ("b".to_string(), vec![64, 2], 8, 256));
+    }
+
+    #[test]
+    fn metadata_beyond_what_llama_cpp_reads_is_refused_naming_the_key() {
+        let kv = |k: &str, v: MetaValue| vec![(k.to_string(), v)];
+        let ok = |kv: &Metadata| check_metadata_within(kv, 32, 3);
+        let err = |kv: &Metadata| format!("{:#}", ok(kv).unwrap_err());
+        let (at_most, over) = ("x".repeat(32), "x".repeat(33));
+        ok(&kv("a", MetaValue::Str(at_most.clone()))).unwrap();
+        ok(&kv("a", MetaValue::Strings(vec![at_most; 3]))).unwrap();
+        let e = err(&kv("tokenizer.chat_template", MetaValue::Str(over.clone())));
+        assert!(e.contains("tokenizer.chat_template") && e.contains("33 bytes"), "{e}");
+        let e = err(&kv("tokenizer.ggml.tokens", MetaValue::Strings(vec!["x".into(), over.clone()])));
+        assert!(e.contains("tokenizer.ggml.tokens") && e.contains("33 bytes"), "{e}");
+        let e = err(&kv("tokenizer.ggml.token_type", MetaValue::I32s(vec![1; 4])));
+        assert!(e.contains("tokenizer.ggml.token_type") && e.contains("4 elements"), "{e}");
+        assert!(err(&kv(&over, MetaValue::U32(1))).contains("a name of 33 bytes"));
+        assert_eq!(
+            (MAX_STRING, MAX_ARRAY),
+            (1 << 30, 1 << 30),
+            "gguf.cpp's GGUF_MAX_STRING_LENGTH and _ARRAY_ELEMENTS"
+        );
+    }
+
+    #[test]
+    fn a_string_longer_than_the_old_read_back_cap_reads_back() {
+        let template = "x".repeat((1 << 24) + 1);
+        let kv = vec![("tokenizer.chat_template".to_string(), MetaValue::Str(template.clone()))];
+        let at = ShardAt { index: 0, count: 1, tensors_total: 0 };
+        let layout = Gguf.shard_layout(&[], &kv, at).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x.gguf");
+        std::fs::write(&path, &layout.header).unwrap();
+        Gguf.check_written(&path, &[], at).unwrap();
+        assert_eq!(read(&path).unwrap().kv, kv);
     }
 
     #[test]

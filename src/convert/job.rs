@@ -50,7 +50,7 @@ impl Job {
         let reader = Reader { ck: &ck, cat: &cat, decoder };
         let widths = layout.refine(&mut all, &cat, &Probe { reader: &reader, sample })?;
         let config = ck.config.as_ref().and_then(|c| layout.config(c, &all));
-        let metadata = layout.metadata(&ck, &all)?;
+        let metadata = layout.metadata(&ck, &all, warnings)?;
         let mtp_written = layout.writes_mtp(&all);
         let mut tensors = all;
         if !opts.only.is_empty() {

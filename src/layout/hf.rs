@@ -73,7 +73,7 @@ impl Layout for HfLayout {
         Some(crate::json::to_text(&config, 2))
     }
 
-    fn metadata(&self, _ck: &Checkpoint, _tensors: &[OutputTensor]) -> Result<Metadata> {
+    fn metadata(&self, _ck: &Checkpoint, _tensors: &[OutputTensor], _warnings: &mut Vec<String>) -> Result<Metadata> {
         Ok(vec![("format".into(), MetaValue::Str("pt".into()))])
     }
 

@@ -187,7 +187,7 @@ impl Layout for MlxLayout {
         Some(crate::json::to_text(&config, 4))
     }
 
-    fn metadata(&self, _ck: &Checkpoint, _tensors: &[OutputTensor]) -> Result<Metadata> {
+    fn metadata(&self, _ck: &Checkpoint, _tensors: &[OutputTensor], _warnings: &mut Vec<String>) -> Result<Metadata> {
         Ok(vec![("format".into(), MetaValue::Str("mlx".into()))])
     }
 

@@ -130,7 +130,8 @@ pub trait Layout: Sync {
         Box::new(Safetensors)
     }
 
-    fn metadata(&self, ck: &Checkpoint, tensors: &[OutputTensor]) -> Result<Metadata>;
+    /// The metadata of `container`'s files; what it leaves out of the input goes to `warnings`.
+    fn metadata(&self, ck: &Checkpoint, tensors: &[OutputTensor], warnings: &mut Vec<String>) -> Result<Metadata>;
 
     /// Whether the input's tokenizer, chat template and generation files are copied beside the
     /// shards (a format that carries them inside its files does not).

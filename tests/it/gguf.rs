@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 /// A metadata value: integers of every width as `Int` with their GGUF type id.
 #[derive(Clone, Debug, PartialEq)]
-enum Val {
+pub(crate) enum Val {
     Int(u32, i128),
     F32(f32),
     F64(f64),
@@ -29,30 +29,30 @@ enum Val {
 }
 
 #[derive(Clone, Debug, PartialEq)]
-struct TensorInfo {
-    name: String,
+pub(crate) struct TensorInfo {
+    pub(crate) name: String,
     /// Innermost first, as ggml counts them.
-    dims: Vec<u64>,
+    pub(crate) dims: Vec<u64>,
     ty: u32,
     /// Within the data section.
     offset: u64,
 }
 
-struct GgufFile {
+pub(crate) struct GgufFile {
     version: u32,
     /// In file order.
     kv: Vec<(String, Val)>,
-    tensors: Vec<TensorInfo>,
+    pub(crate) tensors: Vec<TensorInfo>,
     data_start: u64,
     bytes: Vec<u8>,
 }
 
 impl GgufFile {
-    fn get(&self, key: &str) -> Option<&Val> {
+    pub(crate) fn get(&self, key: &str) -> Option<&Val> {
         self.kv.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
-    fn keys(&self) -> Vec<&str> {
+    pub(crate) fn keys(&self) -> Vec<&str> {
         self.kv.iter().map(|(k, _)| k.as_str()).collect()
     }
 
@@ -167,7 +167,7 @@ fn tensor_bytes(t: &TensorInfo) -> u64 {
 
 /// Checks everything llama.cpp's loader (gguf.cpp and llama-model-loader) checks of the layout,
 /// and returns the parsed file.
-fn check_layout(path: &Path) -> GgufFile {
+pub(crate) fn check_layout(path: &Path) -> GgufFile {
     let f = parse(path);
     let what = path.display();
     assert_eq!(f.version, 3, "{what}: version");
@@ -207,11 +207,11 @@ fn check_layout(path: &Path) -> GgufFile {
 // ---------------------------------------------------------------------------------------------
 // Running the tool.
 
-fn stderr(o: &Output) -> String {
+pub(crate) fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
-fn convert(input: &Path, out: &Path, extra: &[&str]) -> Output {
+pub(crate) fn convert(input: &Path, out: &Path, extra: &[&str]) -> Output {
     let o = escha_convert().arg(input).arg(out).args(["--format", "gguf", "--quiet"]).args(extra).output().unwrap();
     assert!(o.status.success(), "{} {extra:?}: {}", input.display(), stderr(&o));
     o
@@ -238,7 +238,7 @@ fn names_in(dir: &Path) -> Vec<String> {
 }
 
 /// A copy of fixture `model` in `tmp`/`name`, with `edit` applied to its `file` (JSON).
-fn edited(tmp: &Path, name: &str, model: &str, file: &str, edit: impl FnOnce(&mut Value)) -> PathBuf {
+pub(crate) fn edited(tmp: &Path, name: &str, model: &str, file: &str, edit: impl FnOnce(&mut Value)) -> PathBuf {
     let dir = tmp.join(name);
     copy_tree(&fixture(model), &dir);
     let path = dir.join(file);
@@ -249,13 +249,13 @@ fn edited(tmp: &Path, name: &str, model: &str, file: &str, edit: impl FnOnce(&mu
 }
 
 /// The text config of a fixture's config.json (where Qwen3.5 keeps the model's numbers).
-fn text(config: &mut Value) -> &mut serde_json::Map<String, Value> {
+pub(crate) fn text(config: &mut Value) -> &mut serde_json::Map<String, Value> {
     config["text_config"].as_object_mut().unwrap()
 }
 
 /// Runs the tool on `input` into a fresh OUT under a 4 GiB address-space limit and a 60 s
 /// deadline (300 s emulated); returns its output, the time it took, and the parent of OUT.
-fn run_bounded(input: &Path, extra: &[&str]) -> (Output, Duration, tempfile::TempDir) {
+pub(crate) fn run_bounded(input: &Path, extra: &[&str]) -> (Output, Duration, tempfile::TempDir) {
     use std::os::unix::process::CommandExt;
     const LIMIT: u64 = 4 << 30;
     let parent = tempfile::tempdir().unwrap();
@@ -310,7 +310,7 @@ fn run_bounded(input: &Path, extra: &[&str]) -> (Output, Duration, tempfile::Tem
 /// The failure contract: exit 1 (not a signal, not a panic), one error line containing every
 /// `expect`, no OUT, no staging directory and no lock beside it, the input untouched. Returns
 /// the message, or what was wrong.
-fn failure(input: &Path, extra: &[&str], expect: &[&str]) -> Result<String, String> {
+pub(crate) fn failure(input: &Path, extra: &[&str], expect: &[&str]) -> Result<String, String> {
     let before = snapshot(input);
     let (o, took, parent) = run_bounded(input, extra);
     let err = stderr(&o);
@@ -332,7 +332,7 @@ fn failure(input: &Path, extra: &[&str], expect: &[&str]) -> Result<String, Stri
     Ok(err)
 }
 
-fn fails(input: &Path, extra: &[&str], expect: &[&str]) -> String {
+pub(crate) fn fails(input: &Path, extra: &[&str], expect: &[&str]) -> String {
     failure(input, extra, expect).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -487,13 +487,14 @@ fn a_failure_leaves_nothing_behind() {
         t["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = Value::from(r"\p{L}+|\s+");
     });
     fails(&odd, &[], &["tokenizer.json", r"p{L}+|", "pre-tokenizer", "--gguf-vocab none"]);
-    // --gguf-vocab none converts it: the same tensors, no tokenizer keys.
+    // --gguf-vocab none converts it: the same tensors, no tokenizer keys but the one that says so.
     let none = tmp.path().join("none");
     convert(&odd, &none, &["--gguf-vocab", "none"]);
     let plain = tmp.path().join("plain");
     convert(&fixture("dense"), &plain, &[]);
     let (a, b) = (check_layout(&none.join("model.gguf")), check_layout(&plain.join("model.gguf")));
-    assert!(a.keys().iter().all(|k| !k.starts_with("tokenizer.")), "{:?}", a.keys());
+    assert!(a.keys().iter().all(|k| !k.starts_with("tokenizer.") || *k == "tokenizer.ggml.model"), "{:?}", a.keys());
+    assert_eq!(a.get("tokenizer.ggml.model"), Some(&Val::Str("none".into())));
     assert!(b.keys().iter().any(|k| k.starts_with("tokenizer.")));
     assert_eq!(a.get("qwen35.block_count"), b.get("qwen35.block_count"));
     let infos = |f: &GgufFile| f.tensors.iter().map(|t| (t.name.clone(), t.dims.clone(), t.ty)).collect::<Vec<_>>();
@@ -595,7 +596,7 @@ fn hostile_configs_and_tokenizers_are_refused_clearly() {
 }
 
 /// Fails listing every case in `wrong` (all of them, not just the first).
-fn all_refused(wrong: &[String]) {
+pub(crate) fn all_refused(wrong: &[String]) {
     assert!(wrong.is_empty(), "{} hostile inputs not refused as promised:\n{}", wrong.len(), wrong.join("\n"));
 }
 

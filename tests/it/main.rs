@@ -14,6 +14,7 @@ mod edges;
 mod encoder;
 mod fuzz_catalogue;
 mod gguf;
+mod gguf_vocab;
 mod golden;
 mod inspect;
 mod kquants_ref;

@@ -224,8 +224,9 @@ impl Layout for GgufLayout {
             }
         }
         check_counts(&out, model.layers, hp.vocab_size()?)?;
-        // The file as llama.cpp will read it, before any weight is decoded.
-        loader::check(&self.metadata(ck, &out)?, &out)?;
+        // The file as llama.cpp will read it, before any weight is decoded (the metadata's
+        // warnings are said when it is written).
+        loader::check(&self.metadata(ck, &out, &mut Vec::new())?, &out)?;
         if let Some(rule) = self.opts.ty.quantize() {
             let blocks = model.layers + mtp_blocks(&out, model.layers);
             quantize_as_llama_does(
@@ -254,7 +255,7 @@ impl Layout for GgufLayout {
         Box::new(Gguf)
     }
 
-    fn metadata(&self, ck: &Checkpoint, tensors: &[OutputTensor]) -> Result<Metadata> {
+    fn metadata(&self, ck: &Checkpoint, tensors: &[OutputTensor], warnings: &mut Vec<String>) -> Result<Metadata> {
         let hp = Hparams::new(ck.config.as_ref())?;
         let layers = u64::from(hp.layers()?);
         let mtp_layers = u32::try_from(mtp_blocks(tensors, layers)).context("too many MTP layers")?;
@@ -266,8 +267,11 @@ impl Layout for GgufLayout {
         ];
         kv.extend(sampling(ck)?);
         kv.extend(hp.metadata(mtp_layers, types::file_type(self.opts.ty, tensors))?);
+        let vocab_size = check_counts(tensors, layers, hp.vocab_size()?)?;
         if self.opts.vocab {
-            kv.extend(vocab::metadata(ck, check_counts(tensors, layers, hp.vocab_size()?)?)?);
+            kv.extend(vocab::metadata(ck, vocab_size, warnings)?);
+        } else {
+            kv.extend(vocab::none(hp.arch, vocab_size)?);
         }
         Ok(kv)
     }

@@ -3,7 +3,13 @@
 //! BPE vocabulary: ids padded to the config's vocabulary size, added tokens typed control or
 //! user-defined, merges, special ids and `add_*` flags, the chat template. The pre-tokenizer name
 //! is decided from the split pattern itself; a tokenizer that cannot be mapped with certainty is an
-//! error naming what was found (a guessed pre-tokenizer would tokenize wrongly and silently).
+//! error naming what was found (a guessed pre-tokenizer would tokenize wrongly and silently), and so
+//! is a BPE option llama.cpp has no equivalent for, a token text llama.cpp would read as another
+//! token's (it reads them up to their first NUL, and aborts on a text twice), and a vocabulary
+//! without merges (which llama.cpp refuses). A special token id beyond the vocabulary is skipped
+//! with a warning, as the converter's `SpecialVocab` skips it. Without a vocabulary
+//! (`--gguf-vocab none`) the file says so (`tokenizer.ggml.model` "none") and gives the
+//! vocabulary's size, which llama.cpp needs to size the embedding.
 
 use crate::checkpoint::{read_text, Checkpoint};
 use crate::container::{MetaValue, Metadata};
@@ -47,8 +53,20 @@ pub(super) fn json_file(ck: &Checkpoint, name: &str) -> Result<Option<Value>> {
 /// one would only allocate).
 const MAX_PADDING: u64 = 1 << 20;
 
-/// The tokenizer keys for `ck`, its ids padded to `vocab_size` (the embedding's height).
-pub fn metadata(ck: &Checkpoint, vocab_size: Option<u64>) -> Result<Metadata> {
+/// The keys of a file without a vocabulary, as the converter writes them (`--no-vocab`) plus the
+/// vocabulary's size (the embedding's height), from which llama.cpp makes its placeholder tokens.
+pub fn none(arch: &str, vocab_size: Option<u64>) -> Result<Metadata> {
+    let mut kv: Metadata = vec![("tokenizer.ggml.model".into(), MetaValue::Str("none".into()))];
+    if let Some(n) = vocab_size {
+        let n = u32::try_from(n).with_context(|| format!("a vocabulary of {n} tokens does not fit GGUF's u32"))?;
+        kv.push((format!("{arch}.vocab_size"), MetaValue::U32(n)));
+    }
+    Ok(kv)
+}
+
+/// The tokenizer keys for `ck`, its ids padded to `vocab_size` (the embedding's height); what the
+/// file leaves out is said in `warnings`.
+pub fn metadata(ck: &Checkpoint, vocab_size: Option<u64>, warnings: &mut Vec<String>) -> Result<Metadata> {
     let tokenizer = json_file(ck, "tokenizer.json")?.with_context(|| {
         format!(
             "{}: no tokenizer.json, so no vocabulary for the GGUF file (--gguf-vocab none writes the tensors alone)",
@@ -63,6 +81,11 @@ pub fn metadata(ck: &Checkpoint, vocab_size: Option<u64>) -> Result<Metadata> {
         bail!(what(format!("a {} model, not byte-level BPE", model.get("type").unwrap_or(&Value::Null))));
     }
     let pre = pre_tokenizer(&tokenizer).map_err(|e| anyhow::anyhow!(what(e)))?;
+    bpe_options(model, tokenizer.get("decoder")).map_err(|e| {
+        anyhow::anyhow!(
+            "tokenizer.json: {e}; llama.cpp's BPE tokenizer has no equivalent (--gguf-vocab none writes the tensors alone)"
+        )
+    })?;
     match tokenizer.get("normalizer") {
         None | Some(Value::Null) => {}
         Some(n) if n.get("type").and_then(Value::as_str) == Some("NFC") => {}
@@ -114,6 +137,7 @@ pub fn metadata(ck: &Checkpoint, vocab_size: Option<u64>) -> Result<Metadata> {
         tokens.push(text);
         types.push(kind);
     }
+    distinct_as_read(&tokens, &types)?;
 
     let mut kv: Metadata = vec![
         ("tokenizer.ggml.model".into(), MetaValue::Str("gpt2".into())),
@@ -121,16 +145,14 @@ pub fn metadata(ck: &Checkpoint, vocab_size: Option<u64>) -> Result<Metadata> {
         ("tokenizer.ggml.tokens".into(), MetaValue::Strings(tokens)),
         ("tokenizer.ggml.token_type".into(), MetaValue::I32s(types)),
     ];
-    let merges = merges(model)?;
-    if !merges.is_empty() {
-        kv.push(("tokenizer.ggml.merges".into(), MetaValue::Strings(merges)));
-    }
+    kv.push(("tokenizer.ggml.merges".into(), MetaValue::Strings(merges(model)?)));
     let config = json_file(ck, "tokenizer_config.json")?;
     let (ids, add) = specials(
         config.as_ref(),
         &added,
         ck.config.as_ref(),
         tokenizer.get("post_processor").is_some_and(|p| !p.is_null()),
+        (size, warnings),
     );
     for (kind, id) in ids {
         let id = u32::try_from(id).with_context(|| format!("{kind} token id {id} does not fit GGUF's u32"))?;
@@ -181,8 +203,19 @@ fn pre_tokenizer(tokenizer: &Value) -> Result<&'static str, String> {
 }
 
 /// The merges as llama.cpp reads them: `"a b"`, with a space inside a part written as U+0120.
+/// None at all is refused: llama.cpp loads no BPE vocabulary without merges.
 fn merges(model: &Value) -> Result<Vec<String>> {
-    let Some(list) = model.get("merges").and_then(Value::as_array) else { return Ok(Vec::new()) };
+    let list = match model.get("merges") {
+        Some(Value::Array(list)) if !list.is_empty() => list,
+        found => bail!(
+            "tokenizer.json: model.merges is {}; llama.cpp refuses a BPE vocabulary without merges (--gguf-vocab none writes the tensors alone)",
+            match found {
+                None => "missing".to_string(),
+                Some(Value::Array(_)) => "empty".to_string(),
+                Some(v) => format!("{v}, not a list"),
+            }
+        ),
+    };
     list.iter()
         .map(|m| match m {
             Value::String(s) => Ok(s.clone()),
@@ -197,6 +230,74 @@ fn merges(model: &Value) -> Result<Vec<String>> {
         .collect()
 }
 
+/// Refuses the options of a BPE model, and a decoder, that the GGUF vocabulary cannot carry:
+/// llama.cpp's BPE applies every merge (no `ignore_merges`, no dropout), has no subword prefix or
+/// word suffix and no byte fallback, and decodes byte-level. Their defaults (false, null, "") pass.
+fn bpe_options(model: &Value, decoder: Option<&Value>) -> Result<(), String> {
+    let set = |key: &str| model.get(key).filter(|v| !v.is_null());
+    for key in ["ignore_merges", "byte_fallback"] {
+        if let Some(v) = set(key).filter(|v| **v != Value::Bool(false)) {
+            return Err(format!("model.{key} is {v}"));
+        }
+    }
+    for key in ["continuing_subword_prefix", "end_of_word_suffix"] {
+        if let Some(v) = set(key).filter(|v| v.as_str() != Some("")) {
+            return Err(format!("model.{key} is {v}"));
+        }
+    }
+    // A dropout of 0 drops no merge: the same tokens as none.
+    if let Some(v) = set("dropout").filter(|v| v.as_f64() != Some(0.0)) {
+        return Err(format!("model.dropout is {v}"));
+    }
+    match decoder {
+        Some(d) if d.get("type").and_then(Value::as_str) == Some("ByteLevel") => Ok(()),
+        None => Err("no decoder, not ByteLevel".into()),
+        Some(d) => Err(format!("decoder is {}, not ByteLevel", d.get("type").unwrap_or(d))),
+    }
+}
+
+/// Refuses token texts llama.cpp would read as one: it reads each up to its first NUL and aborts
+/// on a text twice. A NUL is refused even where the cut text is unique: that token would read as
+/// another text than the tokenizer's.
+fn distinct_as_read(tokens: &[String], types: &[i32]) -> Result<()> {
+    let way_out = "(--gguf-vocab none writes the tensors alone)";
+    let name = |id: usize| {
+        if types[id] == UNUSED {
+            format!("{id} (padding for an id tokenizer.json does not use)")
+        } else {
+            id.to_string()
+        }
+    };
+    let mut seen: HashMap<&str, usize> = HashMap::with_capacity(tokens.len());
+    for (id, text) in tokens.iter().enumerate() {
+        let read = text.split('\0').next().unwrap_or_default();
+        if let Some(first) = seen.insert(read, id) {
+            let cut: Vec<String> = [first, id]
+                .iter()
+                .filter(|&&i| tokens[i].contains('\0'))
+                .map(|&i| format!("{:?}", tokens[i]))
+                .collect();
+            let how = if cut.is_empty() {
+                String::new()
+            } else {
+                format!(" (as llama.cpp reads {}, up to the first NUL)", cut.join(" and "))
+            };
+            bail!(
+                "tokenizer.json: tokens {} and {} both have the text {read:?}{how}; llama.cpp aborts on a vocabulary with a text twice {way_out}",
+                name(first),
+                name(id)
+            );
+        }
+    }
+    if let Some((id, text)) = tokens.iter().enumerate().find(|(_, t)| t.contains('\0')) {
+        bail!(
+            "tokenizer.json: token {id} {text:?} holds a NUL, and llama.cpp would read it as {:?} {way_out}",
+            text.split('\0').next().unwrap_or_default()
+        );
+    }
+    Ok(())
+}
+
 /// Whether an added token that is not marked special still reads as a control token.
 fn looks_special(token: &str) -> bool {
     matches!(token, "<pad>" | "<mask>" | "<2mass>" | "[@BOS@]")
@@ -209,14 +310,25 @@ type Specials = (Vec<(&'static str, u64)>, Vec<(&'static str, bool)>);
 
 /// Special token ids (`tokenizer_config`'s tokens found among the added tokens first, then
 /// config.json's ids; the first found wins) and the `add_*` flags (a byte-level post-processor
-/// adds neither bos nor eos; `tokenizer_config`'s flags fill in the rest).
-fn specials(config: Option<&Value>, added: &[&Value], model_config: Option<&Value>, byte_level: bool) -> Specials {
+/// adds neither bos nor eos; `tokenizer_config`'s flags fill in the rest). An id not below
+/// `n_vocab` is skipped, with a warning, as the converter's `SpecialVocab` skips it: llama.cpp
+/// would put another token in its place.
+fn specials(
+    config: Option<&Value>,
+    added: &[&Value],
+    model_config: Option<&Value>,
+    byte_level: bool,
+    (n_vocab, warnings): (u64, &mut Vec<String>),
+) -> Specials {
     let mut ids: Vec<(&'static str, u64)> = Vec::new();
-    let set = |ids: &mut Vec<(&'static str, u64)>, kind: &'static str, id: Option<u64>| {
-        if let Some(id) = id {
-            if !ids.iter().any(|(k, _)| *k == kind) {
-                ids.push((kind, id));
-            }
+    let mut set = |ids: &mut Vec<(&'static str, u64)>, kind: &'static str, id: Option<u64>, from: &str| {
+        let Some(id) = id else { return };
+        if id >= n_vocab {
+            warnings.push(format!(
+                "{from}: {kind} token id {id} is beyond the vocabulary's {n_vocab} tokens; not written (llama.cpp would use another token)"
+            ));
+        } else if !ids.iter().any(|(k, _)| *k == kind) {
+            ids.push((kind, id));
         }
     };
     let mut add: Vec<(&'static str, bool)> = Vec::new();
@@ -247,7 +359,7 @@ fn specials(config: Option<&Value>, added: &[&Value], model_config: Option<&Valu
             let id = content.and_then(|c| {
                 added.iter().find(|a| a.get("content").and_then(Value::as_str) == Some(c.as_str()))?.get("id")?.as_u64()
             });
-            set(&mut ids, kind, id);
+            set(&mut ids, kind, id, "tokenizer_config.json");
         }
     }
     if let Some(model_config) = model_config {
@@ -255,7 +367,7 @@ fn specials(config: Option<&Value>, added: &[&Value], model_config: Option<&Valu
             let key = format!("{kind}_token_id");
             let id =
                 model_config.get(&key).or_else(|| model_config.get("text_config")?.get(&key)).and_then(Value::as_u64);
-            set(&mut ids, kind, id);
+            set(&mut ids, kind, id, "config.json");
         }
     }
     (ids, add)
