@@ -342,7 +342,8 @@ fn the_mtp_head_goes_into_the_main_shards_when_complete() {
 fn merge_within(dir: &Path) -> (Option<i32>, String) {
     let mut cmd = escha_convert();
     cmd.arg("merge").arg(dir);
-    let o = crate::common::output_within(&mut cmd, std::time::Duration::from_secs(30), &dir.display().to_string());
+    let o = crate::common::output_within(&mut cmd, std::time::Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("merge {}: {e}", dir.display()));
     (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
 }
 

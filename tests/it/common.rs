@@ -112,9 +112,9 @@ pub fn limit_address_space(cmd: &mut Command, bytes: u64) {
 }
 
 /// Runs `cmd` to its end and returns its output, stdout and stderr drained meanwhile (so that a
-/// full pipe cannot stall it); kills it and panics naming `what` when it runs past `deadline`
-/// (five times that under an emulator).
-pub fn output_within(cmd: &mut Command, deadline: std::time::Duration, what: &str) -> std::process::Output {
+/// full pipe cannot stall it); kills it when it runs past `deadline` (five times that under an
+/// emulator) and says so, with what it printed on stderr.
+pub fn output_within(cmd: &mut Command, deadline: std::time::Duration) -> Result<std::process::Output, String> {
     use std::io::Read;
     use std::process::Stdio;
     let deadline = if cfg!(escha_cross) { deadline * 5 } else { deadline };
@@ -138,9 +138,9 @@ pub fn output_within(cmd: &mut Command, deadline: std::time::Duration, what: &st
             let _ = child.kill();
             let _ = child.wait();
             let err = String::from_utf8_lossy(&stderr.join().unwrap()).into_owned();
-            panic!("{what}: still running after {deadline:?}: {err}");
+            return Err(format!("still running after {deadline:?}: {err}"));
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     };
-    std::process::Output { status, stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() }
+    Ok(std::process::Output { status, stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() })
 }

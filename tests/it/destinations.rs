@@ -324,7 +324,8 @@ fn a_refused_out_is_refused_before_any_weight_is_decoded() {
     let run = |out: &Path, extra: &[&str]| {
         let mut cmd = escha_convert();
         cmd.arg(fixture("dense")).arg(out).args(["--quiet"]).args(extra).env("ESCHA_CONVERT_PAUSE", "probe");
-        let o = crate::common::output_within(&mut cmd, Duration::from_secs(60), &format!("{extra:?}"));
+        let o = crate::common::output_within(&mut cmd, Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("{extra:?}: {e}"));
         (o.status.code(), stderr(&o))
     };
     for format in [&["--format", "gguf", "--gguf-type", "auto"][..], &["--format", "mlx", "--bits", "auto"]] {

@@ -18,6 +18,7 @@ mod golden;
 mod inspect;
 mod kquants_ref;
 mod links;
+mod memory;
 mod metal_gpu;
 mod metal_kernel_shim;
 mod reconstruct;
