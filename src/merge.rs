@@ -34,6 +34,9 @@ pub fn merge(dir: &Path) -> Result<MergeReport> {
     if !marker.files.contains_key(SUMS_FILE) {
         bail!("{shown}: its parts were converted without --checksums, so nothing proves them; convert them with it");
     }
+    // Where SHA256SUMS goes is checked before any file is hashed: a regular file or nothing, in a
+    // directory that takes a new file.
+    let target = crate::output::file::check_destination(&dir.join(SUMS_FILE), &[])?;
     let sums_files = part_sums_files(dir, &marker)?;
     let count = sums_files.len();
     let recorded = recorded_sums(dir, &sums_files, &marker)?;
@@ -62,7 +65,7 @@ pub fn merge(dir: &Path) -> Result<MergeReport> {
             Ok((name.clone(), actual))
         })
         .collect::<Result<_>>()?;
-    crate::output::file::write_whole(&dir.join(SUMS_FILE), sums_text(&sums).as_bytes())?;
+    crate::output::file::write_whole(&target, sums_text(&sums).as_bytes())?;
     for (file, _) in &sums_files {
         std::fs::remove_file(dir.join(file)).with_context(|| format!("{}: cannot remove", dir.join(file).display()))?;
     }

@@ -427,6 +427,17 @@ fn merge_and_force_follow_no_marker_name_out_of_the_directory() {
     let (code, err) = merge_within(&dir);
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains(sums) && err.contains("link"), "{err}");
+    // Where SHA256SUMS goes is checked before anything is hashed: a damaged shard is not what
+    // this merge reports when a directory is in SHA256SUMS's way.
+    let dir = fresh("sums-in-the-way");
+    let shard = files(&dir).into_keys().find(|f| f.ends_with(".safetensors")).unwrap();
+    std::fs::create_dir(dir.join("SHA256SUMS")).unwrap();
+    let mut bytes = std::fs::read(dir.join(&shard)).unwrap();
+    bytes[0] ^= 1;
+    std::fs::write(dir.join(&shard), bytes).unwrap();
+    let (code, err) = merge_within(&dir);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("SHA256SUMS: a directory is there"), "{err}");
     // --force replaces no directory whose marker names something outside it, and the stale-staging
     // cleanup removes none.
     let out = fresh("force");
