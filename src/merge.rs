@@ -3,9 +3,12 @@
 //! set of options (their markers, which fingerprint both, agree), every file the marker lists must
 //! be present with its planned size and the checksum its part recorded, and nothing else may be
 //! there. Then `SHA256SUMS` is written, the file a one-machine run writes, and the parts' own sums
-//! files are removed. Any disagreement fails naming the file and the parts.
+//! files are removed. Any disagreement fails naming the file and the parts. Merge reads only plain
+//! file names in DIR, and only regular files there: a name in the marker or in a part's sums file
+//! that is a path, `.` or `..` is an error naming it, before anything is looked at.
 
 use crate::output::checksums::{parse_part_sums_file, parse_sums, sha256_file, sums_text, SUMS_FILE};
+use crate::output::ours::is_plain_name;
 use crate::output::{Marker, MARKER_FILE};
 use anyhow::{bail, Context, Result};
 use rayon::prelude::*;
@@ -24,11 +27,16 @@ pub struct MergeReport {
 
 pub fn merge(dir: &Path) -> Result<MergeReport> {
     let shown = dir.display();
-    let marker = Marker::read(dir)
+    // Every name merge joins to DIR is a plain file name in it: the marker's are checked as it is
+    // read, the sums files' as they are parsed, before anything is looked at.
+    let marker = Marker::read(dir)?
         .with_context(|| format!("{shown}: no readable {MARKER_FILE}: not an output of escha-convert"))?;
     if !marker.files.contains_key(SUMS_FILE) {
         bail!("{shown}: its parts were converted without --checksums, so nothing proves them; convert them with it");
     }
+    // Where SHA256SUMS goes is checked before any file is hashed: a regular file or nothing, in a
+    // directory that takes a new file.
+    let target = crate::output::file::check_destination(&dir.join(SUMS_FILE), &[])?;
     let sums_files = part_sums_files(dir, &marker)?;
     let count = sums_files.len();
     let recorded = recorded_sums(dir, &sums_files, &marker)?;
@@ -57,7 +65,7 @@ pub fn merge(dir: &Path) -> Result<MergeReport> {
             Ok((name.clone(), actual))
         })
         .collect::<Result<_>>()?;
-    crate::output::file::write_whole(&dir.join(SUMS_FILE), sums_text(&sums).as_bytes())?;
+    crate::output::file::write_whole(&target, sums_text(&sums).as_bytes())?;
     for (file, _) in &sums_files {
         std::fs::remove_file(dir.join(file)).with_context(|| format!("{}: cannot remove", dir.join(file).display()))?;
     }
@@ -94,8 +102,8 @@ fn part_sums_files(dir: &Path, marker: &Marker) -> Result<Vec<(String, String)>>
     parts
         .into_values()
         .map(|name| {
-            let path = dir.join(&name);
-            let text = std::fs::read_to_string(&path).with_context(|| format!("{}: cannot read", path.display()))?;
+            // A regular file in DIR only: never a link followed out of it, never a FIFO waited on.
+            let text = crate::checkpoint::read_text(&dir.join(&name))?;
             Ok((name, text))
         })
         .collect()
@@ -114,6 +122,9 @@ fn recorded_sums(
         let sums =
             parse_sums(text).map_err(|line| anyhow::anyhow!("{shown}: {file}: line {line} is not a checksum line"))?;
         for (name, hex) in sums {
+            if !is_plain_name(&name) {
+                bail!("{shown}: {file} lists {name:?}, which is not a file name in {shown}; refusing to follow it");
+            }
             if !marker.files.contains_key(&name) {
                 bail!("{shown}: {file} lists {name}, which this output does not hold: the part comes from another run");
             }

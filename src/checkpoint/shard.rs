@@ -33,7 +33,7 @@ impl Shard {
         // Owned from here on, so that an invalid header still unregisters the mapping (Drop).
         let shard = Self { path: path.to_path_buf(), mmap, file, opened };
         let mmap = &shard.mmap;
-        let (_, meta) = SafeTensors::read_metadata(mmap).map_err(|e| describe(path, mmap.len(), e))?;
+        let (_, meta) = SafeTensors::read_metadata(mmap).map_err(|e| describe(path, mmap, e))?;
         let header_len = 8 + u64::from_le_bytes(mmap[..8].try_into().unwrap()) as usize;
         let mut entries: Vec<(String, TensorEntry)> = meta
             .tensors()
@@ -80,9 +80,10 @@ impl Shard {
     }
 }
 
-/// One line naming the file and what is wrong with it.
-fn describe(path: &Path, len: usize, e: SafeTensorError) -> anyhow::Error {
+/// One line naming the file (and, where the header can say, the tensor) and what is wrong with it.
+fn describe(path: &Path, bytes: &[u8], e: SafeTensorError) -> anyhow::Error {
     let p = path.display();
+    let len = bytes.len();
     let what = match e {
         SafeTensorError::HeaderTooSmall => format!("file of {len} bytes is too short to hold a safetensors header"),
         SafeTensorError::InvalidHeaderLength => {
@@ -94,14 +95,45 @@ fn describe(path: &Path, len: usize, e: SafeTensorError) -> anyhow::Error {
         SafeTensorError::InvalidOffset(name) => {
             format!("tensor {name}: data offsets are out of range or overlap another tensor")
         }
-        SafeTensorError::TensorInvalidInfo => "a tensor's byte size does not match its dtype and shape".into(),
+        SafeTensorError::TensorInvalidInfo | SafeTensorError::ValidationOverflow => {
+            mis_sized(bytes).unwrap_or_else(|| {
+                "a tensor's byte size does not match its dtype and shape (or its shape overflows)".into()
+            })
+        }
         SafeTensorError::MetadataIncompleteBuffer => {
             format!("tensor data does not end at the end of the file ({len} bytes): truncated or padded")
         }
-        SafeTensorError::ValidationOverflow => "a tensor's shape overflows".into(),
         other => format!("invalid safetensors file: {other}"),
     };
     anyhow::anyhow!("{p}: {what}")
+}
+
+/// The first tensor of a header (already read once, so bounded) whose shape overflows or whose
+/// data offsets do not hold the bytes its shape and dtype need, said with both: the safetensors
+/// crate's errors for these name no tensor.
+fn mis_sized(bytes: &[u8]) -> Option<String> {
+    let len = u64::from_le_bytes(bytes.get(..8)?.try_into().ok()?);
+    let text = bytes.get(8..usize::try_from(len).ok()?.checked_add(8)?)?;
+    let header: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(text).ok()?;
+    header.into_iter().filter(|(name, _)| name != "__metadata__").find_map(|(name, v)| {
+        let info: safetensors::tensor::TensorInfo = serde_json::from_value(v).ok()?;
+        let (start, end) = info.data_offsets;
+        let held = end.checked_sub(start)?;
+        let shape = crate::text::shape(&info.shape);
+        let dtype = info.dtype;
+        let bits =
+            info.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).and_then(|n| n.checked_mul(dtype.bitsize()));
+        match bits {
+            None => Some(format!(
+                "tensor {name}: shape {shape} of {dtype:?} overflows (its data offsets hold {held} bytes)"
+            )),
+            Some(bits) if bits.div_ceil(8) != held => Some(format!(
+                "tensor {name}: shape {shape} of {dtype:?} is {} bytes, but its data offsets hold {held}",
+                bits.div_ceil(8)
+            )),
+            Some(_) => None,
+        }
+    })
 }
 
 /// Fails unless `path` looks like a safetensors file by name.

@@ -31,13 +31,16 @@ pub struct Job {
 
 impl Job {
     /// Classifies `ck`, lays it out in `layout` (which may look at the decoded weights, or at
-    /// `sample` blocks per tensor of them), applies `--only` and plans the shards.
+    /// `sample` blocks per tensor of them), applies `--only` and plans the shards. `ready` runs
+    /// once the input is opened and checked, before any weight is decoded: where the caller checks
+    /// its destinations, so that a refused one costs no decoding.
     pub fn new(
         ck: Checkpoint,
         opts: &ConvertOptions,
         layout: &dyn Layout,
         (decoder, sample): (&dyn TileDecoder, Option<usize>),
         warnings: &mut Vec<String>,
+        ready: impl FnOnce(&Checkpoint) -> Result<()>,
     ) -> Result<Job> {
         let cat = catalog(&ck)?;
         cat.check_convertible(&ck, true)?;
@@ -47,6 +50,7 @@ impl Job {
         }
         let mut all = layout.tensors(&ck, &cat, opts.keep_bias, warnings)?;
         check_unique_names(&all, &cat)?;
+        ready(&ck)?;
         let reader = Reader { ck: &ck, cat: &cat, decoder };
         let widths = layout.refine(&mut all, &cat, &Probe { reader: &reader, sample })?;
         let config = ck.config.as_ref().and_then(|c| layout.config(c, &all));

@@ -24,7 +24,7 @@ pub use report::{render_plan, render_summary, ConvertReport, ShardReport, Tensor
 use crate::checkpoint::Checkpoint;
 use crate::codec::TileDecoder;
 use crate::layout::{Encoding, Layout, WidthChoice};
-use crate::output::{checksums, Destination, Staging, MARKER_FILE};
+use crate::output::{checksums, Claim, Destination, Staging, MARKER_FILE};
 use crate::plan::Plan;
 use crate::transform::hadamard::HADAMARD_SIZE;
 use crate::verify::{verify, VerifyOptions, DEFAULT_MAX_RATIO};
@@ -40,20 +40,33 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
     let pool = crate::pool::pool(opts.threads, &mut warnings)?;
     let layout = opts.format.layout();
     let ck = Checkpoint::open(&opts.input)?;
-    let job = pool.install(|| Job::new(ck, opts, layout.as_ref(), (decoder, None), &mut warnings))?;
+    // OUT is checked (and, for a real run, locked) once the input is, before any weight is
+    // decoded: a refused OUT costs no `--bits auto` or `--gguf-type auto` pass.
+    let (mut claim, mut would_refuse) = (None, None::<String>);
+    let job = pool.install(|| {
+        Job::new(ck, opts, layout.as_ref(), (decoder, None), &mut warnings, |ck| {
+            let inputs = protected_inputs(ck, opts)?;
+            let out = Destination { path: &opts.output, inputs: &inputs, force: opts.force };
+            if opts.dry_run {
+                would_refuse = Staging::check(&out).err().map(|e| format!("{e:#}"));
+            } else {
+                claim = Some(Claim::take(&out)?);
+            }
+            Ok(())
+        })
+    })?;
     let owned = job.plan.owned_shards(opts.part);
 
     let mut report = plan_report(opts, layout.as_ref(), &job, &owned, decoder, pool.current_num_threads());
-    let inputs = protected_inputs(&job, opts)?;
-    let out = Destination { path: &opts.output, inputs: &inputs, force: opts.force };
     if opts.dry_run {
-        report.would_refuse = Staging::check(&out).err().map(|e| format!("{e:#}"));
+        report.would_refuse = would_refuse;
         report.warnings = warnings;
         return Ok(report);
     }
 
     let marker = files::marker(&job, opts);
-    let staging = Staging::prepare(&out, &marker.to_text(), &mut warnings)?;
+    let claim = claim.expect("Job::new claims OUT before it returns");
+    let staging = Staging::prepare(claim, &marker.to_text(), &mut warnings)?;
     let progress = progress::Progress::new(opts.progress, report.bytes_written);
     let dir = staging.path();
     let reader = rows::Reader { ck: &job.ck, cat: &job.cat, decoder };
@@ -94,8 +107,8 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
 }
 
 /// Where the inputs physically are (IN, and BASE for `--verify-base`): OUT must not overlap them.
-fn protected_inputs(job: &Job, opts: &ConvertOptions) -> Result<Vec<std::path::PathBuf>> {
-    let mut inputs = job.ck.extent.clone();
+fn protected_inputs(ck: &Checkpoint, opts: &ConvertOptions) -> Result<Vec<std::path::PathBuf>> {
+    let mut inputs = ck.extent.clone();
     if let Some(request) = &opts.verify {
         inputs.extend(crate::checkpoint::input_extent(&request.base)?);
     }
@@ -223,7 +236,7 @@ pub fn planned_tensor_bytes(
 ) -> Result<(u64, Vec<WidthChoice>)> {
     let layout = opts.format.layout();
     let ck = Checkpoint::open(&opts.input)?;
-    let job = Job::new(ck, opts, layout.as_ref(), (decoder, sample), &mut Vec::new())?;
+    let job = Job::new(ck, opts, layout.as_ref(), (decoder, sample), &mut Vec::new(), |_| Ok(()))?;
     Ok((job.plan.tensors.iter().map(|p| p.tensor.byte_len() as u64).sum(), job.widths))
 }
 

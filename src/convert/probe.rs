@@ -31,6 +31,9 @@ impl Probe<'_> {
         add: impl Fn(&mut E, &mut Vec<f32>, usize) + Sync + Send,
         merge: impl Fn(E, E) -> E + Sync + Send,
     ) -> Result<E> {
+        // A test sees here whether any weight was decoded before OUT was checked.
+        static FIRST: std::sync::Once = std::sync::Once::new();
+        FIRST.call_once(|| crate::signals::pause_point("probe"));
         let (leads, n, cols) = dims(source, self.reader.ck, self.reader.cat)?;
         let mut spans: Vec<Span> = spans(source, (leads, n, cols), false).into_iter().map(|(_, s)| s).collect();
         if let Some(k) = self.sample.filter(|&k| k < spans.len()) {

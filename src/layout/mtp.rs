@@ -5,7 +5,7 @@
 
 use super::tensor::OutputTensor;
 use serde_json::Value;
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashSet};
 
 /// What to do with an MTP head (`--mtp`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -59,17 +59,23 @@ pub fn missing(names: &HashSet<&str>, config: Option<&Value>) -> Vec<String> {
     let experts = text.and_then(|t| t.get("num_experts")).and_then(Value::as_u64).unwrap_or(0);
     let has = |n: &str| names.contains(n);
     let mut out: Vec<String> = HEAD.iter().map(|n| format!("mtp.{n}.weight")).filter(|n| !has(n)).collect();
-    // The config's count is only a claim: layers beyond the last one present are named as a range,
-    // never enumerated (a count of 10^15 must not build 10^15 names).
+    // The config's count is only a claim, and so is a layer index in a name: only the layers that
+    // hold a tensor are looked at leaf by leaf; the announced layers between them that hold none
+    // are named as ranges, never enumerated (a count of 10^15, or a stray `mtp.layers.3999999999`,
+    // must not build billions of names).
     let declared = declared_layers(config);
-    let present = names.iter().filter_map(|n| mtp_layer(n)).max().map_or(0, |l| l + 1).min(declared);
-    if present < declared {
-        out.push(match declared - present {
-            1 => format!("mtp.layers.{present}"),
-            _ => format!("mtp.layers.{present} to mtp.layers.{}", declared - 1),
-        });
-    }
-    for i in 0..present {
+    let present: BTreeSet<u64> = names.iter().filter_map(|n| mtp_layer(n)).filter(|&l| l < declared).collect();
+    let mut next = 0;
+    for &i in present.iter().chain(std::iter::once(&declared)) {
+        match i - next {
+            0 => {}
+            1 => out.push(format!("mtp.layers.{next}")),
+            _ => out.push(format!("mtp.layers.{next} to mtp.layers.{}", i - 1)),
+        }
+        next = i + 1;
+        if i == declared {
+            break;
+        }
         let l = format!("mtp.layers.{i}");
         let mlp = if experts == 0 { DENSE_MLP } else { MOE_MLP };
         out.extend(LAYER.iter().chain(mlp).map(|leaf| format!("{l}.{leaf}.weight")).filter(|n| !has(n)));
@@ -139,5 +145,39 @@ pub fn clear_declared_layers(config: &mut Value) {
     }
     if let Some(v) = config.get_mut("text_config").and_then(|t| t.get_mut("mtp_num_hidden_layers")) {
         *v = Value::from(0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(layers: u64) -> Value {
+        serde_json::json!({"text_config": {"mtp_num_hidden_layers": layers}})
+    }
+
+    #[test]
+    fn layers_announced_or_named_are_never_enumerated() {
+        let mut names: Vec<String> = HEAD.iter().map(|n| format!("mtp.{n}.weight")).collect();
+        names.extend(LAYER.iter().chain(DENSE_MLP).map(|leaf| format!("mtp.layers.0.{leaf}.weight")));
+        names.push("mtp.layers.3999999999.input_layernorm.weight".into());
+        let set: HashSet<&str> = names.iter().map(String::as_str).collect();
+        assert!(missing(&set, Some(&config(1))).is_empty());
+        let huge = missing(&set, Some(&config(1_000_000_000_000_000)));
+        let lacking = |l: u64| {
+            LAYER
+                .iter()
+                .chain(DENSE_MLP)
+                .map(move |leaf| format!("mtp.layers.{l}.{leaf}.weight"))
+                .filter(|n| n != "mtp.layers.3999999999.input_layernorm.weight")
+        };
+        let want: Vec<String> = ["mtp.layers.1 to mtp.layers.3999999998".to_string()]
+            .into_iter()
+            .chain(lacking(3_999_999_999))
+            .chain(["mtp.layers.4000000000 to mtp.layers.999999999999999".to_string()])
+            .collect();
+        assert_eq!(huge, want);
+        assert_eq!(missing(&set, Some(&config(3))), ["mtp.layers.1 to mtp.layers.2"]);
+        assert_eq!(missing(&set, Some(&config(2))), ["mtp.layers.1"]);
     }
 }

@@ -33,9 +33,10 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     hex(&Sha256::digest(bytes))
 }
 
-/// The SHA-256 of a file, as lowercase hex.
+/// The SHA-256 of a regular file (never a link followed, never a FIFO waited on), as lowercase hex.
 pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut file = std::fs::File::open(path).with_context(|| format!("{}: cannot read back", path.display()))?;
+    let mut file =
+        crate::checkpoint::open_regular(path).with_context(|| format!("{}: cannot read back", path.display()))?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
     loop {

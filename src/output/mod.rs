@@ -13,4 +13,4 @@ mod staging;
 pub use files::ShardFiles;
 pub use ours::{Marker, MARKER_FILE};
 pub use queue::WriteQueue;
-pub use staging::{Destination, Staging};
+pub use staging::{Claim, Destination, Staging};

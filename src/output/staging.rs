@@ -2,7 +2,8 @@
 //! the end, so an interrupted or failed run never leaves something that looks finished.
 //!
 //! Rules: OUT is resolved to where it physically is (links followed, `..` applied) before anything
-//! is created, and refused when it overlaps an input; OUT is replaced only when it is empty, or
+//! is created, and refused when it overlaps an input; OUT is checked and locked ([`Claim`]) before
+//! any weight is decoded, so a refused OUT costs no work; OUT is replaced only when it is empty, or
 //! when `--force` is given and its marker shows that this tool wrote everything in it; a second
 //! run into the same OUT fails at once (an advisory lock); OUT is checked again at the final
 //! rename, so something that appeared during the run is never deleted without `--force`, and the
@@ -40,30 +41,50 @@ pub struct Destination<'a> {
     pub force: bool,
 }
 
-impl Staging {
-    /// Checks that OUT may be written and locks it, then creates the staging directory beside it
-    /// holding `marker` (the text of [`MARKER_FILE`]). Stale staging directories it removes or
-    /// keeps are reported in `notes`.
-    pub fn prepare(out: &Destination, marker: &str, notes: &mut Vec<String>) -> Result<Staging> {
+/// OUT checked and locked for this run, before any work: the staging directory comes later.
+pub struct Claim {
+    dest: PathBuf,
+    shown: PathBuf,
+    force: bool,
+    lock: OutputLock,
+}
+
+impl Claim {
+    /// Checks that OUT may be written and locks it (creating OUT's parent if needed). Taken before
+    /// any weight is decoded, so that a refused OUT or a second run into it fails at once.
+    pub fn take(out: &Destination) -> Result<Claim> {
         let dest = resolve(out)?;
         let (parent, name) = split(&dest, out.path)?;
         std::fs::create_dir_all(parent).with_context(|| format!("{}: cannot create", parent.display()))?;
         let lock = OutputLock::acquire(out.path, parent, name)?;
         check_destination(&dest, out)?;
+        Ok(Claim { dest, shown: out.path.to_path_buf(), force: out.force, lock })
+    }
+}
+
+impl Staging {
+    /// Creates the staging directory beside the claimed OUT, holding `marker` (the text of
+    /// [`MARKER_FILE`]), after checking OUT again. Stale staging directories it removes or keeps
+    /// are reported in `notes`.
+    pub fn prepare(claim: Claim, marker: &str, notes: &mut Vec<String>) -> Result<Staging> {
+        let Claim { dest, shown, force, lock } = claim;
+        let (parent, name) = split(&dest, &shown)?;
+        // Something may have appeared at OUT since the claim; the final rename checks once more.
+        let out = Destination { path: &shown, inputs: &[], force };
+        check_destination(&dest, &out)?;
         let own = sibling_name(name, "");
         remove_stale_staging(parent, &own, notes);
         let tmp = parent.join(sibling_name(name, &format!("{PARTIAL}{}", std::process::id())));
         signals::remove_on_signal(&tmp);
         // create_dir fails on anything already there: a staging directory is always new.
         std::fs::create_dir(&tmp).with_context(|| format!("{}: cannot create", tmp.display()))?;
-        let staging =
-            Staging { tmp, dest, shown: out.path.to_path_buf(), force: out.force, _lock: lock, committed: false };
+        let staging = Staging { tmp, dest, shown, force, _lock: lock, committed: false };
         let marker_path = staging.tmp.join(MARKER_FILE);
         std::fs::write(&marker_path, marker).with_context(|| format!("{}: cannot write", marker_path.display()))?;
         Ok(staging)
     }
 
-    /// The checks of [`Staging::prepare`] that need no lock and create nothing: what a dry run
+    /// The checks of [`Claim::take`] that need no lock and create nothing: what a dry run
     /// reports.
     pub fn check(out: &Destination) -> Result<()> {
         check_destination(&resolve(out)?, out)

@@ -272,3 +272,12 @@ fn tensor_listed_in_the_index_but_absent_from_its_shard() {
     });
     fails(&dir, &["model-00001-of-00002.safetensors", "model.language_model.phantom.weight", "absent"]);
 }
+
+#[test]
+fn a_shape_its_bytes_do_not_hold_is_refused_naming_the_tensor() {
+    let leaf = format!("{CODED}.escha_rin");
+    let (_t, dir) = with(|ts| tensor(ts, &leaf).shape = vec![1 << 31, 1 << 31]);
+    fails(&dir, &["model.safetensors", &leaf, "2147483648×2147483648", "overflows"]);
+    let (_t, dir) = with(|ts| tensor(ts, &leaf).shape = vec![3]);
+    fails(&dir, &["model.safetensors", &leaf, "shape 3 of", "but its data offsets hold"]);
+}

@@ -337,3 +337,124 @@ fn the_mtp_head_goes_into_the_main_shards_when_complete() {
     assert!(report["warnings"].to_string().contains("kept an incomplete MTP head"));
     assert!(tensors(&kept).iter().any(|n| n == "mtp.layers.0.mlp.gate.weight"));
 }
+
+/// Runs `merge DIR` with a deadline: a merge that read a FIFO or hashed a huge file would not end.
+fn merge_within(dir: &Path) -> (Option<i32>, String) {
+    let mut cmd = escha_convert();
+    cmd.arg("merge").arg(dir);
+    let o = crate::common::output_within(&mut cmd, std::time::Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("merge {}: {e}", dir.display()));
+    (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// Edits the JSON file `dir/name`.
+fn edit_json(dir: &Path, name: &str, edit: impl FnOnce(&mut Value)) {
+    let path = dir.join(name);
+    let mut v: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    edit(&mut v);
+    std::fs::write(&path, serde_json::to_vec_pretty(&v).unwrap()).unwrap();
+}
+
+#[test]
+fn merge_and_force_follow_no_marker_name_out_of_the_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let part = tmp.path().join("part");
+    convert(&fixture("dense"), &part, &["--max-shard-size", "100KB", "--checksums", "--part", "1/1"]);
+    let sums = "SHA256SUMS.part-1-of-1";
+    // Outside DIR: a sparse terabyte, which no merge could hash within the deadline, and a FIFO,
+    // which blocks whoever opens it to read.
+    let huge = tmp.path().join("outside");
+    std::fs::File::create(&huge).unwrap().set_len(1 << 40).unwrap();
+    let fifo = tmp.path().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo on a valid path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let zeros = "0".repeat(64);
+    let fresh = |name: &str| {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        copy_into(&part, &dir);
+        dir
+    };
+    let huge_abs = huge.to_str().unwrap().to_string();
+    let fifo_abs = fifo.to_str().unwrap().to_string();
+    let names: [(&str, Option<u64>); 7] = [
+        ("/etc/passwd", Some(1)),
+        ("../outside", None),
+        (huge_abs.as_str(), None),
+        ("../fifo", None),
+        (fifo_abs.as_str(), Some(1)),
+        ("sub/dir", None),
+        ("..", None),
+    ];
+    for (i, (name, size)) in names.into_iter().enumerate() {
+        // Named by the marker (and recorded by the part, as a merge would then hash it).
+        let dir = fresh(&format!("marker-{i}"));
+        edit_json(&dir, ".escha-convert.json", |m| m["files"][name] = size.map_or(Value::Null, Value::from));
+        std::fs::write(
+            dir.join(sums),
+            format!("{}{zeros}  {name}\n", std::fs::read_to_string(dir.join(sums)).unwrap()),
+        )
+        .unwrap();
+        let (code, err) = merge_within(&dir);
+        assert_eq!(code, Some(1), "{name}: {err}");
+        assert!(err.contains(&format!("{name:?}")) && err.contains("not a file name"), "{name}: {err}");
+        assert!(!err.contains("bytes"), "{name}: nothing outside is looked at: {err}");
+        assert!(!dir.join("SHA256SUMS").exists() && dir.join(sums).exists(), "{name}: nothing merged");
+        // Named by a part's sums file only.
+        let dir = fresh(&format!("sums-{i}"));
+        std::fs::write(
+            dir.join(sums),
+            format!("{}{zeros}  {name}\n", std::fs::read_to_string(dir.join(sums)).unwrap()),
+        )
+        .unwrap();
+        let (code, err) = merge_within(&dir);
+        assert_eq!(code, Some(1), "{name}: {err}");
+        assert!(err.contains(&format!("{name:?}")) && err.contains("not a file name"), "{name}: {err}");
+    }
+    // A part's sums file that is a FIFO, or a link out of DIR, is not read.
+    let dir = fresh("sums-fifo");
+    std::fs::remove_file(dir.join(sums)).unwrap();
+    let c = std::ffi::CString::new(dir.join(sums).to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo on a valid path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let (code, err) = merge_within(&dir);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains(sums) && err.contains("FIFO"), "{err}");
+    let dir = fresh("sums-link");
+    std::fs::rename(dir.join(sums), tmp.path().join("sums-elsewhere")).unwrap();
+    std::os::unix::fs::symlink(tmp.path().join("sums-elsewhere"), dir.join(sums)).unwrap();
+    let (code, err) = merge_within(&dir);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains(sums) && err.contains("link"), "{err}");
+    // Where SHA256SUMS goes is checked before anything is hashed: a damaged shard is not what
+    // this merge reports when a directory is in SHA256SUMS's way.
+    let dir = fresh("sums-in-the-way");
+    let shard = files(&dir).into_keys().find(|f| f.ends_with(".safetensors")).unwrap();
+    std::fs::create_dir(dir.join("SHA256SUMS")).unwrap();
+    let mut bytes = std::fs::read(dir.join(&shard)).unwrap();
+    bytes[0] ^= 1;
+    std::fs::write(dir.join(&shard), bytes).unwrap();
+    let (code, err) = merge_within(&dir);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("SHA256SUMS: a directory is there"), "{err}");
+    // --force replaces no directory whose marker names something outside it, and the stale-staging
+    // cleanup removes none.
+    let out = fresh("force");
+    edit_json(&out, ".escha-convert.json", |m| m["files"]["../outside"] = Value::Null);
+    let o = escha_convert().arg(fixture("dense")).arg(&out).args(["--quiet", "--force"]).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("\"../outside\"") && err.contains("not a file name"), "{err}");
+    assert!(out.join(sums).exists(), "the old directory is in place");
+    let stale = tmp.path().join(".fresh-out.partial-999999");
+    std::fs::create_dir(&stale).unwrap();
+    copy_into(&out, &stale);
+    let o = escha_convert().arg(fixture("dense")).arg(tmp.path().join("fresh-out")).arg("--json").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let warnings = report["warnings"].to_string();
+    assert!(warnings.contains("kept") && warnings.contains("../outside"), "{warnings}");
+    assert!(stale.join(".escha-convert.json").exists());
+    assert_eq!(std::fs::metadata(&huge).unwrap().len(), 1 << 40);
+}

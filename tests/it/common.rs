@@ -89,3 +89,58 @@ pub fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     out.sort();
     out
 }
+
+/// Limits the address space of `cmd`'s process to `bytes` (`setrlimit(RLIMIT_AS)` in the child
+/// before exec). Not under an emulator (a cross-compiled run), which reserves a guest address
+/// space larger than any such limit.
+pub fn limit_address_space(cmd: &mut Command, bytes: u64) {
+    use std::os::unix::process::CommandExt;
+    if cfg!(escha_cross) {
+        return;
+    }
+    // SAFETY: setrlimit in the child before exec; no allocation or lock is involved.
+    unsafe {
+        cmd.pre_exec(move || {
+            let l = libc::rlimit { rlim_cur: bytes, rlim_max: bytes };
+            if libc::setrlimit(libc::RLIMIT_AS, &raw const l) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+}
+
+/// Runs `cmd` to its end and returns its output, stdout and stderr drained meanwhile (so that a
+/// full pipe cannot stall it); kills it when it runs past `deadline` (five times that under an
+/// emulator) and says so, with what it printed on stderr.
+pub fn output_within(cmd: &mut Command, deadline: std::time::Duration) -> Result<std::process::Output, String> {
+    use std::io::Read;
+    use std::process::Stdio;
+    let deadline = if cfg!(escha_cross) { deadline * 5 } else { deadline };
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let t0 = std::time::Instant::now();
+    let mut child = cmd.spawn().unwrap();
+    let drain = |mut r: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut b = Vec::new();
+            let _ = r.read_to_end(&mut b);
+            b
+        })
+    };
+    let (stdout, stderr) =
+        (drain(Box::new(child.stdout.take().unwrap())), drain(Box::new(child.stderr.take().unwrap())));
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if t0.elapsed() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            let err = String::from_utf8_lossy(&stderr.join().unwrap()).into_owned();
+            return Err(format!("still running after {deadline:?}: {err}"));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    Ok(std::process::Output { status, stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() })
+}

@@ -310,3 +310,43 @@ fn a_full_disk_names_the_file_it_could_not_write() {
     let left: Vec<_> = std::fs::read_dir(&disk).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left, vec!["filler"], "no staging and no lock left");
 }
+
+#[test]
+fn a_refused_out_is_refused_before_any_weight_is_decoded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let taken = tmp.path().join("taken");
+    std::fs::create_dir(&taken).unwrap();
+    std::fs::write(taken.join("notes.txt"), "mine").unwrap();
+    let file = tmp.path().join("file");
+    std::fs::write(&file, "mine").unwrap();
+    // `probe` is where the first weight is decoded to choose widths or types (debug builds print
+    // it there when ESCHA_CONVERT_PAUSE names it).
+    let run = |out: &Path, extra: &[&str]| {
+        let mut cmd = escha_convert();
+        cmd.arg(fixture("dense")).arg(out).args(["--quiet"]).args(extra).env("ESCHA_CONVERT_PAUSE", "probe");
+        let o = crate::common::output_within(&mut cmd, Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("{extra:?}: {e}"));
+        (o.status.code(), stderr(&o))
+    };
+    for format in [&["--format", "gguf", "--gguf-type", "auto"][..], &["--format", "mlx", "--bits", "auto"]] {
+        for (out, force, says) in [
+            (&taken, false, "already exists and is not empty"),
+            (&taken, true, "notes.txt"),
+            (&file, false, "already exists"),
+            (&file, true, "not a directory"),
+        ] {
+            let args = [format, if force { &["--force"][..] } else { &[] }].concat();
+            let (code, err) = run(out, &args);
+            assert_eq!(code, Some(1), "{args:?}: {err}");
+            assert!(err.contains(says), "{args:?}: {err}");
+            assert!(!err.contains("paused at probe"), "{args:?}: decoded before refusing OUT: {err}");
+        }
+        assert_eq!(std::fs::read_to_string(taken.join("notes.txt")).unwrap(), "mine");
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "mine");
+        // The same run into a free OUT does decode there: the observable is real.
+        let free = tmp.path().join(format!("free-{}", format[1]));
+        let (code, err) = run(&free, format);
+        assert_eq!(code, Some(0), "{err}");
+        assert!(err.contains("paused at probe"), "{format:?}: {err}");
+    }
+}

@@ -19,6 +19,7 @@ mod golden;
 mod inspect;
 mod kquants_ref;
 mod links;
+mod memory;
 mod metal_gpu;
 mod metal_kernel_shim;
 mod reconstruct;
