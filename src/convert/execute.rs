@@ -193,23 +193,20 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
                     }
                 }
                 Storage::Block(block) => {
-                    if let Some(i) = s.values.iter().position(|v| !v.is_finite()) {
+                    if let Some(i) = blocks::first_unholdable(&s.values) {
                         let (row, col) = at(i);
-                        bail!("row {row}, column {col}: the value is {}", s.values[i]);
-                    }
-                    blocks::quantize(block, &s.values, &mut s.bytes);
-                    if let Some(b) = blocks::first_non_finite_scale(block, &s.bytes) {
-                        let (row, col) = at(b * block.elements());
-                        let values = &s.values[b * block.elements()..][..block.elements()];
-                        let peak = values.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+                        let value = s.values[i];
+                        if !value.is_finite() {
+                            bail!("row {row}, column {col}: the value is {value}");
+                        }
                         bail!(
-                            "row {row}, block {} (columns {col}..{}): values up to {peak:e} need a {} scale beyond \
-                             float16's 65504; --gguf-type bf16 or f32 holds them",
+                            "row {row}, block {} (column {col}): {value:e} is beyond float16's 65504, which {} blocks \
+                             are computed in (their scales, llama.cpp's kernels); --gguf-type bf16 or f32 holds it",
                             col / block.elements(),
-                            col + block.elements(),
                             block.name()
                         );
                     }
+                    blocks::quantize(block, &s.values, &mut s.bytes);
                 }
             }
             Ok(Placed { offset, params_offset: 0 })

@@ -1,12 +1,13 @@
 //! The error a GGUF storage type adds to a weight, for each of several candidates: estimated from
 //! each block's range (a step `s` rounds a value with a mean squared error of `s²/12`; the block
 //! scales' own f16 rounding, 2^-11 relative, is left out), or measured by encoding and decoding
-//! exactly as the output will be. A row whose scales f16 would round coarsely (subnormal) or not
-//! hold at all is always measured, so the error reported is that of the bytes written. Element
+//! exactly as the output will be. A row whose scales f16 would round coarsely (subnormal) is always
+//! measured, so the error reported is that of the bytes written; a row with a value beyond what
+//! blocks hold (`blocks::VALUE_MAX`) cannot be stored in any block type (infinite error). Element
 //! types (bf16, f16) are always measured: rounding one value costs no more than estimating it.
 
 use super::affine::round_to;
-use super::blocks::{dequantize, quantize};
+use super::blocks::{dequantize, first_unholdable, quantize};
 use crate::storage::{BlockType, Storage};
 use half::f16;
 
@@ -72,8 +73,12 @@ fn norm_sq(row: &[f32]) -> f64 {
     row.iter().map(|&v| f64::from(v) * f64::from(v)).sum()
 }
 
-/// The squared error of `row` stored as `storage`, encoded and decoded.
+/// The squared error of `row` stored as `storage`, encoded and decoded; infinite where the storage
+/// cannot hold the row at all (a block type and a value beyond its bound).
 fn measured(storage: Storage, row: &[f32]) -> f64 {
+    if matches!(storage, Storage::Block(_)) && first_unholdable(row).is_some() {
+        return f64::INFINITY;
+    }
     let mut back = Vec::with_capacity(row.len());
     match storage {
         Storage::Block(b) => {
@@ -83,36 +88,30 @@ fn measured(storage: Storage, row: &[f32]) -> f64 {
         }
         Storage::Element(dtype) => back.extend(row.iter().map(|&v| round_to(v, dtype))),
     }
-    let sq: f64 = back.iter().zip(row).map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2)).sum();
-    // A scale f16 cannot hold decodes to inf or NaN: the type cannot hold the row at all.
-    if sq.is_finite() {
-        sq
-    } else {
-        f64::INFINITY
-    }
+    back.iter().zip(row).map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2)).sum()
 }
 
-/// The steps whose stored scales f16 holds to its full precision: from where the smallest stored
-/// scale (the step over the sub-block scale's levels, for the K-quants) leaves f16's normal range,
-/// to where the largest overflows it.
-fn f16_exact_steps(block: BlockType) -> std::ops::RangeInclusive<f64> {
+/// The smallest step whose stored scales f16 holds to its full precision: below it the smallest
+/// stored scale (the step over the sub-block scales' levels, for the K-quants) is subnormal.
+fn smallest_exact_step(block: BlockType) -> f64 {
     let sub_levels = match block {
         BlockType::Q4_K | BlockType::Q5_K => 63.0,
         BlockType::Q6_K => 127.0,
         _ => 1.0,
     };
-    let min_normal = f64::from(f16::MIN_POSITIVE.to_f32());
-    let max = f64::from(f16::MAX.to_f32());
-    // Margins of 2 and 4 cover the quantizers' own choice of scale within a group's range.
-    2.0 * min_normal * sub_levels..=max / 4.0
+    // A margin of 2 covers the quantizers' own choice of scale within a group's range.
+    2.0 * f64::from(f16::MIN_POSITIVE.to_f32()) * sub_levels
 }
 
 /// The estimated squared error of `row` stored as `block`: per group of values sharing a step,
 /// `n · s²/12` with the step of its format (symmetric ones from the largest magnitude, those
-/// with a minimum from the range down to at most zero); `None` where a non-zero step leaves the
-/// range f16 scales hold exactly, so the row must be measured.
+/// with a minimum from the range down to at most zero); `None` where a non-zero step is too small
+/// for f16 scales to hold exactly, or a value is beyond blocks, so the row must be measured.
 fn estimate(block: BlockType, row: &[f32]) -> Option<f64> {
-    let exact_steps = f16_exact_steps(block);
+    if first_unholdable(row).is_some() {
+        return None;
+    }
+    let smallest = smallest_exact_step(block);
     let (group, levels, with_min) = match block {
         BlockType::Q4_0 => (32, 16.0, false),
         BlockType::Q5_0 => (32, 32.0, false),
@@ -131,7 +130,7 @@ fn estimate(block: BlockType, row: &[f32]) -> Option<f64> {
             2.0 * g.iter().fold(0.0f64, |m, &v| m.max(f64::from(v.abs())))
         };
         let step = span / levels;
-        if step != 0.0 && !exact_steps.contains(&step) {
+        if step != 0.0 && step < smallest {
             return None;
         }
         sq += g.len() as f64 * step * step / 12.0;
@@ -192,7 +191,7 @@ mod tests {
         let mut est = StorageErrors::new(&candidates);
         est.add_estimate(&values, 1024);
         assert!(est.relative().iter().all(|&(_, e)| (e - 1.0).abs() < 1e-6), "{:?}", est.relative());
-        // Weights of 1e9 overflow every type's f16 scale: no type holds them.
+        // Weights of 1e9 are beyond what any block type holds.
         let values: Vec<f32> = gauss.iter().map(|v| v * 1e9).collect();
         let mut est = StorageErrors::new(&candidates);
         est.add_estimate(&values, 1024);

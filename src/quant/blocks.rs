@@ -40,7 +40,19 @@ pub fn dequantize(block: BlockType, blocks: &[u8], out: &mut Vec<f32>) {
     }
 }
 
+/// The largest magnitude a value stored in a ggml block may have: float16's. Each block's scales
+/// are f16, and llama.cpp computes with block values in f16 (CUDA dequantizes to f16 for its matrix
+/// products, the CPU rounds activations to blocks with f16 scales): a finite weight beyond it would
+/// give a file whose logits are NaN.
+pub const VALUE_MAX: f32 = 65504.0;
+
+/// The first of `values` a ggml block cannot hold: non-finite, or beyond [`VALUE_MAX`].
+pub fn first_unholdable(values: &[f32]) -> Option<usize> {
+    values.iter().position(|v| v.is_nan() || v.abs() > VALUE_MAX)
+}
+
 /// Byte offsets of the f16 scales in one block of `block` (`d`, and `dmin` or `m` where it has one).
+#[cfg(test)]
 fn scale_offsets(block: BlockType) -> &'static [usize] {
     match block {
         BlockType::Q4_0 | BlockType::Q5_0 | BlockType::Q8_0 => &[0],
@@ -49,10 +61,9 @@ fn scale_offsets(block: BlockType) -> &'static [usize] {
     }
 }
 
-/// The first block of `blocks` (whole blocks of `block`) with a scale f16 cannot hold: finite
-/// weights whose range is beyond 65504 times the type's levels make an infinite scale, and every
-/// value of a model using it NaN.
-pub fn first_non_finite_scale(block: BlockType, blocks: &[u8]) -> Option<usize> {
+/// The first block of `blocks` (whole blocks of `block`) with a scale that is not finite.
+#[cfg(test)]
+fn first_non_finite_scale(block: BlockType, blocks: &[u8]) -> Option<usize> {
     blocks
         .chunks_exact(block.bytes())
         .position(|b| scale_offsets(block).iter().any(|&at| !f16::from_le_bytes([b[at], b[at + 1]]).is_finite()))
@@ -102,19 +113,26 @@ mod tests {
     }
 
     #[test]
-    fn scales_f16_cannot_hold_are_found_in_every_type() {
+    fn values_within_the_bound_give_finite_scales_in_every_type() {
         use BlockType::*;
         for block in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K] {
             let n = block.elements();
             let mut values: Vec<f32> = (0..3 * n).map(|i| (i % 7) as f32 - 3.0).collect();
-            let mut fine = Vec::new();
-            quantize(block, &values, &mut fine);
-            assert_eq!(first_non_finite_scale(block, &fine), None, "{}", block.name());
-            // Finite in f32, beyond f16 once divided into the type's levels.
+            // The extremes the bound lets through, alone and beside small values.
+            values[n + 5] = VALUE_MAX;
+            values[2 * n + 1] = -VALUE_MAX;
+            values[2 * n + 2] = VALUE_MAX;
+            assert_eq!(first_unholdable(&values), None);
+            let mut bytes = Vec::new();
+            quantize(block, &values, &mut bytes);
+            assert_eq!(first_non_finite_scale(block, &bytes), None, "{}", block.name());
+            // Beyond it, a block's scale may not be finite: the bound refuses it first.
             values[n + 5] = 1e10;
+            assert_eq!(first_unholdable(&values), Some(n + 5));
             let mut wide = Vec::new();
             quantize(block, &values, &mut wide);
             assert_eq!(first_non_finite_scale(block, &wide), Some(1), "{}", block.name());
+            assert_eq!(first_unholdable(&[1.0, f32::NAN]), Some(1));
         }
     }
 }

@@ -800,28 +800,27 @@ fn rename_tensor(dir: &Path, from: &str, to: &str) {
 const L0: &str = "model.language_model.layers.0";
 
 #[test]
-fn block_scales_float16_cannot_hold_are_refused_naming_tensor_row_and_block() {
+fn weights_beyond_float16_are_refused_in_blocks_naming_tensor_row_and_block() {
     let tmp = tempfile::tempdir().unwrap();
-    // One output channel of a coded linear scaled into the 10^7s (finite in f32 and bf16): a
-    // Q8_0 scale of max/127 passes f16's 65504; a K-quant's super-block scale at 10^10.
+    // One output channel of a coded linear scaled into the 10^7s and 10^10s (finite in f32 and
+    // bf16): a Q8_0 scale of max/127 passes f16's 65504 at the first, a K-quant's at the second;
+    // llama.cpp's kernels compute with block values in f16, so both are refused.
     for (scale, ty) in [(1e9f32, "q8_0"), (1e12, "q4_k_m")] {
         let dir = tmp.path().join(format!("{ty}-{scale}"));
         copy_tree(&fixture("dense"), &dir);
         map_f32(&dir, &format!("{L0}.mlp.down_proj.escha_s_out"), |i, v| if i == 5 { v * scale } else { v });
-        let err = fails(&dir, &["--gguf-type", ty], &["blk.0.ffn_down.weight", "row 5", "block 0", "65504"]);
+        let err = fails(&dir, &["--gguf-type", ty], &["blk.0.ffn_down.weight", "row 5, block ", "65504"]);
         assert!(err.contains("bf16"), "{ty}: the message names the way out: {err}");
         // The bf16 GGUF holds the same weights.
         let (o, _, _) = run_bounded(&dir, &["--gguf-type", "bf16"]);
         assert!(o.status.success(), "{ty}: {}", stderr(&o));
-        // auto never chooses a type that cannot hold them: not Q8_0 at 10^7 (Q6_K's finer scales
-        // hold them), none of the block types at 10^10, where the linear stays BF16.
+        // auto never chooses a block type for them: the linear stays BF16.
         let (o, _, _) = run_bounded(&dir, &["--gguf-type", "auto", "--json"]);
         assert!(o.status.success(), "{ty}: {}", stderr(&o));
         let report: Value = serde_json::from_slice(&o.stdout).unwrap();
         let choices = report["width_choices"].as_array().unwrap();
         let down = choices.iter().find(|c| c["tensor"] == "blk.0.ffn_down.weight").unwrap();
-        let expected = if scale < 1e10 { "Q6_K" } else { "BF16" };
-        assert_eq!(down["gguf_type"], expected, "{ty}: {down}");
+        assert_eq!(down["gguf_type"], "BF16", "{ty}: {down}");
     }
 }
 
@@ -936,6 +935,34 @@ fn configs_contradicting_the_tensors_are_refused_before_decoding() {
         }),
         &[],
         &["full_attention_interval"],
+    );
+    // What ggml asserts of rope and of the norms' epsilon.
+    for (name, edit, expect) in [
+        ("rotary", "partial_rotary_factor", 2.0),
+        ("rotary-negative", "partial_rotary_factor", -0.25),
+        ("theta-0", "rope_theta", 0.0),
+    ] {
+        check(
+            edited(t, name, "dense", "config.json", |c| {
+                text(c)["rope_parameters"][edit] = Value::from(expect);
+            }),
+            &[],
+            &["config.json", edit],
+        );
+    }
+    check(
+        edited(t, "mrope", "moe", "config.json", |c| {
+            text(c)["rope_parameters"]["mrope_section"] = serde_json::json!([64, 64, 64]);
+        }),
+        &[],
+        &["mrope_section"],
+    );
+    check(
+        edited(t, "eps", "dense", "config.json", |c| {
+            text(c)["rms_norm_eps"] = Value::from(-1e-6);
+        }),
+        &[],
+        &["rms_norm_eps"],
     );
     // A fused gate/up whose true width (escha_config's OC) is odd cannot be split in halves.
     let odd = t.join("odd-gate-up");

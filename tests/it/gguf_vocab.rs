@@ -97,7 +97,7 @@ fn a_special_token_id_past_the_vocabulary_is_skipped_with_a_warning() {
     let out = tmp.path().join("out");
     let o = escha_convert().arg(&input).arg(&out).args(["--format", "gguf"]).output().unwrap();
     assert!(o.status.success(), "{}", stderr(&o));
-    let warning = stderr(&o).lines().find(|l| l.contains("300")).map(str::to_string);
+    let warning = stderr(&o).lines().find(|l| l.contains("warning") && l.contains("300")).map(str::to_string);
     let warning = warning.unwrap_or_else(|| panic!("no warning names id 300: {}", stderr(&o)));
     assert!(warning.starts_with("escha-convert: warning: config.json") && warning.contains("bos"), "{warning}");
     let f = check_layout(&out.join("model.gguf"));

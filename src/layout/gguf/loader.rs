@@ -144,9 +144,14 @@ fn sizes(keys: &Keys) -> Result<Sizes> {
     if k_heads == 0 || v_heads % k_heads != 0 {
         bail!("config.json: {v_heads} linear-attention value heads do not divide among {k_heads} key heads, as llama.cpp needs");
     }
-    if !matches!(keys.get("attention.layer_norm_rms_epsilon"), Some(MetaValue::F32(_))) {
-        bail!("config.json has no rms_norm_eps: llama.cpp requires {arch}.attention.layer_norm_rms_epsilon");
+    match keys.get("attention.layer_norm_rms_epsilon") {
+        Some(MetaValue::F32(eps)) if eps.is_finite() && *eps >= 0.0 => {}
+        Some(MetaValue::F32(eps)) => {
+            bail!("config.json: rms_norm_eps is {eps}; ggml's RMS norm needs a finite value ≥ 0")
+        }
+        _ => bail!("config.json has no rms_norm_eps: llama.cpp requires {arch}.attention.layer_norm_rms_epsilon"),
     }
+    check_rope(keys, head_dim)?;
     let layers = blocks - nextn;
     let recurrent = match keys.get("attention.recurrent_layers") {
         Some(MetaValue::Bools(flags)) if flags.len() == blocks as usize => flags.clone(),
@@ -193,6 +198,32 @@ fn sizes(keys: &Keys) -> Result<Sizes> {
     })
 }
 
+/// What ggml's rope asserts of the rotated dimensions (`rope.dimension_count`, even and at most the
+/// head size) and of the M-RoPE sections (one at least non-zero, all within the head), and a base
+/// frequency that gives finite angles.
+fn check_rope(keys: &Keys, head_dim: u32) -> Result<()> {
+    let n_rot = keys.u32("rope.dimension_count").unwrap_or(head_dim);
+    if n_rot == 0 || n_rot > head_dim || !n_rot.is_multiple_of(2) {
+        bail!(
+            "config.json: partial_rotary_factor rotates {n_rot} of the head's {head_dim} dimensions; ggml's rope needs an even count above 0 within the head"
+        );
+    }
+    if let Some(MetaValue::I32s(sections)) = keys.get("rope.dimension_sections") {
+        let sum: i64 = sections.iter().map(|&s| i64::from(s)).sum();
+        if sections.iter().any(|&s| s < 0) || sections.iter().all(|&s| s == 0) || sum > i64::from(head_dim) {
+            bail!(
+                "config.json: mrope_section {sections:?}; ggml's M-RoPE needs non-negative sections, one above 0, summing to at most the head's {head_dim} dimensions"
+            );
+        }
+    }
+    match keys.get("rope.freq_base") {
+        Some(MetaValue::F32(theta)) if !theta.is_finite() || *theta <= 0.0 => {
+            bail!("config.json: rope_theta is {theta}; rope needs a finite base above 0")
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Every tensor llama.cpp looks up in a file of `s`, by name.
 fn expected(s: &Sizes) -> BTreeMap<String, Expected> {
     let mut out = BTreeMap::new();
@@ -201,7 +232,9 @@ fn expected(s: &Sizes) -> BTreeMap<String, Expected> {
     };
     let embd = s.embd;
     let vocab = s.vocab.unwrap_or(0);
-    let (q, kv) = (s.head_dim * s.head, s.head_dim * s.head_kv);
+    // Sizes of counts up to 2^32 each; a product beyond u64 matches no tensor either.
+    let mul = u64::saturating_mul;
+    let (q, kv) = (mul(s.head_dim, s.head), mul(s.head_dim, s.head_kv));
     put("token_embd.weight".into(), &[embd, vocab], true, "embedding_length, the vocabulary");
     put("output_norm.weight".into(), &[embd], true, "embedding_length");
     put("output.weight".into(), &[embd, vocab], false, "embedding_length, the vocabulary");
@@ -211,11 +244,12 @@ fn expected(s: &Sizes) -> BTreeMap<String, Expected> {
         put(blk("attn_norm.weight"), &[embd], true, "embedding_length");
         put(blk("post_attention_norm.weight"), &[embd], true, "embedding_length");
         if s.recurrent[il as usize] {
-            let (key_dim, value_dim) = (s.state * s.k_heads, s.state * s.v_heads);
+            let (key_dim, value_dim) = (mul(s.state, s.k_heads), mul(s.state, s.v_heads));
+            let conv = mul(2, key_dim).saturating_add(value_dim);
             let from = "embedding_length, ssm.state_size, ssm.group_count, ssm.time_step_rank";
-            put(blk("attn_qkv.weight"), &[embd, 2 * key_dim + value_dim], true, from);
+            put(blk("attn_qkv.weight"), &[embd, conv], true, from);
             put(blk("attn_gate.weight"), &[embd, value_dim], true, from);
-            put(blk("ssm_conv1d.weight"), &[s.conv_kernel, 2 * key_dim + value_dim], true, from);
+            put(blk("ssm_conv1d.weight"), &[s.conv_kernel, conv], true, from);
             put(blk("ssm_dt.bias"), &[s.v_heads], true, "ssm.time_step_rank");
             put(blk("ssm_a"), &[s.v_heads], true, "ssm.time_step_rank");
             put(blk("ssm_beta.weight"), &[embd, s.v_heads], true, from);
@@ -224,10 +258,10 @@ fn expected(s: &Sizes) -> BTreeMap<String, Expected> {
             put(blk("ssm_out.weight"), &[value_dim, embd], true, from);
         } else {
             let from = "embedding_length, attention.head_count(_kv), attention.key_length";
-            put(blk("attn_q.weight"), &[embd, 2 * q], true, from);
+            put(blk("attn_q.weight"), &[embd, mul(2, q)], true, from);
             put(blk("attn_k.weight"), &[embd, kv], true, from);
             put(blk("attn_v.weight"), &[embd, kv], true, from);
-            put(blk("attn_q.bias"), &[2 * q], false, from);
+            put(blk("attn_q.bias"), &[mul(2, q)], false, from);
             put(blk("attn_k.bias"), &[kv], false, from);
             put(blk("attn_v.bias"), &[kv], false, from);
             put(blk("attn_output.weight"), &[q, embd], true, from);
@@ -252,7 +286,7 @@ fn expected(s: &Sizes) -> BTreeMap<String, Expected> {
             put(blk("ffn_down.weight"), &[s.ff, embd], true, from);
         }
         if mtp {
-            put(blk("nextn.eh_proj.weight"), &[2 * embd, embd], true, "embedding_length");
+            put(blk("nextn.eh_proj.weight"), &[mul(2, embd), embd], true, "embedding_length");
             put(blk("nextn.enorm.weight"), &[embd], true, "embedding_length");
             put(blk("nextn.hnorm.weight"), &[embd], true, "embedding_length");
             put(blk("nextn.embed_tokens.weight"), &[embd, vocab], false, "embedding_length, the vocabulary");

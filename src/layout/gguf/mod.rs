@@ -139,7 +139,13 @@ fn block(name: &str) -> Option<u64> {
 /// The next-token (MTP) blocks written after the `layers` transformer blocks: up to the last one
 /// any tensor belongs to (never more than the tensors show, whatever config.json declares).
 fn mtp_blocks(tensors: &[OutputTensor], layers: u64) -> u64 {
-    tensors.iter().filter_map(|t| block(&t.name)).filter(|&b| b >= layers).map(|b| b + 1 - layers).max().unwrap_or(0)
+    tensors
+        .iter()
+        .filter_map(|t| block(&t.name))
+        .filter(|&b| b >= layers)
+        .map(|b| (b - layers).saturating_add(1))
+        .max()
+        .unwrap_or(0)
 }
 
 /// Refuses a config whose counts the tensors do not bear out: llama.cpp would refuse the file.
@@ -148,7 +154,7 @@ fn mtp_blocks(tensors: &[OutputTensor], layers: u64) -> u64 {
 /// the embedding and the output are high. Returns the vocabulary's length.
 fn check_counts(tensors: &[OutputTensor], layers: u64, vocab_size: Option<u32>) -> Result<Option<u64>> {
     let present: BTreeSet<u64> = tensors.iter().filter_map(|t| block(&t.name)).collect();
-    let blocks = present.last().map_or(0, |b| b + 1).max(layers);
+    let blocks = present.last().map_or(0, |b| b.saturating_add(1)).max(layers);
     if present.len() as u64 != blocks {
         let missing = (0..blocks).find(|b| !present.contains(b)).unwrap_or(0);
         if missing < layers {
