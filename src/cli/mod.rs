@@ -60,8 +60,8 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 
 /// Rewrites `escha-convert IN OUT …` to `escha-convert convert IN OUT …` when IN is an existing
 /// path or looks like one (a `/` or a `.` in it: a missing checkpoint, or a Hub repository id,
-/// which convert then explains); a bare word is left to clap, which suggests the subcommand a typo
-/// meant.
+/// which convert looks up in the cache); a bare word is left to clap, which suggests the
+/// subcommand a typo meant.
 pub fn with_default_command(mut args: Vec<OsString>) -> Vec<OsString> {
     if let Some(first) = args.get(1) {
         let text = first.to_string_lossy();

@@ -15,6 +15,7 @@ mod encoder;
 mod fuzz_catalogue;
 mod gguf;
 mod golden;
+mod hub;
 mod inspect;
 mod kquants_ref;
 mod links;
