@@ -3,7 +3,7 @@
 //! come from and how they were made, and how to load them. It names the source by its directory
 //! (or Hub repository) name, never by a path on the machine that ran the job.
 
-use crate::checkpoint::Checkpoint;
+use crate::checkpoint::{Checkpoint, HubSource};
 use crate::layout::FormatCard;
 use crate::text::escape_controls;
 use serde_json::Value;
@@ -14,7 +14,7 @@ use std::path::Path;
 pub struct Card {
     /// The source's name: its Hub repository (from a cache snapshot) or directory name.
     pub source: String,
-    /// The Hub revision, when the input is a cache snapshot.
+    /// The Hub revision (the snapshot's commit), when the input is a Hub id or a cache snapshot.
     pub revision: Option<String>,
     pub base_model: Option<String>,
     pub license: Option<String>,
@@ -39,6 +39,24 @@ pub fn source_name(input: &Path) -> (String, Option<String>) {
         return (repo.replacen("--", "/", 1), name(&path));
     }
     (name(&path).unwrap_or_else(|| "checkpoint".into()), None)
+}
+
+/// The name and revision of a source given as `input`: the Hub id and the commit it resolved to
+/// when it was given as an id, else [`source_name`] of its path.
+pub fn source(input: &Path, hub: Option<&HubSource>) -> (String, Option<String>) {
+    match hub {
+        Some(h) => (h.id.clone(), Some(h.commit.clone())),
+        None => source_name(input),
+    }
+}
+
+/// The command-line argument that names the source again: `org/name@<commit>` for a Hub id or a
+/// cache snapshot (what reads that very snapshot from the cache), else the directory's name.
+pub fn source_arg(input: &Path, hub: Option<&HubSource>) -> String {
+    match source(input, hub) {
+        (name, Some(rev)) => format!("{name}@{rev}"),
+        (name, None) => name,
+    }
 }
 
 /// The base model the input names, if it names one as a Hub id (`org/name`): in its card's front
@@ -66,13 +84,7 @@ pub fn license(ck: &Checkpoint) -> Option<String> {
 
 /// `org/name`, and nothing that could be a local path.
 fn is_hub_id(s: &str) -> bool {
-    let mut parts = s.split('/');
-    let ok = |p: Option<&str>| {
-        p.is_some_and(|p| {
-            !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)) && !p.starts_with('.')
-        })
-    };
-    ok(parts.next()) && ok(parts.next()) && parts.next().is_none()
+    crate::checkpoint::hub::is_repo_id(s)
 }
 
 /// A scalar `key: value` of YAML front matter (or the first item of a list under `key`).
@@ -195,5 +207,9 @@ mod tests {
         std::fs::create_dir_all(&snap).unwrap();
         assert_eq!(source_name(&snap), ("EschaLabs/Escha-W2-27B".into(), Some("abc123".into())));
         assert_eq!(source_name(tmp.path()).1, None);
+        assert_eq!(source_arg(&snap, None), "EschaLabs/Escha-W2-27B@abc123");
+        let hub = HubSource { id: "o/n".into(), revision: None, commit: "c".repeat(40) };
+        assert_eq!(source(tmp.path(), Some(&hub)), ("o/n".into(), Some("c".repeat(40))));
+        assert_eq!(source_arg(tmp.path(), Some(&hub)), format!("o/n@{}", "c".repeat(40)));
     }
 }

@@ -1,7 +1,7 @@
 //! `inspect`: what a user asks first about a checkpoint, without decoding any weight.
 
 use crate::checkpoint::tensor::{floats_to_f32, is_float, scan_chunks};
-use crate::checkpoint::{catalog, Checkpoint, CodedSource, Leaf};
+use crate::checkpoint::{catalog, Checkpoint, CodedSource, HubSource, Leaf};
 use crate::codec::best_decoder;
 use crate::convert::{planned_tensor_bytes, ConvertOptions};
 use crate::layout::mlx::{AutoBits, MlxOptions};
@@ -52,7 +52,10 @@ pub struct Sizes {
 
 #[derive(Debug, Serialize)]
 pub struct InspectReport {
+    /// IN as read: the path given, or the cache snapshot a Hub id resolved to.
     pub input: String,
+    /// The Hub id IN was given as, and the commit read (`null` for a local path).
+    pub hub: Option<HubSource>,
     pub model_type: Option<String>,
     pub architectures: Vec<String>,
     pub quant_method: Option<String>,
@@ -173,6 +176,7 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
 
     Ok(InspectReport {
         input: path.display().to_string(),
+        hub: None,
         model_type: str_of(config.and_then(|c| c.get("model_type"))),
         architectures: config
             .and_then(|c| c.get("architectures"))
@@ -233,6 +237,7 @@ const AUTO_SAMPLE: usize = 4;
 fn auto_plan(input: &Path, format: OutputFormat) -> Option<(u64, Vec<WidthChoice>)> {
     let opts = ConvertOptions {
         input: input.to_path_buf(),
+        hub: None,
         output: PathBuf::new(),
         format,
         keep_bias: false,
@@ -254,7 +259,7 @@ fn auto_plan(input: &Path, format: OutputFormat) -> Option<(u64, Vec<WidthChoice
 /// Human-readable rendering of the report.
 pub fn render(r: &InspectReport) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "{}", r.input);
+    let _ = writeln!(s, "{}", crate::checkpoint::hub::described(&r.input, r.hub.as_ref()));
     let _ = writeln!(
         s,
         "  model_type {}  architectures {}  quant_method {}",

@@ -334,18 +334,16 @@ impl Checkpoint {
     }
 }
 
-/// The error for an IN that cannot be read, with a hint when it looks like a Hub repository id.
+/// The error for an IN that cannot be read, with a hint when it is a Hub repository id (which
+/// the command line looks up in the cache before a checkpoint is opened: `hub::locate`).
 fn missing_input(root: &Path, e: std::io::Error) -> anyhow::Error {
-    let text = root.to_string_lossy();
-    let looks_like_repo = e.kind() == std::io::ErrorKind::NotFound
-        && !root.is_absolute()
-        && text.matches('/').count() == 1
-        && !text.starts_with('.')
-        && !text.ends_with('/');
-    if looks_like_repo {
+    let id = root.to_str().and_then(super::hub::HubId::parse);
+    if let Some(id) = id.filter(|_| e.kind() == std::io::ErrorKind::NotFound) {
         anyhow::anyhow!(
-            "{text}: no such file or directory. It looks like a Hugging Face repository id: download it first \
-             (`huggingface-cli download {text} --local-dir DIR`) and pass DIR"
+            "{}: no such file or directory; as a Hugging Face repository id it is read from the local cache \
+             (download it first: {})",
+            root.display(),
+            id.download_command()
         )
     } else {
         anyhow::Error::new(e).context(format!("{}: cannot read input", root.display()))

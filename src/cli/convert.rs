@@ -3,6 +3,7 @@
 use super::exit::{fail, print_json, print_out, warn, FAILURE};
 use super::size::parse_size;
 use crate::backend::{Backend, BackendKind};
+use crate::checkpoint::{locate, Located};
 use crate::convert::{convert, render_plan, render_summary, ConvertOptions, PartSpec, VerifyRequest};
 use crate::layout::mlx::{AutoBits, Int8Mode};
 use crate::layout::{DenseDtype, GgufOptions, GgufType, MlxOptions, MtpMode, OutputFormat};
@@ -54,7 +55,9 @@ HF runtimes (transformers, mlx-lm loading HF layout) add the 1 themselves. --for
 `mlx_lm.convert -q` run on the bf16 export) and writes no MTP head. The Hugging Face layout writes a \
 complete MTP head as mtp.* tensors in the main shards (also the 27B's separate mtp/ directory).")]
 pub struct ConvertArgs {
-    /// Input: an Escha-W2 checkpoint directory or a single .safetensors file (never modified).
+    /// Input: an Escha-W2 checkpoint directory, a single .safetensors file, or a Hub id
+    /// `org/name[@REVISION]` read from the local Hugging Face cache (never modified; nothing is
+    /// downloaded). An existing local path is always a path.
     #[arg(value_name = "IN")]
     pub input: PathBuf,
     /// Output directory (created; written via a hidden staging directory and renamed when complete).
@@ -135,7 +138,8 @@ pub struct ConvertArgs {
     #[arg(long)]
     pub no_card: bool,
     /// Prove the decode against the unquantized base model before OUT is moved into place: a
-    /// failed check writes nothing and exits 1; a passing one is recorded in the model card.
+    /// failed check writes nothing and exits 1; a passing one is recorded in the model card. A
+    /// directory, a .safetensors file or a Hub id `org/name[@REVISION]` in the local cache.
     #[arg(long, value_name = "BASE")]
     pub verify_base: Option<PathBuf>,
     /// With --verify-base: check N evenly spread 128×128 blocks per tensor (default 4).
@@ -186,6 +190,13 @@ fn choice<T: Copy + ToString + std::str::FromStr + Send + Sync + Clone + 'static
     PossibleValuesParser::new(names).map(|s| s.parse().ok().expect("a listed value parses"))
 }
 
+/// Why arguments make no run: a combination clap cannot express (a usage error, exit 2), or an
+/// IN or BASE that cannot be located (a Hub id the cache does not hold, exit 1).
+pub enum ArgsError {
+    Usage(clap::Error),
+    Input(anyhow::Error),
+}
+
 /// Everything a conversion run needs, from the arguments.
 pub struct ConvertRun {
     pub options: ConvertOptions,
@@ -195,63 +206,16 @@ pub struct ConvertRun {
 }
 
 impl TryFrom<ConvertArgs> for ConvertRun {
-    type Error = clap::Error;
+    type Error = ArgsError;
 
-    fn try_from(a: ConvertArgs) -> Result<Self, clap::Error> {
-        let usage = |msg: String| clap::Error::raw(ErrorKind::ArgumentConflict, msg + "\n");
-        let format = match a.format {
-            FormatArg::Bf16 | FormatArg::F16 if a.bits.is_some() || a.group_size.is_some() || a.int8.is_some() => {
-                return Err(usage(
-                    "--bits, --group-size and --int8 apply to --format mlx (and --int8 to gguf) only".into(),
-                ));
-            }
-            FormatArg::Gguf if a.bits.is_some() || a.group_size.is_some() => {
-                return Err(usage(
-                    "--bits and --group-size apply to --format mlx only; GGUF types are --gguf-type".into(),
-                ));
-            }
-            f if f != FormatArg::Gguf && (a.gguf_type.is_some() || a.gguf_vocab.is_some()) => {
-                return Err(usage("--gguf-type and --gguf-vocab apply to --format gguf only".into()));
-            }
-            _ if a.bits != Some(Bits::Auto)
-                && a.gguf_type != Some(GgufType::Auto)
-                && (a.max_added_error.is_some() || a.measure_error) =>
-            {
-                return Err(usage(
-                    "--max-added-error and --measure-error apply to --bits auto and --gguf-type auto only".into(),
-                ));
-            }
-            FormatArg::Bf16 => OutputFormat::Dense { dtype: DenseDtype::Bf16, mtp: a.mtp },
-            FormatArg::F16 => OutputFormat::Dense { dtype: DenseDtype::F16, mtp: a.mtp },
-            FormatArg::Mlx if a.mtp == MtpMode::Keep => {
-                return Err(usage("--mtp keep: the MLX layout carries no MTP head (mlx-lm has none)".into()));
-            }
-            FormatArg::Mlx => {
-                let default = MlxOptions::DEFAULT;
-                let fixed = match a.bits {
-                    Some(Bits::Fixed(b)) => b,
-                    // Layers that are not coded linears (int8 with --int8 requant, plain weights).
-                    Some(Bits::Auto) | None => default.spec.bits,
-                };
-                let spec = AffineSpec::new(fixed, a.group_size.unwrap_or(default.spec.group_size)).map_err(usage)?;
-                let auto = (a.bits == Some(Bits::Auto)).then(|| auto_budget(&a));
-                OutputFormat::Mlx(MlxOptions { spec, int8: a.int8.unwrap_or(default.int8), auto })
-            }
-            FormatArg::Gguf => {
-                let default = GgufOptions::DEFAULT;
-                let ty = a.gguf_type.unwrap_or(default.ty);
-                OutputFormat::Gguf(GgufOptions {
-                    ty,
-                    int8: a.int8.unwrap_or(default.int8),
-                    vocab: a.gguf_vocab.map_or(default.vocab, |v| v == VocabArg::Auto),
-                    mtp: a.mtp,
-                    auto: (ty == GgufType::Auto).then(|| auto_budget(&a)),
-                })
-            }
-        };
+    fn try_from(a: ConvertArgs) -> Result<Self, ArgsError> {
+        let format = checked_format(&a).map_err(ArgsError::Usage)?;
+        let input = locate(&a.input).map_err(ArgsError::Input)?;
+        let base = a.verify_base.as_deref().map(locate).transpose().map_err(ArgsError::Input)?;
         Ok(ConvertRun {
             options: ConvertOptions {
-                input: a.input.clone(),
+                input: input.path,
+                hub: input.hub,
                 output: a.output.clone(),
                 format,
                 keep_bias: a.bias == BiasArg::Keep,
@@ -263,10 +227,11 @@ impl TryFrom<ConvertArgs> for ConvertRun {
                 progress: !a.quiet && !a.json,
                 part: a.part,
                 checksums: a.checksums,
-                shaping_flags: shaping_flags(&a, &format),
+                shaping_flags: shaping_flags(&a, &format, base.as_ref()),
                 card: !a.no_card,
-                verify: a.verify_base.clone().map(|base| VerifyRequest {
-                    base,
+                verify: base.map(|base| VerifyRequest {
+                    base: base.path,
+                    hub: base.hub,
                     sample: (!a.verify_full).then(|| a.verify_sample.map_or(VERIFY_SAMPLE, |n| n as usize)),
                 }),
             },
@@ -275,6 +240,59 @@ impl TryFrom<ConvertArgs> for ConvertRun {
             quiet: a.quiet,
         })
     }
+}
+
+/// The output format the flags ask for, or the usage error of a combination clap cannot express.
+fn checked_format(a: &ConvertArgs) -> Result<OutputFormat, clap::Error> {
+    let usage = |msg: String| clap::Error::raw(ErrorKind::ArgumentConflict, msg + "\n");
+    Ok(match a.format {
+        FormatArg::Bf16 | FormatArg::F16 if a.bits.is_some() || a.group_size.is_some() || a.int8.is_some() => {
+            return Err(usage(
+                "--bits, --group-size and --int8 apply to --format mlx (and --int8 to gguf) only".into(),
+            ));
+        }
+        FormatArg::Gguf if a.bits.is_some() || a.group_size.is_some() => {
+            return Err(usage("--bits and --group-size apply to --format mlx only; GGUF types are --gguf-type".into()));
+        }
+        f if f != FormatArg::Gguf && (a.gguf_type.is_some() || a.gguf_vocab.is_some()) => {
+            return Err(usage("--gguf-type and --gguf-vocab apply to --format gguf only".into()));
+        }
+        _ if a.bits != Some(Bits::Auto)
+            && a.gguf_type != Some(GgufType::Auto)
+            && (a.max_added_error.is_some() || a.measure_error) =>
+        {
+            return Err(usage(
+                "--max-added-error and --measure-error apply to --bits auto and --gguf-type auto only".into(),
+            ));
+        }
+        FormatArg::Bf16 => OutputFormat::Dense { dtype: DenseDtype::Bf16, mtp: a.mtp },
+        FormatArg::F16 => OutputFormat::Dense { dtype: DenseDtype::F16, mtp: a.mtp },
+        FormatArg::Mlx if a.mtp == MtpMode::Keep => {
+            return Err(usage("--mtp keep: the MLX layout carries no MTP head (mlx-lm has none)".into()));
+        }
+        FormatArg::Mlx => {
+            let default = MlxOptions::DEFAULT;
+            let fixed = match a.bits {
+                Some(Bits::Fixed(b)) => b,
+                // Layers that are not coded linears (int8 with --int8 requant, plain weights).
+                Some(Bits::Auto) | None => default.spec.bits,
+            };
+            let spec = AffineSpec::new(fixed, a.group_size.unwrap_or(default.spec.group_size)).map_err(usage)?;
+            let auto = (a.bits == Some(Bits::Auto)).then(|| auto_budget(a));
+            OutputFormat::Mlx(MlxOptions { spec, int8: a.int8.unwrap_or(default.int8), auto })
+        }
+        FormatArg::Gguf => {
+            let default = GgufOptions::DEFAULT;
+            let ty = a.gguf_type.unwrap_or(default.ty);
+            OutputFormat::Gguf(GgufOptions {
+                ty,
+                int8: a.int8.unwrap_or(default.int8),
+                vocab: a.gguf_vocab.map_or(default.vocab, |v| v == VocabArg::Auto),
+                mtp: a.mtp,
+                auto: (ty == GgufType::Auto).then(|| auto_budget(a)),
+            })
+        }
+    })
 }
 
 /// The budget of `--bits auto` or `--gguf-type auto`.
@@ -290,10 +308,10 @@ fn budget_flags(flags: &mut Vec<(&str, Option<String>)>, auto: AutoBits) {
     }
 }
 
-/// The flags that shape the output, defaults spelled out, BASE by its directory name (a card names
-/// no path of the machine that ran the job). How the run went (-j, --quiet, --json, --force,
-/// --backend, --part) changes no byte and is left out.
-fn shaping_flags(a: &ConvertArgs, format: &OutputFormat) -> String {
+/// The flags that shape the output, defaults spelled out, BASE by its directory name or as
+/// `org/name@<commit>` (a card names no path of the machine that ran the job). How the run went
+/// (-j, --quiet, --json, --force, --backend, --part) changes no byte and is left out.
+fn shaping_flags(a: &ConvertArgs, format: &OutputFormat, base: Option<&Located>) -> String {
     let mut flags: Vec<(&str, Option<String>)> = Vec::new();
     match format {
         OutputFormat::Dense { dtype, mtp } => {
@@ -329,8 +347,9 @@ fn shaping_flags(a: &ConvertArgs, format: &OutputFormat) -> String {
     if a.checksums {
         flags.push(("--checksums", None));
     }
-    if let Some(base) = &a.verify_base {
-        flags.push(("--verify-base", Some(shell_word(&crate::card::source_name(base).0).into_owned())));
+    if let Some(base) = base {
+        let name = crate::card::source_arg(&base.path, base.hub.as_ref());
+        flags.push(("--verify-base", Some(shell_word(&name).into_owned())));
         flags.push(match a.verify_sample {
             _ if a.verify_full => ("--verify-full", None),
             n => ("--verify-sample", Some(n.unwrap_or(VERIFY_SAMPLE as u64).to_string())),
@@ -345,7 +364,11 @@ fn shaping_flags(a: &ConvertArgs, format: &OutputFormat) -> String {
 }
 
 pub fn run(args: ConvertArgs) -> ExitCode {
-    let run = ConvertRun::try_from(args).unwrap_or_else(|e| e.exit());
+    let run = match ConvertRun::try_from(args) {
+        Ok(run) => run,
+        Err(ArgsError::Usage(e)) => e.exit(),
+        Err(ArgsError::Input(e)) => return fail(&e, FAILURE),
+    };
     signals::install();
     let backend = match Backend::new(run.backend) {
         Ok(b) => b,

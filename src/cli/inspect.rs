@@ -1,14 +1,16 @@
 //! `escha-convert inspect IN`.
 
 use super::exit::{fail, print_json, print_out, FAILURE};
-use crate::inspect::{inspect, render};
+use crate::checkpoint::locate;
+use crate::inspect::{inspect, render, InspectReport};
 use clap::Args;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Args, Debug)]
 pub struct InspectArgs {
-    /// An Escha-W2 checkpoint directory or a single .safetensors file.
+    /// An Escha-W2 checkpoint directory, a single .safetensors file, or a Hub id
+    /// `org/name[@REVISION]` read from the local Hugging Face cache (nothing is downloaded).
     #[arg(value_name = "IN")]
     pub input: PathBuf,
     /// Print one JSON document instead of text.
@@ -17,7 +19,11 @@ pub struct InspectArgs {
 }
 
 pub fn run(a: &InspectArgs) -> ExitCode {
-    match inspect(&a.input) {
+    let input = match locate(&a.input) {
+        Ok(l) => l,
+        Err(e) => return fail(&e, FAILURE),
+    };
+    match inspect(&input.path).map(|r| InspectReport { hub: input.hub, ..r }) {
         Ok(r) if a.json => print_json(&r),
         Ok(r) => print_out(&render(&r)),
         Err(e) => fail(&e, FAILURE),

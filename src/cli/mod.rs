@@ -27,8 +27,11 @@ use std::process::ExitCode;
     about = "Convert Escha-W2 (EXL3 trellis) checkpoints to dense bf16/f16 safetensors or MLX-affine safetensors",
     long_about = "Convert Escha-W2 (EXL3 trellis) checkpoints to dense bf16/f16 safetensors in Hugging Face \
 layout, or to MLX-affine safetensors that mlx-lm loads (--format mlx).\n\n`escha-convert IN OUT` is short for \
-`escha-convert convert IN OUT`.\n\nExit codes: 0 success, 1 failure (bad input, write error, a failed \
---verify-base or verify check), 2 usage error (or verify could check nothing), 130 interrupted."
+`escha-convert convert IN OUT`.\n\nIN and BASE are paths, or Hub ids `org/name[@REVISION]` read from the \
+local Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub); an existing path is \
+always a path, and nothing is downloaded (`hf download org/name` puts a repository there).\n\nExit codes: 0 \
+success, 1 failure (bad input, write error, a failed --verify-base or verify check), 2 usage error (or verify could \
+check nothing), 130 interrupted."
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -60,8 +63,8 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
 
 /// Rewrites `escha-convert IN OUT …` to `escha-convert convert IN OUT …` when IN is an existing
 /// path or looks like one (a `/` or a `.` in it: a missing checkpoint, or a Hub repository id,
-/// which convert then explains); a bare word is left to clap, which suggests the subcommand a typo
-/// meant.
+/// which convert looks up in the cache); a bare word is left to clap, which suggests the
+/// subcommand a typo meant.
 pub fn with_default_command(mut args: Vec<OsString>) -> Vec<OsString> {
     if let Some(first) = args.get(1) {
         let text = first.to_string_lossy();

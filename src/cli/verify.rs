@@ -2,7 +2,7 @@
 
 use super::exit::{fail, print_json, print_out, warn, FAILURE, USAGE};
 use crate::backend::{Backend, BackendKind};
-use crate::checkpoint::input_extent;
+use crate::checkpoint::{input_extent, locate};
 use crate::output::file::check_destination;
 use crate::verify::{check_max_ratio, check_min_corr, render, verify, write_html, VerifyOptions, DEFAULT_MAX_RATIO};
 use anyhow::Context;
@@ -12,11 +12,13 @@ use std::process::ExitCode;
 
 #[derive(Args, Debug)]
 pub struct VerifyArgs {
-    /// The Escha-W2 checkpoint (directory or .safetensors file).
+    /// The Escha-W2 checkpoint: a directory, a .safetensors file, or a Hub id `org/name[@REVISION]`
+    /// read from the local Hugging Face cache (nothing is downloaded).
     #[arg(value_name = "IN")]
     pub input: PathBuf,
     /// The unquantized base model: HF layout (bf16/f16/f32 or fp8 e4m3 with `weight_scale_inv`) or
-    /// MLX layout bf16; a directory or a .safetensors file.
+    /// MLX layout bf16; a directory, a .safetensors file or a Hub id `org/name[@REVISION]` in the
+    /// local cache.
     #[arg(long, value_name = "BASE")]
     pub base: PathBuf,
     /// Check only tensors whose output name matches GLOB; repeatable.
@@ -62,9 +64,9 @@ fn html_destination(s: &str) -> Result<PathBuf, String> {
 
 /// Where `--html` writes, checked before any check runs: outside IN and BASE, a regular file or
 /// nothing, in a directory that takes a new file.
-fn html_target(a: &VerifyArgs, path: &Path) -> anyhow::Result<PathBuf> {
-    let mut inputs = input_extent(&a.input)?;
-    inputs.extend(input_extent(&a.base)?);
+fn html_target(opts: &VerifyOptions, path: &Path) -> anyhow::Result<PathBuf> {
+    let mut inputs = input_extent(&opts.input)?;
+    inputs.extend(input_extent(&opts.base)?);
     check_destination(path, &inputs).context("--html")
 }
 
@@ -73,26 +75,39 @@ fn number(check: fn(f64) -> Result<f64, String>) -> impl Fn(&str) -> Result<f64,
     move |s| s.trim().parse::<f64>().map_err(|_| format!("{s:?} is not a number")).and_then(check)
 }
 
-impl From<&VerifyArgs> for VerifyOptions {
-    fn from(a: &VerifyArgs) -> Self {
-        VerifyOptions {
-            input: a.input.clone(),
-            base: a.base.clone(),
+impl TryFrom<&VerifyArgs> for VerifyOptions {
+    type Error = anyhow::Error;
+
+    /// The options, IN and BASE located (a Hub id found in the cache, or an error saying how to
+    /// download it).
+    fn try_from(a: &VerifyArgs) -> anyhow::Result<Self> {
+        let input = locate(&a.input)?;
+        let base = locate(&a.base).context("--base")?;
+        Ok(VerifyOptions {
+            input: input.path,
+            base: base.path,
+            input_hub: input.hub,
+            base_hub: base.hub,
             only: a.only.clone(),
             sample: a.sample.map(|n| n as usize),
             max_ratio: a.max_ratio,
             min_corr: a.min_corr,
             threads: a.threads,
             allow_missing: a.allow_missing,
-        }
+        })
     }
 }
 
 pub fn run(a: &VerifyArgs) -> ExitCode {
     // A file-size limit or an interrupt while the page is written: an error, no temporary left.
     crate::signals::install();
-    // Exit 1 is reserved for failed checks: a run that could not check anything is 2.
-    let html = match a.html.as_deref().map(|p| html_target(a, p)).transpose() {
+    // Exit 1 is reserved for failed checks: a run that could not check anything is 2 (an IN or
+    // BASE that is not there, a Hub id the cache does not hold, included).
+    let opts = match VerifyOptions::try_from(a) {
+        Ok(o) => o,
+        Err(e) => return fail(&e, USAGE),
+    };
+    let html = match a.html.as_deref().map(|p| html_target(&opts, p)).transpose() {
         Ok(t) => t,
         Err(e) => return fail(&e, USAGE),
     };
@@ -100,7 +115,7 @@ pub fn run(a: &VerifyArgs) -> ExitCode {
         Ok(b) => b,
         Err(e) => return fail(&e.into(), USAGE),
     };
-    let report = match verify(&VerifyOptions::from(a), backend.decoder()) {
+    let report = match verify(&opts, backend.decoder()) {
         Ok(r) => r,
         Err(e) => return fail(&e, USAGE),
     };

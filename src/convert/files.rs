@@ -65,9 +65,11 @@ pub const CARD_FILE: &str = "README.md";
 
 /// The model card of `job`.
 pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Option<&VerifySummary>) -> Card {
-    let (source, revision) = card::source_name(&opts.input);
-    // OUT is named by role: the parts of a split job write to differently named directories.
-    let command = format!("escha-convert {} OUT {}", shell_word(&source), opts.shaping_flags);
+    let (source, revision) = card::source(&opts.input, opts.hub.as_ref());
+    // OUT is named by role: the parts of a split job write to differently named directories. A Hub
+    // source is named with its commit, so the command reads the same snapshot again.
+    let arg = card::source_arg(&opts.input, opts.hub.as_ref());
+    let command = format!("escha-convert {} OUT {}", shell_word(&arg), opts.shaping_flags);
     let mut notes = Vec::new();
     if job.cat.coded.iter().any(|m| m.tensor(Leaf::Bias).is_some()) {
         let bias = if opts.keep_bias {

@@ -120,6 +120,8 @@ fn prove(opts: &ConvertOptions, request: &VerifyRequest, decoder: &dyn TileDecod
     let verify_opts = VerifyOptions {
         input: opts.input.clone(),
         base: request.base.clone(),
+        input_hub: opts.hub.clone(),
+        base_hub: request.hub.clone(),
         only: opts.only.clone(),
         sample: request.sample,
         max_ratio: DEFAULT_MAX_RATIO,
@@ -129,7 +131,8 @@ fn prove(opts: &ConvertOptions, request: &VerifyRequest, decoder: &dyn TileDecod
     };
     let r = verify(&verify_opts, decoder).context("--verify-base: cannot check the decode")?;
     let summary = VerifySummary {
-        base: crate::card::source_name(&request.base).0,
+        base: crate::card::source(&request.base, request.hub.as_ref()).0,
+        hub: request.hub.clone(),
         passed: r.passed,
         checked: r.checked,
         failed: r.failed,
@@ -167,6 +170,7 @@ fn plan_report(
     let plan = &job.plan;
     let mut report = ConvertReport {
         input: opts.input.display().to_string(),
+        hub: opts.hub.clone(),
         output: opts.output.display().to_string(),
         format: layout.name(),
         dry_run: opts.dry_run,

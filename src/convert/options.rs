@@ -1,12 +1,16 @@
 //! What the user asks a conversion for.
 
+use crate::checkpoint::HubSource;
 use crate::layout::OutputFormat;
 use crate::plan::PartSpec;
 use std::path::PathBuf;
 
 #[derive(Clone, Debug)]
 pub struct ConvertOptions {
+    /// IN: a directory or file (a Hub id's cache snapshot once located).
     pub input: PathBuf,
+    /// The Hub id IN was given as, and the commit it resolved to.
+    pub hub: Option<HubSource>,
     pub output: PathBuf,
     pub format: OutputFormat,
     /// Write the bias tensors of coded linears (dropped by default).
@@ -37,5 +41,7 @@ pub struct ConvertOptions {
 #[derive(Clone, Debug)]
 pub struct VerifyRequest {
     pub base: PathBuf,
+    /// The Hub id BASE was given as, and the commit it resolved to.
+    pub hub: Option<HubSource>,
     pub sample: Option<usize>,
 }

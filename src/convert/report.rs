@@ -1,5 +1,6 @@
 //! What a conversion (or a dry run) did: the report, printed as text or as one JSON document.
 
+use crate::checkpoint::HubSource;
 use crate::layout::WidthChoice;
 use crate::text::{count, escape_controls, human_bytes, shape};
 use serde::Serialize;
@@ -35,8 +36,10 @@ pub struct WrittenFile {
 /// What `--verify-base` proved.
 #[derive(Clone, Debug, Serialize)]
 pub struct VerifySummary {
-    /// The base model's directory (or file) name.
+    /// The base model's directory (or file) name, or its Hub repository.
     pub base: String,
+    /// The Hub id BASE was given as, and the commit it resolved to.
+    pub hub: Option<HubSource>,
     pub passed: bool,
     pub checked: usize,
     pub failed: usize,
@@ -73,7 +76,11 @@ impl VerifySummary {
 /// What a conversion (or a dry run) did; printed as text, or as one JSON document with `--json`.
 #[derive(Clone, Debug, Serialize)]
 pub struct ConvertReport {
+    /// IN as read: the path given, or the cache snapshot a Hub id resolved to.
     pub input: String,
+    /// The Hub id IN was given as: `id`, the `revision` asked for (`null`: the default branch) and
+    /// the `commit` read; `null` for a local path.
+    pub hub: Option<HubSource>,
     pub output: String,
     pub format: &'static str,
     pub dry_run: bool,

@@ -3,6 +3,7 @@
 
 use super::base::BaseLayout;
 use super::options::min_corr_for;
+use crate::checkpoint::HubSource;
 use serde::Serialize;
 
 /// Figures for one coded linear, or one expert of a stack.
@@ -69,8 +70,12 @@ pub struct NormRow {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct VerifyReport {
+    /// IN and BASE as read: the paths given, or the cache snapshots Hub ids resolved to.
     pub input: String,
     pub base: String,
+    /// The Hub ids IN and BASE were given as, with the commits read (`null` for local paths).
+    pub input_hub: Option<HubSource>,
+    pub base_hub: Option<HubSource>,
     pub base_layout: BaseLayout,
     pub base_fp8: bool,
     pub decoder: &'static str,

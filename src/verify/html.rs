@@ -1248,6 +1248,8 @@ mod tests {
         let opts = crate::verify::VerifyOptions {
             input: fixture("dense"),
             base: fixture("dense-base"),
+            input_hub: None,
+            base_hub: None,
             only: vec!["*.layers.0.*".into()],
             sample: Some(1),
             max_ratio: 2.0,

@@ -92,6 +92,8 @@ pub fn verify(opts: &VerifyOptions, decoder: &dyn TileDecoder) -> Result<VerifyR
     Ok(VerifyReport {
         input: opts.input.display().to_string(),
         base: opts.base.display().to_string(),
+        input_hub: opts.input_hub.clone(),
+        base_hub: opts.base_hub.clone(),
         base_layout: base.layout,
         base_fp8: base.fp8,
         decoder: decoder.name(),

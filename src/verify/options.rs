@@ -1,5 +1,6 @@
 //! What verify is asked to do, and the thresholds its verdicts use.
 
+use crate::checkpoint::HubSource;
 use std::path::PathBuf;
 
 /// `--max-ratio` when not given: a misplaced decode lands near √2·2^K, far above it.
@@ -16,8 +17,12 @@ pub const NORM_MATCH: f64 = 0.02;
 
 #[derive(Clone, Debug)]
 pub struct VerifyOptions {
+    /// IN and BASE: directories or files (a Hub id's cache snapshot once located).
     pub input: PathBuf,
     pub base: PathBuf,
+    /// The Hub ids IN and BASE were given as, and the commits they resolved to.
+    pub input_hub: Option<HubSource>,
+    pub base_hub: Option<HubSource>,
     pub only: Vec<String>,
     /// Check this many evenly spread 128×128 blocks per tensor instead of whole tensors.
     pub sample: Option<usize>,

@@ -24,8 +24,8 @@ pub fn render(r: &VerifyReport) -> String {
     let _ = writeln!(
         s,
         "verify {} against {} ({} layout{}; decoder {}{})",
-        r.input,
-        r.base,
+        crate::checkpoint::hub::described(&r.input, r.input_hub.as_ref()),
+        crate::checkpoint::hub::described(&r.base, r.base_hub.as_ref()),
         match r.base_layout {
             BaseLayout::HuggingFace => "Hugging Face",
             BaseLayout::Mlx => "MLX",

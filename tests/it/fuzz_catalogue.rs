@@ -219,6 +219,7 @@ fn apply(dir: &Path, m: &Mutation) {
 fn options(input: &Path, output: PathBuf, dry_run: bool) -> ConvertOptions {
     ConvertOptions {
         input: input.to_path_buf(),
+        hub: None,
         output,
         format: OutputFormat::Dense { dtype: DenseDtype::Bf16, mtp: MtpMode::Auto },
         keep_bias: false,

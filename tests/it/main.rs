@@ -16,6 +16,7 @@ mod fuzz_catalogue;
 mod gguf;
 mod gguf_vocab;
 mod golden;
+mod hub;
 mod inspect;
 mod kquants_ref;
 mod links;

@@ -132,6 +132,8 @@ fn a_broken_state_extractor_fails_the_overlap_check() {
     let opts = VerifyOptions {
         input: fixture("dense"),
         base: fixture("dense-base"),
+        input_hub: None,
+        base_hub: None,
         only: vec!["*.mlp.down_proj.weight".into()],
         sample: None,
         max_ratio: 2.0,

@@ -153,6 +153,8 @@ fn hostile_names_and_messages_are_escaped() {
     let opts = VerifyOptions {
         input: fixture("moe"),
         base: fixture("moe-base"),
+        input_hub: None,
+        base_hub: None,
         only: vec![],
         sample: Some(1),
         max_ratio: 2.0,

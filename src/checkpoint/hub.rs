@@ -1,0 +1,390 @@
+//! Hugging Face Hub ids read from the local cache, offline. An argument (IN, BASE) that is not an
+//! existing local path but reads as `org/name` or `org/name@REVISION` is looked up where
+//! `huggingface_hub` keeps its downloads (`$HF_HUB_CACHE`, else `$HF_HOME/hub`, else
+//! `~/.cache/huggingface/hub`), laid out as it lays them out:
+//!
+//! ```text
+//! models--org--name/refs/main             the commit a branch or tag names
+//! models--org--name/snapshots/<commit>/…  the files, relative links into ../../blobs/
+//! models--org--name/blobs/<sha>           the contents
+//! ```
+//!
+//! Nothing is downloaded: a repository or revision the cache does not hold is an error giving
+//! the `hf download` command that puts it there. The snapshot found is then read like any input
+//! directory, within its boundary (`boundary.rs`).
+
+use super::boundary::read_text;
+use anyhow::{bail, Result};
+use serde::Serialize;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+/// A Hub repository id as given on the command line: `org/name`, and the revision after `@`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HubId {
+    pub repo: String,
+    /// A branch, a tag or a full commit hash; `None`: the default branch (`main`).
+    pub revision: Option<String>,
+}
+
+/// A Hub id found in the cache: what was asked for and the commit it names.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct HubSource {
+    /// `org/name`.
+    pub id: String,
+    /// The revision asked for (branch, tag or commit); `None` when none was (the default branch).
+    pub revision: Option<String>,
+    /// The 40-hex commit of the snapshot read.
+    pub commit: String,
+}
+
+impl HubSource {
+    /// `org/name@<commit>`: the argument that reads this very snapshot again.
+    pub fn pinned(&self) -> String {
+        format!("{}@{}", self.id, self.commit)
+    }
+}
+
+/// `path` for a report, preceded by the Hub id it was found as (`org/name@<commit> (path)`).
+pub fn described(path: &str, hub: Option<&HubSource>) -> String {
+    match hub {
+        Some(h) => format!("{} ({path})", h.pinned()),
+        None => path.to_string(),
+    }
+}
+
+/// An input argument once located: the directory or file to read, and the Hub id it was given as.
+#[derive(Clone, Debug)]
+pub struct Located {
+    pub path: PathBuf,
+    pub hub: Option<HubSource>,
+}
+
+/// The revision the cache is asked for when none is given.
+const DEFAULT_REVISION: &str = "main";
+
+/// Where the argument `arg` (IN or BASE) is. An existing local path (a link, even a dangling one,
+/// counts) is that path; otherwise an argument of Hub id grammar is looked up in the cache, and
+/// must be there; anything else is a path, whose absence the reader reports.
+pub fn locate(arg: &Path) -> Result<Located> {
+    let local = Located { path: arg.to_path_buf(), hub: None };
+    if std::fs::symlink_metadata(arg).is_ok() {
+        return Ok(local);
+    }
+    let Some(id) = arg.to_str().and_then(HubId::parse) else { return Ok(local) };
+    let Some(cache) = cache_dir(|k| std::env::var_os(k)) else {
+        bail!(
+            "{}: not a local path, and there is no Hugging Face cache to look in (set HF_HUB_CACHE, HF_HOME or \
+             HOME); nothing is downloaded: download it first ({}) and run this again",
+            id.text(),
+            id.download_command()
+        );
+    };
+    resolve(&id, &cache)
+}
+
+/// The Hub cache directory as `huggingface_hub` finds it, from the environment `var`:
+/// `HF_HUB_CACHE` (or its older name `HUGGINGFACE_HUB_CACHE`), else `HF_HOME/hub`, else
+/// `XDG_CACHE_HOME/huggingface/hub`, else `~/.cache/huggingface/hub`. A leading `~` is the home
+/// directory; an empty variable counts as unset.
+pub fn cache_dir(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+    let get = |k: &str| var(k).filter(|v| !v.is_empty());
+    let home = get("HOME").map(PathBuf::from);
+    let expand = |v: OsString| -> Option<PathBuf> {
+        let text = v.to_string_lossy();
+        match text.strip_prefix('~') {
+            Some(rest) if rest.is_empty() || rest.starts_with('/') => {
+                Some(home.clone()?.join(rest.trim_start_matches('/')))
+            }
+            _ => Some(PathBuf::from(v)),
+        }
+    };
+    if let Some(v) = get("HF_HUB_CACHE").or_else(|| get("HUGGINGFACE_HUB_CACHE")) {
+        return expand(v);
+    }
+    if let Some(v) = get("HF_HOME") {
+        return Some(expand(v)?.join("hub"));
+    }
+    let cache = match get("XDG_CACHE_HOME") {
+        Some(v) => expand(v)?,
+        None => home.clone()?.join(".cache"),
+    };
+    Some(cache.join("huggingface").join("hub"))
+}
+
+/// Finds `id` in the cache `cache`: its repository, the commit its revision names (a branch or
+/// tag through `refs/`, a full commit hash as it is) and that commit's snapshot.
+pub fn resolve(id: &HubId, cache: &Path) -> Result<Located> {
+    let repo = cache.join(id.folder());
+    if !repo.is_dir() {
+        bail!(
+            "{}: not a local path, and the Hugging Face cache {} does not hold {} (no {}); nothing is downloaded: \
+             download it first ({}) and run this again",
+            id.text(),
+            cache.display(),
+            id.repo,
+            id.folder(),
+            id.download_command()
+        );
+    }
+    let requested = id.revision.as_deref().unwrap_or(DEFAULT_REVISION);
+    let missing = |what: String| {
+        anyhow::anyhow!(
+            "{}: the Hugging Face cache {} holds {} but not its revision {requested} ({what}); nothing is \
+             downloaded: download it first ({}) and run this again",
+            id.text(),
+            cache.display(),
+            id.repo,
+            id.download_command()
+        )
+    };
+    let commit = if is_commit(requested) {
+        requested.to_string()
+    } else {
+        let reference = repo.join("refs").join(requested);
+        match std::fs::symlink_metadata(&reference) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(missing(format!("no refs/{requested}")));
+            }
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("{}: cannot read", reference.display()))),
+            Ok(m) if !m.is_file() => {
+                bail!("{}: {} is not a regular file; refusing to read it", reference.display(), super::file_kind(&m))
+            }
+            Ok(_) => {}
+        }
+        let text = read_text(&reference)?;
+        let commit = text.trim();
+        if !is_commit(commit) {
+            bail!("{}: names no commit (expected 40 hexadecimal digits): {commit:?}", reference.display());
+        }
+        commit.to_string()
+    };
+    let snapshot = repo.join("snapshots").join(&commit);
+    match std::fs::metadata(&snapshot) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => bail!("{}: not a directory", snapshot.display()),
+        Err(_) if commit == requested => return Err(missing(format!("no snapshots/{commit}"))),
+        Err(_) => return Err(missing(format!("refs/{requested} names {commit}, and there is no snapshots/{commit}"))),
+    }
+    let hub = HubSource { id: id.repo.clone(), revision: id.revision.clone(), commit };
+    Ok(Located { path: snapshot, hub: Some(hub) })
+}
+
+impl HubId {
+    /// `org/name` or `org/name@REVISION`, as the Hub allows them: one `/` between two names of
+    /// ASCII letters, digits, `.`, `_` and `-`, each beginning and ending with a letter, digit or
+    /// `_`, with no `--` or `..` (the name at most 96 characters, not ending in `.git`); a revision
+    /// of the same characters and `/`, with no empty, `.` or `..` step. Anything else is a path.
+    pub fn parse(s: &str) -> Option<HubId> {
+        let (repo, revision) = match s.split_once('@') {
+            Some((repo, rev)) => (repo, Some(rev)),
+            None => (s, None),
+        };
+        if !is_repo_id(repo) || !revision.is_none_or(is_revision) {
+            return None;
+        }
+        Some(HubId { repo: repo.to_string(), revision: revision.map(String::from) })
+    }
+
+    /// The cache's directory of the repository: `models--org--name`.
+    pub fn folder(&self) -> String {
+        format!("models--{}", self.repo.replace('/', "--"))
+    }
+
+    /// The id as given.
+    pub fn text(&self) -> String {
+        match &self.revision {
+            Some(rev) => format!("{}@{rev}", self.repo),
+            None => self.repo.clone(),
+        }
+    }
+
+    /// The command that puts this repository (at this revision) into the cache.
+    pub fn download_command(&self) -> String {
+        match &self.revision {
+            Some(rev) => format!("`hf download {} --revision {rev}`", self.repo),
+            None => format!("`hf download {}`", self.repo),
+        }
+    }
+}
+
+/// `org/name` as the Hub allows it (see [`HubId::parse`]), and nothing that could be a path.
+pub fn is_repo_id(s: &str) -> bool {
+    let Some((org, name)) = s.split_once('/') else { return false };
+    let part = |p: &str| {
+        let edge = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
+        p.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+            && edge(p.chars().next())
+            && edge(p.chars().last())
+    };
+    part(org)
+        && part(name)
+        && name.len() <= 96
+        && !s.contains("--")
+        && !s.contains("..")
+        && name.rsplit_once('.').is_none_or(|(_, ext)| ext != "git")
+}
+
+/// A branch, tag or commit name: ASCII letters, digits, `.`, `_`, `-` and `/`, every step between
+/// slashes non-empty and neither `.` nor `..`.
+fn is_revision(s: &str) -> bool {
+    s.chars().all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c))
+        && s.split('/').all(|step| !step.is_empty() && step != "." && step != "..")
+}
+
+/// A full commit hash as the cache names snapshots: 40 lowercase hexadecimal digits.
+fn is_commit(s: &str) -> bool {
+    s.len() == 40 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    const C1: &str = "0123456789abcdef0123456789abcdef01234567";
+    const C2: &str = "89abcdef0123456789abcdef0123456789abcdef";
+
+    fn id(s: &str) -> HubId {
+        HubId::parse(s).unwrap_or_else(|| panic!("{s} should be an id"))
+    }
+
+    #[test]
+    fn the_id_grammar_leaves_paths_alone() {
+        assert_eq!(id("Qwen/Qwen3.5-27B"), HubId { repo: "Qwen/Qwen3.5-27B".into(), revision: None });
+        assert_eq!(id("org/name@v1.0").revision.as_deref(), Some("v1.0"));
+        assert_eq!(id("org/name@refs/pr/3").revision.as_deref(), Some("refs/pr/3"));
+        assert_eq!(id(&format!("org/name@{C1}")).revision.as_deref(), Some(C1));
+        for path in [
+            "name",
+            "/abs/name",
+            "./org/name",
+            "../org/name",
+            "org/name/",
+            "org/name/x",
+            "a/b/c",
+            ".hidden/name",
+            "org/.name",
+            "org/name.",
+            "-org/name",
+            "org/na--me",
+            "org/na..me",
+            "org/name.git",
+            "org /name",
+            "org/näme",
+            "org/name@",
+            "org/name@a/../b",
+            "org/name@/main",
+            "org/name@main/",
+            "org/name@ma in",
+            "org/name@a@b",
+            "",
+        ] {
+            assert_eq!(HubId::parse(path), None, "{path} is not an id");
+        }
+        assert!(!is_repo_id(&format!("org/{}", "n".repeat(97))) && is_repo_id(&format!("org/{}", "n".repeat(96))));
+    }
+
+    #[test]
+    fn names_and_commands() {
+        let plain = id("org/name");
+        assert_eq!(plain.folder(), "models--org--name");
+        assert_eq!(plain.download_command(), "`hf download org/name`");
+        assert_eq!(id("org/name@v2").download_command(), "`hf download org/name --revision v2`");
+        assert_eq!(id("org/name@v2").text(), "org/name@v2");
+        let source = HubSource { id: "org/name".into(), revision: Some("main".into()), commit: C1.into() };
+        assert_eq!(source.pinned(), format!("org/name@{C1}"));
+        assert!(is_commit(C1) && !is_commit(&C1.to_uppercase()) && !is_commit(&C1[..39]));
+    }
+
+    #[test]
+    fn the_cache_is_found_where_huggingface_hub_puts_it() {
+        let env = |pairs: &[(&str, &str)]| {
+            let map: HashMap<String, OsString> =
+                pairs.iter().map(|(k, v)| (k.to_string(), OsString::from(v))).collect();
+            cache_dir(move |k| map.get(k).cloned())
+        };
+        let home = [("HOME", "/h")];
+        assert_eq!(env(&home), Some(PathBuf::from("/h/.cache/huggingface/hub")));
+        assert_eq!(env(&[("HOME", "/h"), ("XDG_CACHE_HOME", "/x")]), Some(PathBuf::from("/x/huggingface/hub")));
+        assert_eq!(env(&[("HOME", "/h"), ("XDG_CACHE_HOME", "/x"), ("HF_HOME", "/f")]), Some(PathBuf::from("/f/hub")));
+        assert_eq!(env(&[("HF_HOME", "/f"), ("HUGGINGFACE_HUB_CACHE", "/old")]), Some(PathBuf::from("/old")));
+        assert_eq!(
+            env(&[("HF_HOME", "/f"), ("HUGGINGFACE_HUB_CACHE", "/old"), ("HF_HUB_CACHE", "/c")]),
+            Some(PathBuf::from("/c"))
+        );
+        assert_eq!(env(&[("HOME", "/h"), ("HF_HOME", "~/hf")]), Some(PathBuf::from("/h/hf/hub")));
+        assert_eq!(env(&[("HOME", "/h"), ("HF_HOME", "")]), Some(PathBuf::from("/h/.cache/huggingface/hub")));
+        assert_eq!(env(&[]), None);
+        assert_eq!(env(&[("HF_HUB_CACHE", "~/c")]), None);
+    }
+
+    /// A cache holding `org/name` with snapshots C1 (main) and C2 (tag v2, branch dev).
+    fn cache() -> tempfile::TempDir {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("models--org--name");
+        for c in [C1, C2] {
+            std::fs::create_dir_all(repo.join("snapshots").join(c)).unwrap();
+        }
+        // `huggingface_hub` keeps the ref of revision R at refs/R: `refs/pr/1` at refs/refs/pr/1.
+        std::fs::create_dir_all(repo.join("refs/refs/pr")).unwrap();
+        std::fs::create_dir_all(repo.join("blobs")).unwrap();
+        std::fs::write(repo.join("refs/main"), C1).unwrap();
+        std::fs::write(repo.join("refs/v2"), format!("{C2}\n")).unwrap();
+        std::fs::write(repo.join("refs/refs/pr/1"), C2).unwrap();
+        std::fs::write(repo.join("refs/gone"), "ffffffffffffffffffffffffffffffffffffffff").unwrap();
+        std::fs::write(repo.join("refs/junk"), "not a commit").unwrap();
+        tmp
+    }
+
+    fn resolved(cache: &Path, s: &str) -> Result<(PathBuf, HubSource)> {
+        let l = resolve(&id(s), cache)?;
+        Ok((l.path, l.hub.unwrap()))
+    }
+
+    #[test]
+    fn revisions_resolve_through_refs_or_as_commits() {
+        let tmp = cache();
+        let snaps = tmp.path().join("models--org--name/snapshots");
+        let (path, hub) = resolved(tmp.path(), "org/name").unwrap();
+        assert_eq!((path, hub.revision, hub.commit.as_str()), (snaps.join(C1), None, C1));
+        let (path, hub) = resolved(tmp.path(), "org/name@v2").unwrap();
+        assert_eq!((path, hub.revision.as_deref(), hub.commit.as_str()), (snaps.join(C2), Some("v2"), C2));
+        assert_eq!(resolved(tmp.path(), "org/name@refs/pr/1").unwrap().1.commit, C2);
+        let (path, hub) = resolved(tmp.path(), &format!("org/name@{C2}")).unwrap();
+        assert_eq!((path, hub.commit.as_str()), (snaps.join(C2), C2));
+    }
+
+    #[test]
+    fn what_the_cache_lacks_is_an_error_with_the_download_command() {
+        let tmp = cache();
+        let err = |s: &str| format!("{:#}", resolve(&id(s), tmp.path()).unwrap_err());
+        let e = err("org/other");
+        assert!(e.contains("`hf download org/other`") && e.contains("models--org--other"), "{e}");
+        let e = err("org/other@v1");
+        assert!(e.contains("`hf download org/other --revision v1`"), "{e}");
+        let e = err("org/name@v3");
+        assert!(e.contains("no refs/v3") && e.contains("`hf download org/name --revision v3`"), "{e}");
+        let e = err("org/name@gone");
+        assert!(e.contains("no snapshots/ffff") && e.contains("--revision gone"), "{e}");
+        let e = err("org/name@fedcba9876543210fedcba9876543210fedcba98");
+        assert!(e.contains("no snapshots/fedcba") && e.contains("--revision fedcba"), "{e}");
+        let e = err("org/name@junk");
+        assert!(e.contains("names no commit"), "{e}");
+        std::fs::remove_file(tmp.path().join("models--org--name/refs/main")).unwrap();
+        let e = err("org/name");
+        assert!(e.contains("no refs/main") && e.contains("`hf download org/name`"), "{e}");
+    }
+
+    #[test]
+    fn an_existing_path_wins_over_an_id() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("org/name");
+        std::fs::create_dir_all(&dir).unwrap();
+        let l = locate(&dir).unwrap();
+        assert_eq!((l.path, l.hub), (dir, None));
+        // Not an id and not there: left to the reader, which says it cannot read it.
+        let l = locate(Path::new("./surely/not-here")).unwrap();
+        assert_eq!((l.path, l.hub), (PathBuf::from("./surely/not-here"), None));
+    }
+}
