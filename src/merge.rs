@@ -24,6 +24,18 @@ pub struct MergeReport {
 
 pub fn merge(dir: &Path) -> Result<MergeReport> {
     let shown = dir.display();
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => bail!("{shown}: not a directory; pass the directory the parts were copied into"),
+        Err(e) => return Err(e).with_context(|| format!("{shown}: cannot read")),
+    }
+    if std::fs::symlink_metadata(dir.join(MARKER_FILE)).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        bail!(
+            "{shown}: the hidden marker file {MARKER_FILE} that every part holds is missing: a copy made with \
+             `cp DIR/*` leaves hidden files behind; copy each part with `cp -r PART/. {shown}/` or `cp -a PART/. \
+             {shown}/`, which keep it"
+        );
+    }
     let marker = Marker::read(dir)
         .with_context(|| format!("{shown}: no readable {MARKER_FILE}: not an output of escha-convert"))?;
     if !marker.files.contains_key(SUMS_FILE) {

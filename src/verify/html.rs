@@ -81,14 +81,16 @@ fn kind_of(name: &str) -> String {
     }
 }
 
-/// A short row label: `L3 self_attn.q_norm` for layer tensors, the name without `.weight` otherwise.
+/// A short row label: `L3 self_attn.q_norm` for layer tensors (`MTP L0 input_layernorm` for the
+/// MTP head's, which are not the model's layer 0), the name without `.weight` otherwise.
 fn short_label(name: &str) -> String {
     let trimmed = name.strip_suffix(".weight").unwrap_or(name);
+    let head = if crate::layout::mtp::is_mtp(trimmed) { "MTP " } else { "" };
     let label = match layer_of(trimmed) {
         Some(l) => {
             let marker = format!("layers.{l}.");
             match trimmed.find(&marker) {
-                Some(i) => format!("L{l} {}", &trimmed[i + marker.len()..]),
+                Some(i) => format!("{head}L{l} {}", &trimmed[i + marker.len()..]),
                 None => trimmed.to_string(),
             }
         }
@@ -1240,6 +1242,11 @@ mod tests {
         assert_eq!(layer_of("lm_head.weight"), None);
         assert_eq!(kind_of("lm_head.weight"), "lm_head");
         assert_eq!(short_label("model.layers.3.self_attn.q_norm.weight"), "L3 self_attn.q_norm");
+        // The MTP head's layer is not the model's layer 0.
+        let l0 = "model.language_model.layers.0.input_layernorm.weight";
+        assert_eq!(short_label(l0), "L0 input_layernorm");
+        assert_eq!(short_label("mtp.layers.0.input_layernorm.weight"), "MTP L0 input_layernorm");
+        assert_eq!(short_label("mtp.norm.weight"), "mtp.norm");
     }
 
     /// The dense fixture's report with a name that closes the style and script elements.
