@@ -1055,8 +1055,9 @@ pub fn render_html(r: &VerifyReport) -> String {
         s.push_str("</ul>\n");
     }
 
-    // Charts by layer.
-    let charted: Vec<&CodedRow> = r.coded.iter().filter(|c| layer_of(&c.tensor).is_some()).collect();
+    // Charts by layer: the model's layers; the MTP head's layer 0 is not the model's layer 0.
+    let charted: Vec<&CodedRow> =
+        r.coded.iter().filter(|c| layer_of(&c.tensor).is_some() && !crate::layout::mtp::is_mtp(&c.tensor)).collect();
     if !charted.is_empty() {
         let series = series_for(&charted);
         let index = |c: &CodedRow| {
@@ -1079,7 +1080,7 @@ pub fn render_html(r: &VerifyReport) -> String {
         };
         let unlayered = r.coded.len() - charted.len();
         let note = if unlayered > 0 {
-            format!(" {unlayered} coded tensors without a layer index are in the table only.")
+            format!(" {unlayered} coded tensors without a layer index, or of the MTP head, are in the table only.")
         } else {
             String::new()
         };
@@ -1267,6 +1268,16 @@ mod tests {
         r.coded[0].tensor = hostile.into();
         r.coded[0].failures.push(hostile.into());
         r
+    }
+
+    #[test]
+    fn the_mtp_head_is_not_charted_as_layer_0() {
+        let mut r = crafted();
+        let page = render_html(&r);
+        assert!(!page.contains("of the MTP head, are in the table only"));
+        r.coded[1].tensor = "mtp.layers.0.mlp.down_proj.weight".into();
+        let page = render_html(&r);
+        assert!(page.contains("1 coded tensors without a layer index, or of the MTP head, are in the table only"));
     }
 
     #[test]
