@@ -123,7 +123,8 @@ fn first_positional(args: &[OsString]) -> Option<(usize, bool)> {
     let takes_value = |arg: &clap::Arg| arg.get_action().takes_values();
     let mut i = 1;
     while i < args.len() {
-        let word = args[i].to_str()?;
+        let word = args[i].to_string_lossy();
+        let word = word.as_ref();
         if word == "--" {
             return (i + 1 < args.len()).then_some((i + 1, true));
         }
@@ -195,6 +196,14 @@ mod tests {
             &["--decoder", "scalar", "a/in", "out"],
         ] {
             assert_eq!(words(&[&["e"][..], args].concat()), convert(args), "{args:?}");
+        }
+        // A path that is not UTF-8 is a path too.
+        #[cfg(unix)]
+        {
+            use std::os::unix::ffi::OsStringExt;
+            let odd = OsString::from_vec(b"in/\xff".to_vec());
+            let args = vec!["e".into(), "-q".into(), odd.clone(), "out".into()];
+            assert_eq!(with_default_command(args), ["e".into(), "convert".into(), "-q".into(), odd, "out".into()]);
         }
         // After `--` the first word is IN, even named like a subcommand.
         assert_eq!(words(&["e", "--", "merge", "out"]), convert(&["--", "merge", "out"]));
