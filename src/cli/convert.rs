@@ -130,7 +130,7 @@ pub struct ConvertArgs {
     #[arg(long)]
     pub no_card: bool,
     /// Prove the decode against the unquantized base model before OUT is moved into place: a
-    /// failed check writes nothing and exits 1; a passing one is recorded in the model card.
+    /// failed check writes nothing and fails the run; a passing one is recorded in the model card.
     #[arg(long, value_name = "BASE")]
     pub verify_base: Option<PathBuf>,
     /// With --verify-base: check N evenly spread 128×128 blocks per tensor (default 4).

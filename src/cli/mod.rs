@@ -66,7 +66,7 @@ pub enum Command {
     /// Describe a checkpoint: architecture, coded projections, bits per weight, problems.
     #[command(after_help = after_help(Page::Inspect), after_long_help = after_long_help(Page::Inspect))]
     Inspect(InspectArgs),
-    /// Check a decode against the unquantized base model (exit 0 pass, 1 fail, 2 nothing checked).
+    /// Check a decode against the unquantized base model: a verdict, as a table, JSON or an HTML page.
     #[command(after_help = after_help(Page::Verify), after_long_help = after_long_help(Page::Verify))]
     Verify(VerifyArgs),
     /// Check and join the parts of a split conversion copied into one directory; writes SHA256SUMS.
