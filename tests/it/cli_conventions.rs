@@ -277,6 +277,12 @@ fn an_empty_part_says_so() {
     let empty = empty.unwrap_or_else(|| panic!("{warnings:?}"));
     assert!(empty.contains("1 shard(s) for 2 parts") && empty.contains("at most 1 parts"), "{empty}");
     assert!(text(&o.stderr).contains("part 2/2 is empty"), "{}", text(&o.stderr));
+    // Without --json: the warning, and no progress over nothing (0%, an infinite ETA).
+    let o = run(&[&fixture("dense"), &tmp.path().join("p2-text"), &"--part", &"2/2"]);
+    let err = text(&o.stderr);
+    assert!(o.status.success() && err.contains("part 2/2 is empty"), "{err}");
+    assert!(!err.contains("% written"), "{err}");
+    assert!(err.contains("wrote 0 B in 0 of 1 shard (part 2/2 of an output of "), "{err}");
     // Part 1 of the same split holds the shard: no such warning.
     let o = run(&[&fixture("dense"), &tmp.path().join("p1"), &"--part", &"1/2", &"--json"]);
     assert!(!text(&o.stdout).contains("is empty"));
