@@ -37,7 +37,7 @@ bash scripts/llama-cpp.sh
 mkdir -p "$DIR"
 BIN=$DIR/escha-convert
 cp target/release/escha-convert "$BIN"
-echo "escha-convert $(git describe --always --dirty 2>/dev/null || echo '?'), $($BIN --version)"
+echo "escha-convert $(git describe --always --dirty 2>/dev/null || echo '?'), $($BIN -V)"
 [ -d "$DIR/synth" ] || target/release/examples/make_synthetic "$DIR/synth" "$GB"
 WEIGHTS=$($BIN "$DIR/synth" "$DIR/out" --dry-run --json --force |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["weights"])')

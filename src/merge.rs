@@ -27,6 +27,18 @@ pub struct MergeReport {
 
 pub fn merge(dir: &Path) -> Result<MergeReport> {
     let shown = dir.display();
+    match std::fs::metadata(dir) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => bail!("{shown}: not a directory; pass the directory the parts were copied into"),
+        Err(e) => return Err(e).with_context(|| format!("{shown}: cannot read")),
+    }
+    if std::fs::symlink_metadata(dir.join(MARKER_FILE)).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        bail!(
+            "{shown}: the hidden marker file {MARKER_FILE} that every part holds is missing: a copy made with \
+             `cp DIR/*` leaves hidden files behind; copy each part with `cp -r PART/. {shown}/` or `cp -a PART/. \
+             {shown}/`, which keep it"
+        );
+    }
     // Every name merge joins to DIR is a plain file name in it: the marker's are checked as it is
     // read, the sums files' as they are parsed, before anything is looked at.
     let marker = Marker::read(dir)?

@@ -16,6 +16,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+/// The exit code of a run ended by SIGINT, SIGTERM or SIGHUP (128 + SIGINT, as shells report it).
+pub const INTERRUPTED_EXIT: u8 = 130;
+
 /// Staging directories and lock files of this process, removed on a fatal signal.
 static LIVE: Mutex<Vec<CString>> = Mutex::new(Vec::new());
 /// Memory-mapped input files: (start address, length, path).
@@ -99,7 +102,7 @@ pub fn install() {
                 unsafe { remove_tree(p.as_ptr(), 0) };
             }
             eprintln!("escha-convert: interrupted; partial output removed");
-            std::process::exit(130);
+            std::process::exit(INTERRUPTED_EXIT.into());
         });
         install_handler(libc::SIGBUS, on_sigbus as *const () as usize);
         install_handler(libc::SIGABRT, on_sigabrt as *const () as usize);

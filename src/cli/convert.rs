@@ -49,11 +49,6 @@ pub enum BiasArg {
 }
 
 #[derive(Args, Debug)]
-#[command(after_help = "Norms are written exactly as stored: Hugging Face Qwen3.5 norms are zero-centred and \
-HF runtimes (transformers, mlx-lm loading HF layout) add the 1 themselves. --format mlx folds the 1 in \
-(mlx-lm's own layout), quantizes each coded weight from its bf16 rounding (byte-identical to \
-`mlx_lm.convert -q` run on the bf16 export) and writes no MTP head. The Hugging Face layout writes a \
-complete MTP head as mtp.* tensors in the main shards (also the 27B's separate mtp/ directory).")]
 pub struct ConvertArgs {
     /// Input: an Escha-W2 checkpoint directory, a single .safetensors file, or a Hub id
     /// `org/name[@REVISION]` read from the local Hugging Face cache (never modified; nothing is
@@ -64,10 +59,10 @@ pub struct ConvertArgs {
     #[arg(value_name = "OUT")]
     pub output: PathBuf,
     /// Output format.
-    #[arg(long, value_enum, default_value_t = FormatArg::Bf16)]
+    #[arg(long, value_enum, ignore_case = true, default_value_t = FormatArg::Bf16)]
     pub format: FormatArg,
     /// What to do with the bias tensors of coded linears.
-    #[arg(long, value_enum, default_value_t = BiasArg::Drop)]
+    #[arg(long, value_enum, ignore_case = true, default_value_t = BiasArg::Drop)]
     pub bias: BiasArg,
     /// MLX affine bits per weight: 2, 3, 4, 5, 6, 8, or auto (each coded linear the fewest bits
     /// that keep the added error within --max-added-error · 2^-K) (`--format mlx`; default 4).
@@ -86,16 +81,16 @@ pub struct ConvertArgs {
     pub group_size: Option<usize>,
     /// How int8 weights are written (`--format mlx` and `gguf`; default exact: MLX 8-bit affine
     /// or GGUF `Q8_0` holding exactly the stored values).
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, ignore_case = true)]
     pub int8: Option<Int8Mode>,
     /// GGUF tensor type of everything llama.cpp does not keep in F32 (`--format gguf`; default bf16).
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, ignore_case = true)]
     pub gguf_type: Option<GgufType>,
     /// The tokenizer in the GGUF file (`--format gguf`; default auto).
-    #[arg(long, value_enum)]
+    #[arg(long, value_enum, ignore_case = true)]
     pub gguf_vocab: Option<VocabArg>,
     /// The MTP head (Hugging Face layout: `mtp.*` tensors in the main shards).
-    #[arg(long, value_enum, default_value_t = MtpMode::Auto)]
+    #[arg(long, value_enum, ignore_case = true, default_value_t = MtpMode::Auto)]
     pub mtp: MtpMode,
     /// Largest shard, in tensor bytes: e.g. 5GB (or 5G), 500MB, 2GiB, or a number of bytes
     /// (default 5GB; 5GiB, mlx-lm's limit, for --format mlx).
@@ -120,7 +115,7 @@ pub struct ConvertArgs {
     #[arg(long)]
     pub json: bool,
     /// Who decodes the trellis tiles (`--decoder` is accepted as another name).
-    #[arg(long, value_enum, alias = "decoder", default_value_t = BackendKind::Auto)]
+    #[arg(long, value_enum, ignore_case = true, alias = "decoder", default_value_t = BackendKind::Auto)]
     pub backend: BackendKind,
     /// Decode tiles on the GPU through Metal: short for `--backend metal`.
     #[arg(long, conflicts_with = "backend")]
@@ -138,7 +133,7 @@ pub struct ConvertArgs {
     #[arg(long)]
     pub no_card: bool,
     /// Prove the decode against the unquantized base model before OUT is moved into place: a
-    /// failed check writes nothing and exits 1; a passing one is recorded in the model card. A
+    /// failed check writes nothing and fails the run; a passing one is recorded in the model card. A
     /// directory, a .safetensors file or a Hub id `org/name[@REVISION]` in the local cache.
     #[arg(long, value_name = "BASE")]
     pub verify_base: Option<PathBuf>,
@@ -163,7 +158,7 @@ pub enum Bits {
 
 fn parse_bits(s: &str) -> Result<Bits, String> {
     match s.trim() {
-        "auto" => Ok(Bits::Auto),
+        t if t.eq_ignore_ascii_case("auto") => Ok(Bits::Auto),
         t => t
             .parse()
             .ok()
@@ -195,6 +190,15 @@ fn choice<T: Copy + ToString + std::str::FromStr + Send + Sync + Clone + 'static
 pub enum ArgsError {
     Usage(clap::Error),
     Input(anyhow::Error),
+}
+
+impl std::fmt::Display for ArgsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ArgsError::Usage(e) => e.fmt(f),
+            ArgsError::Input(e) => e.fmt(f),
+        }
+    }
 }
 
 /// Everything a conversion run needs, from the arguments.

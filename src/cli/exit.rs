@@ -4,10 +4,15 @@ use crate::text::escape_controls;
 use std::io::Write;
 use std::process::ExitCode;
 
+/// Exit code of a run that did what it was asked.
+pub const SUCCESS: u8 = 0;
 /// Exit code of a run that failed (bad input, write error, failed checks).
 pub const FAILURE: u8 = 1;
-/// Exit code of a usage error, or of a verify that could check nothing.
+/// Exit code of a usage error (clap's own, for arguments it refuses), or of a verify that could
+/// check nothing.
 pub const USAGE: u8 = 2;
+/// Exit code of a run ended by Ctrl-C, SIGTERM or SIGHUP, after its partial output was removed.
+pub use crate::signals::INTERRUPTED_EXIT as INTERRUPTED;
 
 /// Prints `e` with its causes on stderr (control characters escaped) and returns `code`.
 pub fn fail(e: &anyhow::Error, code: u8) -> ExitCode {

@@ -1,37 +1,59 @@
 //! The command line: clap definitions, each subcommand's arguments turned into its options in
 //! one place, and what the commands print and how they exit. `main.rs` only calls [`main`].
 //!
-//! Exit codes: 0 success, 1 failure (bad input, write error, failed checks), 2 usage error or
-//! nothing checked, 130 interrupted.
+//! Output formats: dense bf16 or f16 safetensors in Hugging Face layout, MLX-affine safetensors,
+//! or GGUF for llama.cpp. Exit codes: the constants of `exit.rs`, listed per command in each
+//! command's help (`help.rs`).
 
+mod completions;
 mod convert;
 mod exit;
+mod help;
 mod inspect;
 mod merge;
 mod size;
 mod verify;
 
+pub use completions::{CompletionsArgs, ManArgs};
 pub use convert::ConvertArgs;
+pub use help::{exit_codes, Page};
 pub use inspect::InspectArgs;
 pub use merge::MergeArgs;
 pub use verify::VerifyArgs;
 
 use clap::{CommandFactory, Parser, Subcommand};
+use help::{after_help, after_long_help};
 use std::ffi::OsString;
 use std::process::ExitCode;
+
+/// `--version`: the version alone. `--version` in full (clap's long version): the commit, the
+/// cargo features, the target and the profile of the build, from build.rs.
+const LONG_VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    "\ncommit:   ",
+    env!("ESCHA_BUILD_COMMIT"),
+    "\nfeatures: ",
+    env!("ESCHA_BUILD_FEATURES"),
+    "\ntarget:   ",
+    env!("ESCHA_BUILD_TARGET"),
+    "\nprofile:  ",
+    env!("ESCHA_BUILD_PROFILE"),
+);
 
 #[derive(Parser, Debug)]
 #[command(
     name = "escha-convert",
     version,
-    about = "Convert Escha-W2 (EXL3 trellis) checkpoints to dense bf16/f16 safetensors or MLX-affine safetensors",
+    long_version = LONG_VERSION,
+    about = "Convert Escha-W2 (EXL3 trellis) checkpoints to dense bf16/f16 safetensors, MLX-affine safetensors or GGUF",
     long_about = "Convert Escha-W2 (EXL3 trellis) checkpoints to dense bf16/f16 safetensors in Hugging Face \
-layout, or to MLX-affine safetensors that mlx-lm loads (--format mlx).\n\n`escha-convert IN OUT` is short for \
-`escha-convert convert IN OUT`.\n\nIN and BASE are paths, or Hub ids `org/name[@REVISION]` read from the \
+layout, to MLX-affine safetensors that mlx-lm loads (--format mlx), or to GGUF that llama.cpp loads \
+(--format gguf).\n\n`escha-convert IN OUT` is short for `escha-convert convert IN OUT`, with flags \
+anywhere (`escha-convert -q IN OUT`).\n\nIN and BASE are paths, or Hub ids `org/name[@REVISION]` read from the \
 local Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub); an existing path is \
-always a path, and nothing is downloaded (`hf download org/name` puts a repository there).\n\nExit codes: 0 \
-success, 1 failure (bad input, write error, a failed --verify-base or verify check), 2 usage error (or verify could \
-check nothing), 130 interrupted."
+always a path, and nothing is downloaded (`hf download org/name` puts a repository there).",
+    after_help = after_help(Page::Top),
+    after_long_help = after_long_help(Page::Top)
 )]
 pub struct Cli {
     #[command(subcommand)]
@@ -40,14 +62,24 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Decode every tensor and write a dense or MLX checkpoint (the default command).
+    /// Decode every tensor and write a bf16/f16, MLX or GGUF checkpoint (the default command).
+    #[command(after_help = after_help(Page::Convert), after_long_help = after_long_help(Page::Convert))]
     Convert(ConvertArgs),
     /// Describe a checkpoint: architecture, coded projections, bits per weight, problems.
+    #[command(after_help = after_help(Page::Inspect), after_long_help = after_long_help(Page::Inspect))]
     Inspect(InspectArgs),
-    /// Check a decode against the unquantized base model (exit 0 pass, 1 fail, 2 nothing checked).
+    /// Check a decode against the unquantized base model: a verdict, as a table, JSON or an HTML page.
+    #[command(after_help = after_help(Page::Verify), after_long_help = after_long_help(Page::Verify))]
     Verify(VerifyArgs),
     /// Check and join the parts of a split conversion copied into one directory; writes SHA256SUMS.
+    #[command(after_help = after_help(Page::Merge), after_long_help = after_long_help(Page::Merge))]
     Merge(MergeArgs),
+    /// Print the shell completion script for bash, zsh, fish, elvish or powershell.
+    #[command(after_help = after_help(Page::Completions), after_long_help = after_long_help(Page::Completions))]
+    Completions(CompletionsArgs),
+    /// Print the man page, or write every page (one per subcommand) into DIR.
+    #[command(after_help = after_help(Page::Man), after_long_help = after_long_help(Page::Man))]
+    Man(ManArgs),
 }
 
 /// Parses `args` (the program name first) and runs the command.
@@ -58,24 +90,73 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Command::Inspect(a) => inspect::run(&a),
         Command::Verify(a) => verify::run(&a),
         Command::Merge(a) => merge::run(&a),
+        Command::Completions(a) => completions::run_completions(&a),
+        Command::Man(a) => completions::run_man(&a),
     }
 }
 
-/// Rewrites `escha-convert IN OUT …` to `escha-convert convert IN OUT …` when IN is an existing
-/// path or looks like one (a `/` or a `.` in it: a missing checkpoint, or a Hub repository id,
-/// which convert looks up in the cache); a bare word is left to clap, which suggests the
-/// subcommand a typo meant.
+/// Rewrites the short form `escha-convert [FLAGS] IN OUT …` to `escha-convert convert [FLAGS] IN
+/// OUT …`. The first word that is not a flag of convert or a flag's value decides: a subcommand
+/// name (or `help`) is that subcommand; a word after `--` is always IN; otherwise IN must be an
+/// existing path or look like one (a `/` or a `.` in it: a missing checkpoint, or a Hub repository
+/// id, which convert looks up in the cache). Anything else (a bare word, an unknown flag, `--help`,
+/// `--version`) is left to clap, which suggests the subcommand a typo meant or says what is wrong.
 pub fn with_default_command(mut args: Vec<OsString>) -> Vec<OsString> {
-    if let Some(first) = args.get(1) {
-        let text = first.to_string_lossy();
-        let subcommand = text == "help" || Cli::command().find_subcommand(text.as_ref()).is_some();
-        let path = std::path::Path::new(first);
-        let path_like = path.exists() || text.contains(['/', '.']);
-        if !text.starts_with('-') && !subcommand && path_like {
-            args.insert(1, "convert".into());
-        }
+    if first_positional(&args).is_some_and(|(i, after_dashes)| after_dashes || is_input(&args[i])) {
+        args.insert(1, "convert".into());
     }
     args
+}
+
+/// Whether `word`, the first positional word, is IN of the short form rather than a subcommand.
+fn is_input(word: &OsString) -> bool {
+    let text = word.to_string_lossy();
+    let subcommand = text == "help" || Cli::command().find_subcommand(text.as_ref()).is_some();
+    let path_like = std::path::Path::new(word).exists() || text.contains(['/', '.']);
+    !subcommand && path_like
+}
+
+/// The index of the first word of `args` (after the program name) that is neither a flag that
+/// convert takes nor such a flag's value, and whether a `--` came before it. `None` when there is
+/// no such word, or a word before it is a flag convert does not take (`--help`, `-V`, a typo).
+fn first_positional(args: &[OsString]) -> Option<(usize, bool)> {
+    let cli = Cli::command();
+    let convert = cli.find_subcommand("convert").expect("convert is a subcommand");
+    let takes_value = |arg: &clap::Arg| arg.get_action().takes_values();
+    let mut i = 1;
+    while i < args.len() {
+        let word = args[i].to_string_lossy();
+        let word = word.as_ref();
+        if word == "--" {
+            return (i + 1 < args.len()).then_some((i + 1, true));
+        }
+        if let Some(long) = word.strip_prefix("--") {
+            let (name, inline) = match long.split_once('=') {
+                Some((name, _)) => (name, true),
+                None => (long, false),
+            };
+            let arg = convert
+                .get_arguments()
+                .find(|a| a.get_long() == Some(name) || a.get_all_aliases().is_some_and(|all| all.contains(&name)))?;
+            i += if takes_value(arg) && !inline { 2 } else { 1 };
+        } else if let Some(shorts) = word.strip_prefix('-').filter(|s| !s.is_empty()) {
+            // A cluster: `-q`, `-qj4`, `-j 4`, `-j=4`.
+            let mut next = 1;
+            for (at, c) in shorts.char_indices() {
+                let arg = convert.get_arguments().find(|a| a.get_short() == Some(c))?;
+                if takes_value(arg) {
+                    if at + c.len_utf8() == shorts.len() {
+                        next = 2;
+                    }
+                    break;
+                }
+            }
+            i += next;
+        } else {
+            return Some((i, false));
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -91,11 +172,77 @@ mod tests {
     fn in_out_is_short_for_convert_and_subcommands_stay_themselves() {
         assert_eq!(words(&["e", "fixtures/dense", "out"]), ["e", "convert", "fixtures/dense", "out"]);
         assert_eq!(words(&["e", "org/name", "out"]), ["e", "convert", "org/name", "out"]);
-        for sub in ["convert", "inspect", "verify", "merge", "help"] {
+        for sub in ["convert", "inspect", "verify", "merge", "completions", "man", "help"] {
             assert_eq!(words(&["e", sub, "x/y"]), ["e", sub, "x/y"]);
         }
         // A bare word is left to clap, which suggests the subcommand a typo meant.
         assert_eq!(words(&["e", "verfy", "x/y"]), ["e", "verfy", "x/y"]);
         assert_eq!(words(&["e", "--help"]), ["e", "--help"]);
+        assert_eq!(words(&["e", "-V"]), ["e", "-V"]);
+    }
+
+    #[test]
+    fn flags_may_come_before_in_in_the_short_form() {
+        fn convert<'a>(rest: &[&'a str]) -> Vec<&'a str> {
+            [&["e", "convert"][..], rest].concat()
+        }
+        for args in [
+            &["-q", "a/in", "out"][..],
+            &["a/in", "-q", "out"],
+            &["--json", "--format", "mlx", "a/in", "out"],
+            &["--format=gguf", "-qj", "4", "a/in", "out"],
+            &["-j4", "a/in", "out"],
+            &["-j=4", "a/in", "out"],
+            // A flag's value named like a subcommand is a value.
+            &["--only", "merge", "a/in", "out"],
+            &["--decoder", "scalar", "a/in", "out"],
+        ] {
+            assert_eq!(words(&[&["e"][..], args].concat()), convert(args), "{args:?}");
+        }
+        // A path that is not UTF-8 is a path too.
+        #[cfg(unix)]
+        {
+            use std::os::unix::ffi::OsStringExt;
+            let odd = OsString::from_vec(b"in/\xff".to_vec());
+            let args = vec!["e".into(), "-q".into(), odd.clone(), "out".into()];
+            assert_eq!(with_default_command(args), ["e".into(), "convert".into(), "-q".into(), odd, "out".into()]);
+        }
+        // After `--` the first word is IN, even named like a subcommand.
+        assert_eq!(words(&["e", "--", "merge", "out"]), convert(&["--", "merge", "out"]));
+        assert_eq!(words(&["e", "-q", "--", "merge", "out"]), convert(&["-q", "--", "merge", "out"]));
+        // A subcommand after convert's flags, a flag convert does not take, help: left to clap.
+        for args in
+            [&["e", "-q", "merge", "x/y"][..], &["e", "--bogus", "a/in", "out"], &["e", "-h", "a/in"], &["e", "--"]]
+        {
+            assert_eq!(words(args), args, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn value_names_ignore_case_where_no_two_differ_only_by_case() {
+        let cli = Cli::command();
+        let mut checked = 0;
+        for sub in cli.get_subcommands() {
+            for arg in sub.get_arguments() {
+                let values: Vec<String> =
+                    arg.get_possible_values().iter().map(|v| v.get_name().to_ascii_lowercase()).collect();
+                if !arg.get_action().takes_values() || !values.iter().any(|v| v.contains(char::is_alphabetic)) {
+                    continue;
+                }
+                let mut unique = values.clone();
+                unique.sort();
+                unique.dedup();
+                assert_eq!(
+                    unique.len(),
+                    values.len(),
+                    "{} {}: values differ only by case",
+                    sub.get_name(),
+                    arg.get_id()
+                );
+                assert!(arg.is_ignore_case_set(), "{} {}: ignore_case", sub.get_name(), arg.get_id());
+                checked += 1;
+            }
+        }
+        assert!(checked >= 9, "{checked}");
     }
 }

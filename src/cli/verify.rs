@@ -45,7 +45,7 @@ pub struct VerifyArgs {
     #[arg(long)]
     pub json: bool,
     /// Who decodes the trellis tiles.
-    #[arg(long, value_enum, default_value_t = BackendKind::Auto)]
+    #[arg(long, value_enum, ignore_case = true, default_value_t = BackendKind::Auto)]
     pub backend: BackendKind,
     /// Also write the report as one self-contained HTML page (charts, sortable tables) to FILE,
     /// whether the checks pass or not.

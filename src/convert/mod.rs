@@ -56,6 +56,14 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
         })
     })?;
     let owned = job.plan.owned_shards(opts.part);
+    if let Some(part) = opts.part.filter(|_| !owned.contains(&true)) {
+        let (index, count, shards) = (part.index, part.count, job.plan.shards.len());
+        warnings.push(format!(
+            "part {index}/{count} is empty: the output has {shards} shard(s) for {count} parts, so this part writes \
+             no tensor, only the files beside the shards; split into at most {shards} parts, or lower \
+             --max-shard-size"
+        ));
+    }
 
     let mut report = plan_report(opts, layout.as_ref(), &job, &owned, decoder, pool.current_num_threads());
     if opts.dry_run {
@@ -142,7 +150,15 @@ fn prove(opts: &ConvertOptions, request: &VerifyRequest, decoder: &dyn TileDecod
         sampled_blocks: request.sample,
     };
     if !r.passed {
-        let why = r.first_failure().unwrap_or_default();
+        // verify's own words would recommend its --allow-missing, which convert does not take.
+        let why = match r.missing_in_base.first() {
+            Some(first) => format!(
+                "{} tensors of IN are not in BASE, first {first}: --verify-base needs the complete base model \
+                 (`escha-convert verify IN --base BASE --allow-missing` checks the rest of a partial one)",
+                r.missing_in_base.len()
+            ),
+            None => r.first_failure().unwrap_or_default(),
+        };
         bail!("--verify-base: {}; {why}; nothing was written", summary.line());
     }
     Ok(summary)

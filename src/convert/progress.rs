@@ -26,9 +26,10 @@ pub struct Log {
 }
 
 impl Progress {
-    /// Progress over `total` bytes: nothing unless `enabled`.
+    /// Progress over `total` bytes: nothing unless `enabled`, nor when there is nothing to write
+    /// (an empty `--part`), which would report 0% and an infinite ETA.
     pub fn new(enabled: bool, total: u64) -> Progress {
-        if !enabled {
+        if !enabled || total == 0 {
             return Progress::Silent;
         }
         if !std::io::stderr().is_terminal() {

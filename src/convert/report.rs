@@ -149,11 +149,18 @@ pub fn render_plan(r: &ConvertReport) -> String {
 /// The closing summary of a finished conversion.
 pub fn render_summary(r: &ConvertReport) -> String {
     let counts = r.counts.iter().map(|(k, v)| format!("{v} {k}")).collect::<Vec<_>>().join(", ");
+    let tensors = format!("{}: {counts}", count(r.tensors.len(), "tensor"));
+    // A part writes its share of the shards; the tensor counts are those of the whole output.
+    let what = match &r.part {
+        Some(part) => {
+            let mine = r.shards.iter().filter(|s| r.files.iter().any(|f| f.file == s.file)).count();
+            format!("in {mine} of {} (part {part} of an output of {tensors})", count(r.shards.len(), "shard"))
+        }
+        None => format!("({tensors}) in {}", count(r.shards.len(), "shard")),
+    };
     let mut s = format!(
-        "wrote {} ({}: {counts}) in {} to {} in {:.2} s ({:.2} GB/s, {:.3e} weights/s, decoder {}, {})\n",
+        "wrote {} {what} to {} in {:.2} s ({:.2} GB/s, {:.3e} weights/s, decoder {}, {})\n",
         human_bytes(r.bytes_written),
-        count(r.tensors.len(), "tensor"),
-        count(r.shards.len(), "shard"),
         r.output,
         r.seconds,
         r.gb_per_s,

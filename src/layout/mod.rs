@@ -2,8 +2,9 @@
 //! recipes, and the policy for the files around them.
 //!
 //! An [`OutputFormat`] is the user's choice as a value; its [`Layout`] is the policy the engine
-//! follows. Each format is one file: [`hf`] (dense, Hugging Face layout) and [`mlx`] (MLX layout,
-//! affine-quantized). `tensor.rs` describes an output tensor in terms every format shares.
+//! follows. Each format has its module: [`hf`] (dense bf16 or f16, Hugging Face layout), [`mlx`]
+//! (MLX layout, affine-quantized) and [`gguf`] (GGUF for llama.cpp: bf16, f16, f32, `Q8_0` or
+//! K-quants). `tensor.rs` describes an output tensor in terms every format shares.
 
 pub mod gguf;
 pub mod hf;

@@ -196,9 +196,20 @@ fn check_destination(dest: &Path, out: &Destination) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e).with_context(|| format!("{}: cannot look at the output path", out.path.display())),
     };
-    if meta.is_dir()
-        && std::fs::read_dir(dest).with_context(|| format!("{}: cannot list", out.path.display()))?.next().is_none()
-    {
+    if !meta.is_dir() {
+        // Empty or not, a file is not an output directory, and --force never replaces one.
+        let what = match meta.len() {
+            _ if !meta.is_file() => crate::checkpoint::file_kind(&meta),
+            0 => "an empty file",
+            _ => "a file",
+        };
+        bail!(
+            "{}: is {what}, not a directory; OUT is the directory the output goes into: remove it or choose another \
+             path",
+            out.path.display()
+        );
+    }
+    if std::fs::read_dir(dest).with_context(|| format!("{}: cannot list", out.path.display()))?.next().is_none() {
         return Ok(());
     }
     if !out.force {

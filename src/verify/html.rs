@@ -81,14 +81,16 @@ fn kind_of(name: &str) -> String {
     }
 }
 
-/// A short row label: `L3 self_attn.q_norm` for layer tensors, the name without `.weight` otherwise.
+/// A short row label: `L3 self_attn.q_norm` for layer tensors (`MTP L0 input_layernorm` for the
+/// MTP head's, which are not the model's layer 0), the name without `.weight` otherwise.
 fn short_label(name: &str) -> String {
     let trimmed = name.strip_suffix(".weight").unwrap_or(name);
+    let head = if crate::layout::mtp::is_mtp(trimmed) { "MTP " } else { "" };
     let label = match layer_of(trimmed) {
         Some(l) => {
             let marker = format!("layers.{l}.");
             match trimmed.find(&marker) {
-                Some(i) => format!("L{l} {}", &trimmed[i + marker.len()..]),
+                Some(i) => format!("{head}L{l} {}", &trimmed[i + marker.len()..]),
                 None => trimmed.to_string(),
             }
         }
@@ -1053,8 +1055,9 @@ pub fn render_html(r: &VerifyReport) -> String {
         s.push_str("</ul>\n");
     }
 
-    // Charts by layer.
-    let charted: Vec<&CodedRow> = r.coded.iter().filter(|c| layer_of(&c.tensor).is_some()).collect();
+    // Charts by layer: the model's layers; the MTP head's layer 0 is not the model's layer 0.
+    let charted: Vec<&CodedRow> =
+        r.coded.iter().filter(|c| layer_of(&c.tensor).is_some() && !crate::layout::mtp::is_mtp(&c.tensor)).collect();
     if !charted.is_empty() {
         let series = series_for(&charted);
         let index = |c: &CodedRow| {
@@ -1077,7 +1080,7 @@ pub fn render_html(r: &VerifyReport) -> String {
         };
         let unlayered = r.coded.len() - charted.len();
         let note = if unlayered > 0 {
-            format!(" {unlayered} coded tensors without a layer index are in the table only.")
+            format!(" {unlayered} coded tensors without a layer index, or of the MTP head, are in the table only.")
         } else {
             String::new()
         };
@@ -1240,6 +1243,11 @@ mod tests {
         assert_eq!(layer_of("lm_head.weight"), None);
         assert_eq!(kind_of("lm_head.weight"), "lm_head");
         assert_eq!(short_label("model.layers.3.self_attn.q_norm.weight"), "L3 self_attn.q_norm");
+        // The MTP head's layer is not the model's layer 0.
+        let l0 = "model.language_model.layers.0.input_layernorm.weight";
+        assert_eq!(short_label(l0), "L0 input_layernorm");
+        assert_eq!(short_label("mtp.layers.0.input_layernorm.weight"), "MTP L0 input_layernorm");
+        assert_eq!(short_label("mtp.norm.weight"), "mtp.norm");
     }
 
     /// The dense fixture's report with a name that closes the style and script elements.
@@ -1262,6 +1270,16 @@ mod tests {
         r.coded[0].tensor = hostile.into();
         r.coded[0].failures.push(hostile.into());
         r
+    }
+
+    #[test]
+    fn the_mtp_head_is_not_charted_as_layer_0() {
+        let mut r = crafted();
+        let page = render_html(&r);
+        assert!(!page.contains("of the MTP head, are in the table only"));
+        r.coded[1].tensor = "mtp.layers.0.mlp.down_proj.weight".into();
+        let page = render_html(&r);
+        assert!(page.contains("1 coded tensors without a layer index, or of the MTP head, are in the table only"));
     }
 
     #[test]

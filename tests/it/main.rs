@@ -7,6 +7,7 @@ mod synth;
 mod bad_input;
 mod batch;
 mod bits_auto;
+mod cli_conventions;
 mod convert_cli;
 mod decoder_props;
 mod destinations;

@@ -115,8 +115,13 @@ def test_installed_command_is_on_path(installed, cargo_package):
     env = env_with(installed)
     found = shutil.which("escha-convert", path=env["PATH"])
     assert found is not None and Path(found).parent == installed, found
-    r = run(["escha-convert", "--version"], "escha-convert --version", env=env)
+    r = run(["escha-convert", "-V"], "escha-convert -V", env=env)
     assert r.stdout.split() == ["escha-convert", cargo_package["version"]]
+    # --version adds the commit, features, target and profile of the build, one a line.
+    r = run(["escha-convert", "--version"], "escha-convert --version", env=env)
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["escha-convert", cargo_package["version"]]
+    assert [line.split(":")[0] for line in lines[1:]] == ["commit", "features", "target", "profile"], r.stdout
 
 
 @pytest.mark.parametrize("fixture,options", CONVERSIONS, ids=[" ".join([f, *o]) for f, o in CONVERSIONS])
