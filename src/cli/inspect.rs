@@ -1,6 +1,7 @@
 //! `escha-convert inspect IN`.
 
 use super::exit::{fail, print_json, print_out, FAILURE};
+use crate::failure::ErrorCode;
 use crate::inspect::{inspect, render};
 use clap::Args;
 use std::path::PathBuf;
@@ -20,6 +21,6 @@ pub fn run(a: &InspectArgs) -> ExitCode {
     match inspect(&a.input) {
         Ok(r) if a.json => print_json(&r),
         Ok(r) => print_out(&render(&r)),
-        Err(e) => fail(&e, FAILURE),
+        Err(e) => fail(&e, ErrorCode::InputRefused, FAILURE),
     }
 }

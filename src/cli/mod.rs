@@ -48,14 +48,34 @@ pub enum Command {
 }
 
 /// Parses `args` (the program name first) and runs the command.
+///
+/// Under `--json` a failure prints the failure document on stdout. A command line clap refuses
+/// has no parsed `--json` yet: the document is printed when `--json` is among the words before a
+/// `--`, the words clap reads as flags.
 pub fn main(args: Vec<OsString>) -> ExitCode {
-    let cli = Cli::parse_from(with_default_command(args));
+    let args = with_default_command(args);
+    crate::failure::set_json(json_requested(&args));
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => return exit::usage(&e),
+    };
+    crate::failure::set_json(match &cli.command {
+        Command::Convert(a) => a.json,
+        Command::Inspect(a) => a.json,
+        Command::Verify(a) => a.json,
+        Command::Merge(a) => a.json,
+    });
     match cli.command {
         Command::Convert(a) => convert::run(a),
         Command::Inspect(a) => inspect::run(&a),
         Command::Verify(a) => verify::run(&a),
         Command::Merge(a) => merge::run(&a),
     }
+}
+
+/// Whether the command line asks for `--json`, before clap has read it.
+fn json_requested(args: &[OsString]) -> bool {
+    args.iter().skip(1).take_while(|a| *a != "--").any(|a| a == "--json")
 }
 
 /// Rewrites `escha-convert IN OUT …` to `escha-convert convert IN OUT …` when IN is an existing
@@ -94,5 +114,14 @@ mod tests {
         // A bare word is left to clap, which suggests the subcommand a typo meant.
         assert_eq!(words(&["e", "verfy", "x/y"]), ["e", "verfy", "x/y"]);
         assert_eq!(words(&["e", "--help"]), ["e", "--help"]);
+    }
+
+    #[test]
+    fn json_is_requested_by_the_flag_before_a_double_dash() {
+        let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        assert!(json_requested(&args(&["e", "convert", "--json", "--frmat", "x"])));
+        assert!(!json_requested(&args(&["e", "convert", "--", "--json"])));
+        assert!(!json_requested(&args(&["--json", "convert"])));
+        assert!(!json_requested(&args(&["e", "convert", "--only=--json"])));
     }
 }

@@ -56,7 +56,7 @@ impl Layout for HfLayout {
         ck: &Checkpoint,
         cat: &Catalog,
         keep_bias: bool,
-        warnings: &mut Vec<String>,
+        warnings: &mut Vec<crate::warning::Warning>,
     ) -> Result<Vec<OutputTensor>> {
         let mut tensors = tensors(ck, cat, self.dtype, keep_bias);
         mtp::apply(self.mtp, &mut tensors, ck.config.as_ref(), warnings);

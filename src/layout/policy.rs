@@ -100,7 +100,7 @@ pub trait Layout: Sync {
         ck: &Checkpoint,
         cat: &Catalog,
         keep_bias: bool,
-        warnings: &mut Vec<String>,
+        warnings: &mut Vec<crate::warning::Warning>,
     ) -> Result<Vec<OutputTensor>>;
 
     /// Settles what depends on the weights themselves (the widths of `--bits auto`), looking at

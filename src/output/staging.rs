@@ -14,6 +14,7 @@ use super::lock::{sibling_name, OutputLock};
 use super::ours::{check_replaceable, first_foreign_entry, MARKER_FILE};
 use crate::paths::{overlaps, physical_destination};
 use crate::signals;
+use crate::warning::Warning;
 use anyhow::{bail, Context, Result};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -44,7 +45,7 @@ impl Staging {
     /// Checks that OUT may be written and locks it, then creates the staging directory beside it
     /// holding `marker` (the text of [`MARKER_FILE`]). Stale staging directories it removes or
     /// keeps are reported in `notes`.
-    pub fn prepare(out: &Destination, marker: &str, notes: &mut Vec<String>) -> Result<Staging> {
+    pub fn prepare(out: &Destination, marker: &str, notes: &mut Vec<Warning>) -> Result<Staging> {
         let dest = resolve(out)?;
         let (parent, name) = split(&dest, out.path)?;
         std::fs::create_dir_all(parent).with_context(|| format!("{}: cannot create", parent.display()))?;
@@ -190,7 +191,7 @@ fn check_destination(dest: &Path, out: &Destination) -> Result<()> {
 /// (`.NAME.lock`) is free, or is this run's own (`own`: `.NAME.` of this OUT). A process id says
 /// nothing on shared storage, where the writer may be another container or host; the lock does.
 /// One whose marker does not account for everything in it is kept and named.
-fn remove_stale_staging(parent: &Path, own: &str, notes: &mut Vec<String>) {
+fn remove_stale_staging(parent: &Path, own: &str, notes: &mut Vec<Warning>) {
     let Ok(entries) = std::fs::read_dir(parent) else { return };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
@@ -212,15 +213,15 @@ fn remove_stale_staging(parent: &Path, own: &str, notes: &mut Vec<String>) {
         };
         let path = e.path();
         match first_foreign_entry(&path) {
-            Ok(None) if std::fs::remove_dir_all(&path).is_ok() => notes.push(format!(
+            Ok(None) if std::fs::remove_dir_all(&path).is_ok() => notes.push(Warning::stale_staging_removed(format!(
                 "removed {}, a staging directory left by an earlier run (no run holds its lock)",
                 path.display()
-            )),
-            Ok(Some(foreign)) => notes.push(format!(
+            ))),
+            Ok(Some(foreign)) => notes.push(Warning::stale_staging_kept(format!(
                 "kept {}, named like a staging directory of an earlier run: it {foreign}; remove it yourself if it is \
                  not needed",
                 path.display()
-            )),
+            ))),
             _ => {}
         }
     }

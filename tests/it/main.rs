@@ -16,6 +16,7 @@ mod fuzz_catalogue;
 mod gguf;
 mod golden;
 mod inspect;
+mod json_contract;
 mod kquants_ref;
 mod links;
 mod metal_gpu;

@@ -194,7 +194,7 @@ impl Layout for GgufLayout {
         ck: &Checkpoint,
         cat: &Catalog,
         keep_bias: bool,
-        warnings: &mut Vec<String>,
+        warnings: &mut Vec<crate::warning::Warning>,
     ) -> Result<Vec<OutputTensor>> {
         let hp = Hparams::new(ck.config.as_ref())?;
         let model = Model { ck, cat, layers: u64::from(hp.layers()?), heads: LinearHeads::new(&hp)? };
