@@ -50,10 +50,17 @@ pub fn usage(e: &clap::Error) -> ExitCode {
     ExitCode::from(status)
 }
 
-/// The error line of clap's rendered message, without its `error: `.
+/// The error of clap's rendered message, without its `error: `: its first paragraph (the line,
+/// and the arguments listed under it), on one line.
 fn usage_message(rendered: &str) -> String {
-    let line = rendered.lines().find(|l| !l.trim().is_empty()).unwrap_or_default();
-    escape_controls(line.strip_prefix("error: ").unwrap_or(line)).into_owned()
+    let paragraph: Vec<&str> = rendered
+        .lines()
+        .skip_while(|l| l.trim().is_empty())
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let text = paragraph.join(" ");
+    escape_controls(text.strip_prefix("error: ").unwrap_or(&text)).into_owned()
 }
 
 /// Prints a warning on stderr.
@@ -96,5 +103,7 @@ mod tests {
         let rendered = "error: unexpected argument '--frmat' found\n\n  tip: a similar argument exists: '--format'\n";
         assert_eq!(usage_message(rendered), "unexpected argument '--frmat' found");
         assert_eq!(usage_message("\nerror: x\n"), "x");
+        let rendered = "error: the following required arguments were not provided:\n  <IN>\n  <OUT>\n\nUsage: …\n";
+        assert_eq!(usage_message(rendered), "the following required arguments were not provided: <IN> <OUT>");
     }
 }

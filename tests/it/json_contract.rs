@@ -65,6 +65,7 @@ fn a_usage_error_under_json_prints_the_usage_document() {
         &[&"convert" as &dyn AsRef<std::ffi::OsStr>, &dense, &out, &"--json", &"--frmat", &"mlx"][..],
         &[&dense, &out, &"--json", &"--bits", &"4"],
         &[&"--json"],
+        &[&"convert", &"--json"],
     ] {
         let o = run(args);
         assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
@@ -72,7 +73,9 @@ fn a_usage_error_under_json_prints_the_usage_document() {
         assert_eq!(doc["error"]["code"], "usage", "{doc}");
         let message = doc["error"]["message"].as_str().unwrap();
         assert!(!message.is_empty() && !message.starts_with("error:"), "{doc}");
-        assert!(stderr(&o).contains(message) || args.len() == 1, "{doc}: {}", stderr(&o));
+        // clap's error paragraph, on one line.
+        let said = stderr(&o).split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(said.contains(message), "{doc}: {}", stderr(&o));
     }
     // Without --json, clap's error alone, and nothing on stdout.
     let o = run(&[&"convert", &dense, &out, &"--frmat", &"mlx"]);
@@ -92,4 +95,39 @@ fn a_failure_without_json_prints_nothing_on_stdout() {
     assert_eq!(o.status.code(), Some(1));
     assert!(o.stdout.is_empty());
     assert!(stderr(&o).starts_with("escha-convert: error: "), "{}", stderr(&o));
+}
+
+/// The one document of a run that failed with `code` while its output was being made, whose
+/// message is stderr's error line.
+fn failed_mid_run(o: &Output, code: &str) {
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(o));
+    let doc = error_document(o);
+    assert_eq!(doc["error"]["code"], code, "{doc}");
+    let line = format!("escha-convert: error: {}\n", doc["error"]["message"].as_str().unwrap());
+    assert!(stderr(o).ends_with(&line), "{doc}: {}", stderr(o));
+}
+
+#[test]
+fn an_input_truncated_mid_run_prints_input_changed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = crate::edges::slow_checkpoint(&tmp.path().join("in"));
+    let out = tmp.path().join("work").join("out");
+    std::fs::create_dir(out.parent().unwrap()).unwrap();
+    let child = crate::edges::start_slow_with(&input, &out, &["--json"]);
+    let f = std::fs::OpenOptions::new().write(true).open(input.join("model.safetensors")).unwrap();
+    f.set_len(f.metadata().unwrap().len() / 3).unwrap();
+    // A SIGBUS in the mapping, or the check before the commit: either way input_changed.
+    failed_mid_run(&child.wait_with_output().unwrap(), "input_changed");
+}
+
+#[test]
+fn something_appearing_at_out_mid_run_prints_output_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = crate::edges::slow_checkpoint(&tmp.path().join("in"));
+    let out = tmp.path().join("work").join("out");
+    std::fs::create_dir(out.parent().unwrap()).unwrap();
+    let child = crate::edges::start_slow_with(&input, &out, &["--json"]);
+    std::fs::create_dir(&out).unwrap();
+    std::fs::write(out.join("precious.txt"), "mine").unwrap();
+    failed_mid_run(&child.wait_with_output().unwrap(), "output_refused");
 }
