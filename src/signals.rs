@@ -7,9 +7,9 @@
 //! with an error naming the file instead of killing the run. None ends in a half-written output
 //! left behind.
 //!
-//! Under `--json` each of the three that end the run also prints the failure document on stdout
-//! (`interrupted`, exit 130; `input_changed`, exit 1), made before the signal can arrive where the
-//! handler may not allocate.
+//! Under `--json` Ctrl-C (SIGTERM, SIGHUP) and SIGBUS also print the failure document on stdout
+//! (`interrupted`, exit 130; `input_changed`, exit 1); SIGBUS's is made when the file is mapped,
+//! since its handler may not allocate. SIGABRT prints none.
 //!
 //! Paths to remove and mapped input ranges are registered here before they exist; the SIGBUS
 //! handler only makes system calls (no allocation), so it cannot deadlock on a lock a worker
