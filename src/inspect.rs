@@ -86,7 +86,7 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
     let config = ck.config.as_ref();
     let text = ck.text_config();
     let str_of = |v: Option<&Value>| v.and_then(Value::as_str).map(String::from);
-    let mut problems = cat.notes();
+    let mut problems: Vec<String> = cat.notes().into_iter().map(|w| w.message).collect();
     let mut scratch = Vec::new();
 
     let mut coded = Vec::new();

@@ -13,3 +13,56 @@ pub fn to_text(value: &Value, indent: usize) -> String {
     text.push('\n');
     text
 }
+
+/// The version of the `--json` contract (`docs/escha-convert.schema.json`), carried by every
+/// document as `schema_version`. It goes up when a key is removed or changes type; a key added
+/// leaves it as it is.
+pub const SCHEMA_VERSION: u64 = 1;
+
+/// `value` (a report) as a `--json` document: `schema_version` first, then its own keys.
+pub fn document(value: &impl Serialize) -> serde_json::Result<Value> {
+    let mut doc = serde_json::Map::new();
+    doc.insert("schema_version".into(), SCHEMA_VERSION.into());
+    let Value::Object(fields) = serde_json::to_value(value)? else {
+        return Err(serde::ser::Error::custom("a --json document is an object"));
+    };
+    doc.extend(fields);
+    Ok(Value::Object(doc))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::failure::ErrorCode;
+    use crate::warning::WarningCode;
+
+    fn schema() -> Value {
+        serde_json::from_str(include_str!("../docs/escha-convert.schema.json")).unwrap()
+    }
+
+    #[test]
+    fn the_schema_lists_every_code_and_this_version() {
+        let s = schema();
+        let defs = &s["$defs"];
+        let warnings: Vec<Value> = WarningCode::ALL.iter().map(|c| serde_json::to_value(c).unwrap()).collect();
+        assert_eq!(defs["warning"]["properties"]["code"]["enum"], Value::from(warnings));
+        let errors: Vec<Value> = ErrorCode::ALL.iter().map(|c| serde_json::to_value(c).unwrap()).collect();
+        assert_eq!(defs["error"]["properties"]["error"]["properties"]["code"]["enum"], Value::from(errors));
+        for kind in ["convert", "verify", "inspect", "merge", "error"] {
+            let version = &defs[kind]["properties"]["schema_version"]["const"];
+            assert_eq!(version.as_u64(), Some(SCHEMA_VERSION), "{kind}");
+            assert!(defs[kind]["required"].as_array().unwrap().contains(&"schema_version".into()), "{kind}");
+        }
+    }
+
+    #[test]
+    fn a_document_starts_with_its_version() {
+        #[derive(Serialize)]
+        struct R {
+            a: u8,
+        }
+        let doc = document(&R { a: 3 }).unwrap();
+        assert_eq!(serde_json::to_string(&doc).unwrap(), r#"{"schema_version":1,"a":3}"#);
+        assert!(document(&3).is_err());
+    }
+}

@@ -1,5 +1,6 @@
 //! Worker threads: the rayon pool a command runs in, with `-j` kept to a sane bound.
 
+use crate::warning::Warning;
 use anyhow::Result;
 
 /// Threads per core beyond which `-j` only costs memory.
@@ -7,12 +8,14 @@ const MAX_PER_CORE: usize = 4;
 
 /// A pool of `requested` threads (one per core when `None` or 0), capped at 4 per core with a
 /// note in `notes`.
-pub fn pool(requested: Option<usize>, notes: &mut Vec<String>) -> Result<rayon::ThreadPool> {
+pub fn pool(requested: Option<usize>, notes: &mut Vec<Warning>) -> Result<rayon::ThreadPool> {
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let cap = MAX_PER_CORE * cores;
     let threads = match requested.filter(|&n| n > 0) {
         Some(n) if n > cap => {
-            notes.push(format!("-j {n} is more than {MAX_PER_CORE} per core: using {cap} threads"));
+            notes.push(Warning::threads_capped(format!(
+                "-j {n} is more than {MAX_PER_CORE} per core: using {cap} threads"
+            )));
             cap
         }
         Some(n) => n,

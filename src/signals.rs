@@ -7,10 +7,15 @@
 //! with an error naming the file instead of killing the run. None ends in a half-written output
 //! left behind.
 //!
+//! Under `--json` Ctrl-C (SIGTERM, SIGHUP) and SIGBUS also print the failure document on stdout
+//! (`interrupted`, exit 130; `input_changed`, exit 1); SIGBUS's is made when the file is mapped,
+//! since its handler may not allocate. SIGABRT prints none.
+//!
 //! Paths to remove and mapped input ranges are registered here before they exist; the SIGBUS
 //! handler only makes system calls (no allocation), so it cannot deadlock on a lock a worker
 //! thread held when it faulted.
 
+use crate::failure::ErrorCode;
 use std::ffi::CString;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,8 +26,23 @@ pub const INTERRUPTED_EXIT: u8 = 130;
 
 /// Staging directories and lock files of this process, removed on a fatal signal.
 static LIVE: Mutex<Vec<CString>> = Mutex::new(Vec::new());
-/// Memory-mapped input files: (start address, length, path).
-static MAPPED: Mutex<Vec<(usize, usize, CString)>> = Mutex::new(Vec::new());
+/// Memory-mapped input files: (start address, length, path, the `--json` failure document for a
+/// SIGBUS inside it).
+static MAPPED: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
+
+type Mapping = (usize, usize, CString, Option<CString>);
+
+/// What SIGBUS says (after the file's path) when it names the file.
+const CHANGED: &str = ": changed during conversion (truncated while being read); no output was written";
+/// What SIGBUS says when the address is in no registered file.
+const BUS_ERROR: &str = "bus error reading an input file (did it change during the run?); no output was written";
+/// The `--json` failure document of a SIGBUS in no registered file, as
+/// `failure::error_document` writes it (a test holds them equal).
+const BUS_ERROR_DOCUMENT: &str = "{\n  \"schema_version\": 1,\n  \"error\": {\n    \"code\": \"input_changed\",\n    \
+\"message\": \"bus error reading an input file (did it change during the run?); no output was written\",\n    \
+\"exit_status\": 1\n  }\n}\n";
+/// What Ctrl-C, SIGTERM and SIGHUP say.
+const INTERRUPTED_LINE: &str = "interrupted; partial output removed";
 /// Held while a section must not be cut in half by Ctrl-C, SIGTERM or SIGHUP.
 static UNINTERRUPTED: Mutex<()> = Mutex::new(());
 /// Set as soon as Ctrl-C, SIGTERM or SIGHUP arrives.
@@ -79,7 +99,11 @@ pub fn forget(path: &Path) {
 /// Registers a mapped input file, so that a SIGBUS inside it names it.
 pub fn register_mapping(start: *const u8, len: usize, path: &Path) {
     if let Some(p) = c_path(path) {
-        MAPPED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((start as usize, len, p));
+        let doc = crate::failure::json().then(|| {
+            let message = format!("{}{CHANGED}", path.display());
+            CString::new(crate::failure::error_document(ErrorCode::InputChanged, &message, 1)).ok()
+        });
+        MAPPED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((start as usize, len, p, doc.flatten()));
     }
 }
 
@@ -101,7 +125,13 @@ pub fn install() {
                 // SAFETY: `p` is a valid C string.
                 unsafe { remove_tree(p.as_ptr(), 0) };
             }
-            eprintln!("escha-convert: interrupted; partial output removed");
+            eprintln!("escha-convert: {INTERRUPTED_LINE}");
+            if crate::failure::json() {
+                use std::io::Write;
+                let doc = crate::failure::error_document(ErrorCode::Interrupted, INTERRUPTED_LINE, INTERRUPTED_EXIT);
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(doc.as_bytes()).and_then(|()| out.flush());
+            }
             std::process::exit(INTERRUPTED_EXIT.into());
         });
         install_handler(libc::SIGBUS, on_sigbus as *const () as usize);
@@ -129,19 +159,32 @@ fn say(bytes: &[u8]) {
     let _ = unsafe { libc::write(2, bytes.as_ptr().cast(), bytes.len()) };
 }
 
+/// Writes raw bytes to stdout (async-signal-safe).
+fn say_out(bytes: &[u8]) {
+    // SAFETY: write(2) on fd 1 with a valid buffer.
+    let _ = unsafe { libc::write(1, bytes.as_ptr().cast(), bytes.len()) };
+}
+
 extern "C" fn on_sigbus(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo_t for SA_SIGINFO handlers.
     let addr = unsafe { fault_address(info) };
     say(b"escha-convert: error: ");
     let named = MAPPED.try_lock().ok().and_then(|mapped| {
-        let (_, _, path) = mapped.iter().find(|(start, len, _)| addr >= *start && addr < start + len)?;
+        let (_, _, path, doc) = mapped.iter().find(|(start, len, _, _)| addr >= *start && addr < start + len)?;
         say(path.as_bytes());
+        say(CHANGED.as_bytes());
+        say(b"\n");
+        if let Some(doc) = doc {
+            say_out(doc.as_bytes());
+        }
         Some(())
     });
-    if named.is_some() {
-        say(b": changed during conversion (truncated while being read); no output was written\n");
-    } else {
-        say(b"bus error reading an input file (did it change during the run?); no output was written\n");
+    if named.is_none() {
+        say(BUS_ERROR.as_bytes());
+        say(b"\n");
+        if crate::failure::json() {
+            say_out(BUS_ERROR_DOCUMENT.as_bytes());
+        }
     }
     remove_registered();
     // SAFETY: _exit is async-signal-safe.
@@ -264,4 +307,14 @@ unsafe fn remove_tree(path: *const libc::c_char, _depth: u32) {
     let bytes = unsafe { std::ffi::CStr::from_ptr(path) }.to_bytes();
     let path = Path::new(std::ffi::OsStr::from_bytes(bytes));
     let _ = std::fs::remove_file(path).or_else(|_| std::fs::remove_dir_all(path));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bus_error_document_is_the_one_failure_writes() {
+        assert_eq!(BUS_ERROR_DOCUMENT, crate::failure::error_document(ErrorCode::InputChanged, BUS_ERROR, 1));
+    }
 }

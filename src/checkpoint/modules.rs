@@ -261,19 +261,19 @@ pub fn catalog(ck: &Checkpoint) -> Result<Catalog> {
 
 impl Catalog {
     /// What is decodable but unusual enough to say: codebooks no Escha release uses.
-    pub fn notes(&self) -> Vec<String> {
+    pub fn notes(&self) -> Vec<crate::warning::Warning> {
         self.coded
             .iter()
             .filter(|m| m.source == CodedSource::Escha && m.codebook != Codebook::Mcg)
             .map(|m| {
-                format!(
+                crate::warning::Warning::unusual_codebook(format!(
                     "{}: escha_config names codebook {} ({}), which no Escha release uses (every release is MCG) and \
                      the vendor runtime rejects; decoded as {} all the same",
                     m.path,
                     m.codebook.name(),
                     m.codebook.id(),
                     m.codebook.name()
-                )
+                ))
             })
             .collect()
     }

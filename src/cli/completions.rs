@@ -3,6 +3,7 @@
 
 use super::exit::{fail, print_out, FAILURE};
 use super::Cli;
+use crate::failure::ErrorCode;
 use anyhow::Context;
 use clap::{Args, CommandFactory};
 use clap_complete::Shell;
@@ -58,13 +59,13 @@ pub fn run_completions(a: &CompletionsArgs) -> ExitCode {
 pub fn run_man(a: &ManArgs) -> ExitCode {
     let pages = match man_pages() {
         Ok(p) => p,
-        Err(e) => return fail(&e, FAILURE),
+        Err(e) => return fail(&e, ErrorCode::Failed, FAILURE),
     };
     match &a.dir {
         None => print_out(&String::from_utf8_lossy(&pages[0].1)),
         Some(dir) => match write_pages(dir, &pages) {
             Ok(written) => print_out(&written),
-            Err(e) => fail(&e, FAILURE),
+            Err(e) => fail(&e, ErrorCode::WriteFailed, FAILURE),
         },
     }
 }

@@ -1,10 +1,11 @@
 //! `escha-convert convert IN OUT`: its arguments, their options, and the run.
 
-use super::exit::{fail, print_json, print_out, warn, FAILURE};
+use super::exit::{fail, print_json, print_out, usage, warn, FAILURE};
 use super::size::parse_size;
 use crate::backend::{Backend, BackendKind};
 use crate::checkpoint::{locate, Located};
 use crate::convert::{convert, render_plan, render_summary, ConvertOptions, PartSpec, VerifyRequest};
+use crate::failure::ErrorCode;
 use crate::layout::mlx::{AutoBits, Int8Mode};
 use crate::layout::{DenseDtype, GgufOptions, GgufType, MlxOptions, MtpMode, OutputFormat};
 use crate::quant::affine::{AffineSpec, BITS, GROUP_SIZES};
@@ -370,20 +371,20 @@ fn shaping_flags(a: &ConvertArgs, format: &OutputFormat, base: Option<&Located>)
 pub fn run(args: ConvertArgs) -> ExitCode {
     let run = match ConvertRun::try_from(args) {
         Ok(run) => run,
-        Err(ArgsError::Usage(e)) => e.exit(),
-        Err(ArgsError::Input(e)) => return fail(&e, FAILURE),
+        Err(ArgsError::Usage(e)) => return usage(&e),
+        Err(ArgsError::Input(e)) => return fail(&e, ErrorCode::InputRefused, FAILURE),
     };
     signals::install();
     let backend = match Backend::new(run.backend) {
         Ok(b) => b,
-        Err(e) => return fail(&e.into(), FAILURE),
+        Err(e) => return fail(&e.into(), ErrorCode::BackendUnavailable, FAILURE),
     };
     let report = match convert(&run.options, backend.decoder()) {
         Ok(r) => r,
-        Err(e) => return fail(&e, FAILURE),
+        Err(e) => return fail(&e, ErrorCode::Failed, FAILURE),
     };
     if !run.quiet {
-        report.warnings.iter().for_each(|w| warn(w));
+        report.warnings.iter().for_each(|w| warn(&w.message));
     }
     if run.json {
         return print_json(&report);

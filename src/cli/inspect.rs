@@ -2,6 +2,7 @@
 
 use super::exit::{fail, print_json, print_out, FAILURE};
 use crate::checkpoint::locate;
+use crate::failure::ErrorCode;
 use crate::inspect::{inspect, render, InspectReport};
 use clap::Args;
 use std::path::PathBuf;
@@ -21,11 +22,11 @@ pub struct InspectArgs {
 pub fn run(a: &InspectArgs) -> ExitCode {
     let input = match locate(&a.input) {
         Ok(l) => l,
-        Err(e) => return fail(&e, FAILURE),
+        Err(e) => return fail(&e, ErrorCode::InputRefused, FAILURE),
     };
     match inspect(&input.path).map(|r| InspectReport { hub: input.hub, ..r }) {
         Ok(r) if a.json => print_json(&r),
         Ok(r) => print_out(&render(&r)),
-        Err(e) => fail(&e, FAILURE),
+        Err(e) => fail(&e, ErrorCode::InputRefused, FAILURE),
     }
 }

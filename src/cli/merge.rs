@@ -1,6 +1,7 @@
 //! `escha-convert merge DIR`.
 
 use super::exit::{fail, print_json, print_out, FAILURE};
+use crate::failure::ErrorCode;
 use crate::merge::merge;
 use clap::Args;
 use std::path::PathBuf;
@@ -24,6 +25,7 @@ pub fn run(a: &MergeArgs) -> ExitCode {
             "{}: {} parts merged; {} files checked and listed in SHA256SUMS\n",
             r.dir, r.parts, r.files
         )),
-        Err(e) => fail(&e, FAILURE),
+        // The parts are merge's input: a missing, extra or damaged file refuses DIR.
+        Err(e) => fail(&e, ErrorCode::InputRefused, FAILURE),
     }
 }

@@ -83,8 +83,24 @@ pub enum Command {
 }
 
 /// Parses `args` (the program name first) and runs the command.
+///
+/// Under `--json` a failure prints the failure document on stdout. A command line clap refuses
+/// has no parsed `--json` yet: the document is printed when `--json` is among the words before a
+/// `--`, the words clap reads as flags.
 pub fn main(args: Vec<OsString>) -> ExitCode {
-    let cli = Cli::parse_from(with_default_command(args));
+    let args = with_default_command(args);
+    crate::failure::set_json(json_requested(&args));
+    let cli = match Cli::try_parse_from(&args) {
+        Ok(cli) => cli,
+        Err(e) => return exit::usage(&e),
+    };
+    crate::failure::set_json(match &cli.command {
+        Command::Convert(a) => a.json,
+        Command::Inspect(a) => a.json,
+        Command::Verify(a) => a.json,
+        Command::Merge(a) => a.json,
+        Command::Completions(_) | Command::Man(_) => false,
+    });
     match cli.command {
         Command::Convert(a) => convert::run(a),
         Command::Inspect(a) => inspect::run(&a),
@@ -93,6 +109,11 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
         Command::Completions(a) => completions::run_completions(&a),
         Command::Man(a) => completions::run_man(&a),
     }
+}
+
+/// Whether the command line asks for `--json`, before clap has read it.
+fn json_requested(args: &[OsString]) -> bool {
+    args.iter().skip(1).take_while(|a| *a != "--").any(|a| a == "--json")
 }
 
 /// Rewrites the short form `escha-convert [FLAGS] IN OUT …` to `escha-convert convert [FLAGS] IN
@@ -244,5 +265,14 @@ mod tests {
             }
         }
         assert!(checked >= 9, "{checked}");
+    }
+
+    #[test]
+    fn json_is_requested_by_the_flag_before_a_double_dash() {
+        let args = |a: &[&str]| a.iter().map(OsString::from).collect::<Vec<_>>();
+        assert!(json_requested(&args(&["e", "convert", "--json", "--frmat", "x"])));
+        assert!(!json_requested(&args(&["e", "convert", "--", "--json"])));
+        assert!(!json_requested(&args(&["--json", "convert"])));
+        assert!(!json_requested(&args(&["e", "convert", "--only=--json"])));
     }
 }

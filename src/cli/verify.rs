@@ -3,6 +3,7 @@
 use super::exit::{fail, print_json, print_out, warn, FAILURE, USAGE};
 use crate::backend::{Backend, BackendKind};
 use crate::checkpoint::{input_extent, locate};
+use crate::failure::ErrorCode;
 use crate::output::file::check_destination;
 use crate::verify::{check_max_ratio, check_min_corr, render, verify, write_html, VerifyOptions, DEFAULT_MAX_RATIO};
 use anyhow::Context;
@@ -105,28 +106,37 @@ pub fn run(a: &VerifyArgs) -> ExitCode {
     // BASE that is not there, a Hub id the cache does not hold, included).
     let opts = match VerifyOptions::try_from(a) {
         Ok(o) => o,
-        Err(e) => return fail(&e, USAGE),
+        Err(e) => return fail(&e, ErrorCode::InputRefused, USAGE),
     };
     let html = match a.html.as_deref().map(|p| html_target(&opts, p)).transpose() {
         Ok(t) => t,
-        Err(e) => return fail(&e, USAGE),
+        Err(e) => return fail(&e, ErrorCode::OutputRefused, USAGE),
     };
     let backend = match Backend::new(a.backend) {
         Ok(b) => b,
-        Err(e) => return fail(&e.into(), USAGE),
+        Err(e) => return fail(&e.into(), ErrorCode::BackendUnavailable, USAGE),
     };
     let report = match verify(&opts, backend.decoder()) {
         Ok(r) => r,
-        Err(e) => return fail(&e, USAGE),
+        Err(e) => return fail(&e, ErrorCode::InputRefused, USAGE),
     };
-    report.warnings.iter().for_each(|w| warn(w));
-    let printed = if a.json { print_json(&report) } else { print_out(&render(&report)) };
-    if let Some(path) = &html {
-        if let Err(e) = write_html(&report, path) {
-            // The checks ran; what failed is writing their record (a full disk, a vanished folder).
-            return fail(&e, FAILURE);
+    report.warnings.iter().for_each(|w| warn(&w.message));
+    // Under --json the page is written first, so that a failure to write it prints the failure
+    // document instead of the report: stdout holds one document either way.
+    let write_page = || html.as_ref().map_or(Ok(()), |path| write_html(&report, path));
+    let printed = if a.json {
+        if let Err(e) = write_page() {
+            return fail(&e, ErrorCode::WriteFailed, FAILURE);
         }
-    }
+        print_json(&report)
+    } else {
+        let printed = print_out(&render(&report));
+        if let Err(e) = write_page() {
+            // The checks ran; what failed is writing their record (a full disk, a vanished folder).
+            return fail(&e, ErrorCode::WriteFailed, FAILURE);
+        }
+        printed
+    };
     if !report.passed {
         return ExitCode::from(FAILURE);
     }

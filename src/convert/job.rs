@@ -9,6 +9,7 @@ use crate::codec::TileDecoder;
 use crate::container::Container;
 use crate::layout::{check_unique_names, Kind, Layout, OutputTensor, WidthChoice};
 use crate::plan::Plan;
+use crate::warning::Warning;
 use anyhow::{bail, Result};
 use std::collections::BTreeSet;
 
@@ -39,14 +40,18 @@ impl Job {
         opts: &ConvertOptions,
         layout: &dyn Layout,
         (decoder, sample): (&dyn TileDecoder, Option<usize>),
-        warnings: &mut Vec<String>,
+        warnings: &mut Vec<Warning>,
         ready: impl FnOnce(&Checkpoint) -> Result<()>,
     ) -> Result<Job> {
         let cat = catalog(&ck)?;
         cat.check_convertible(&ck, true)?;
         warnings.extend(cat.notes());
         if !cat.vision.is_empty() {
-            warnings.push(format!("{}: dropped {} vision-tower tensors", ck.root.display(), cat.vision.len()));
+            warnings.push(Warning::vision_dropped(format!(
+                "{}: dropped {} vision-tower tensors",
+                ck.root.display(),
+                cat.vision.len()
+            )));
         }
         let mut all = layout.tensors(&ck, &cat, opts.keep_bias, warnings)?;
         check_unique_names(&all, &cat)?;
@@ -80,15 +85,15 @@ fn bias_notes(
     cat: &Catalog,
     tensors: &[OutputTensor],
     keep_bias: bool,
-    warnings: &mut Vec<String>,
+    warnings: &mut Vec<Warning>,
 ) -> Result<()> {
     let root = ck.root.display();
     if keep_bias {
         let kept = tensors.iter().filter(|t| t.kind == Kind::Bias).count();
         if kept > 0 {
-            warnings.push(format!(
+            warnings.push(Warning::bias_kept(format!(
                 "{root}: kept {kept} bias tensors of coded linears: stock Qwen3.5 loaders have no slot for them (a strict load fails, others drop them); loading them needs a patched model"
-            ));
+            )));
         }
         return Ok(());
     }
@@ -99,9 +104,9 @@ fn bias_notes(
         nonzero += usize::from(cat.coded[m].has_nonzero_bias(ck)?);
     }
     if nonzero > 0 {
-        warnings.push(format!(
+        warnings.push(Warning::bias_dropped(format!(
             "{root}: dropped {nonzero} non-zero bias tensors of coded linears (the reference runtime never applies them; --bias keep writes them)"
-        ));
+        )));
     }
     Ok(())
 }

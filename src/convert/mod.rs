@@ -23,12 +23,14 @@ pub use report::{render_plan, render_summary, ConvertReport, ShardReport, Tensor
 
 use crate::checkpoint::Checkpoint;
 use crate::codec::TileDecoder;
+use crate::failure::{classified, Classify, ErrorCode};
 use crate::layout::{Encoding, Layout, WidthChoice};
 use crate::output::{checksums, Claim, Destination, Staging, MARKER_FILE};
 use crate::plan::Plan;
 use crate::transform::hadamard::HADAMARD_SIZE;
 use crate::verify::{verify, VerifyOptions, DEFAULT_MAX_RATIO};
-use anyhow::{bail, Context, Result};
+use crate::warning::{Warning, WarningCode};
+use anyhow::{anyhow, Context, Result};
 use job::Job;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -39,29 +41,34 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
     let mut warnings = Vec::new();
     let pool = crate::pool::pool(opts.threads, &mut warnings)?;
     let layout = opts.format.layout();
-    let ck = Checkpoint::open(&opts.input)?;
+    let ck = Checkpoint::open(&opts.input).class(ErrorCode::InputRefused)?;
     // OUT is checked (and, for a real run, locked) once the input is, before any weight is
     // decoded: a refused OUT costs no `--bits auto` or `--gguf-type auto` pass.
     let (mut claim, mut would_refuse) = (None, None::<String>);
-    let job = pool.install(|| {
-        Job::new(ck, opts, layout.as_ref(), (decoder, None), &mut warnings, |ck| {
-            let inputs = protected_inputs(ck, opts)?;
-            let out = Destination { path: &opts.output, inputs: &inputs, force: opts.force };
-            if opts.dry_run {
-                would_refuse = Staging::check(&out).err().map(|e| format!("{e:#}"));
-            } else {
-                claim = Some(Claim::take(&out)?);
-            }
-            Ok(())
+    let job = pool
+        .install(|| {
+            Job::new(ck, opts, layout.as_ref(), (decoder, None), &mut warnings, |ck| {
+                let inputs = protected_inputs(ck, opts).class(ErrorCode::InputRefused)?;
+                let out = Destination { path: &opts.output, inputs: &inputs, force: opts.force };
+                if opts.dry_run {
+                    would_refuse = Staging::check(&out).err().map(|e| format!("{e:#}"));
+                } else {
+                    claim = Some(Claim::take(&out).class(ErrorCode::OutputRefused)?);
+                }
+                Ok(())
+            })
         })
-    })?;
+        .class(ErrorCode::InputRefused)?;
     let owned = job.plan.owned_shards(opts.part);
     if let Some(part) = opts.part.filter(|_| !owned.contains(&true)) {
         let (index, count, shards) = (part.index, part.count, job.plan.shards.len());
-        warnings.push(format!(
-            "part {index}/{count} is empty: the output has {shards} shard(s) for {count} parts, so this part writes \
-             no tensor, only the files beside the shards; split into at most {shards} parts, or lower \
-             --max-shard-size"
+        warnings.push(Warning::new(
+            WarningCode::EmptyPart,
+            format!(
+                "part {index}/{count} is empty: the output has {shards} shard(s) for {count} parts, so this part \
+                 writes no tensor, only the files beside the shards; split into at most {shards} parts, or lower \
+                 --max-shard-size"
+            ),
         ));
     }
 
@@ -74,20 +81,26 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
 
     let marker = files::marker(&job, opts);
     let claim = claim.expect("Job::new claims OUT before it returns");
-    let staging = Staging::prepare(claim, &marker.to_text(), &mut warnings)?;
+    let staging = Staging::prepare(claim, &marker.to_text(), &mut warnings).class(ErrorCode::OutputRefused)?;
     let progress = progress::Progress::new(opts.progress, report.bytes_written);
     let dir = staging.path();
     let reader = rows::Reader { ck: &job.ck, cat: &job.cat, decoder };
     pool.install(|| execute::write_shards(&job.plan, &reader, dir, &owned, &progress))
+        .map_err(|e| {
+            let code = write_class(&e);
+            classified(e, code)
+        })
         .with_context(|| format!("{}: cannot write the output", opts.output.display()))?;
     progress.finish();
     let mut written = vec![MARKER_FILE.to_string()];
     for (i, shard) in job.plan.shards.iter().enumerate().filter(|(i, _)| owned[*i]) {
         let tensors: Vec<_> = job.plan.shard_tensors(i).map(|p| p.tensor.info()).collect();
-        job.container.check_written(&dir.join(&shard.file_name), &tensors, job.plan.shard_at(i))?;
+        job.container
+            .check_written(&dir.join(&shard.file_name), &tensors, job.plan.shard_at(i))
+            .class(ErrorCode::WriteFailed)?;
         written.push(shard.file_name.clone());
     }
-    report.copied_files = files::write_side_files(&job, dir)?;
+    report.copied_files = files::write_side_files(&job, dir).class(ErrorCode::WriteFailed)?;
     written.extend(job.plan.index.iter().map(|(name, _)| name.clone()));
     written.extend(report.copied_files.iter().cloned());
     if let Some(request) = &opts.verify {
@@ -96,16 +109,19 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
     }
     if opts.card {
         let card = files::card(&job, layout.as_ref(), opts, report.verify.as_ref());
-        files::write(dir, files::CARD_FILE, &card.render())?;
+        files::write(dir, files::CARD_FILE, &card.render()).class(ErrorCode::WriteFailed)?;
         written.push(files::CARD_FILE.into());
     }
     report.files = match opts.part.filter(|_| opts.checksums) {
-        Some(p) => with_sums(dir, &written, &checksums::part_sums_file(p.index, p.count))?,
-        None if opts.checksums => with_sums(dir, &written, checksums::SUMS_FILE)?,
+        Some(p) => {
+            with_sums(dir, &written, &checksums::part_sums_file(p.index, p.count)).class(ErrorCode::WriteFailed)?
+        }
+        None if opts.checksums => with_sums(dir, &written, checksums::SUMS_FILE).class(ErrorCode::WriteFailed)?,
         None => written.into_iter().map(|file| WrittenFile { file, sha256: None }).collect(),
     };
-    job.ck.check_unchanged()?;
-    staging.commit()?;
+    job.ck.check_unchanged().class(ErrorCode::InputChanged)?;
+    // OUT gained something during the run, or the swap failed.
+    staging.commit().class(ErrorCode::OutputRefused)?;
 
     report.seconds = started.elapsed().as_secs_f64();
     report.gb_per_s = report.bytes_written as f64 / 1e9 / report.seconds;
@@ -137,7 +153,9 @@ fn prove(opts: &ConvertOptions, request: &VerifyRequest, decoder: &dyn TileDecod
         threads: opts.threads,
         allow_missing: false,
     };
-    let r = verify(&verify_opts, decoder).context("--verify-base: cannot check the decode")?;
+    let r = verify(&verify_opts, decoder)
+        .context("--verify-base: cannot check the decode")
+        .class(ErrorCode::InputRefused)?;
     let summary = VerifySummary {
         base: crate::card::source(&request.base, request.hub.as_ref()).0,
         hub: request.hub.clone(),
@@ -159,9 +177,21 @@ fn prove(opts: &ConvertOptions, request: &VerifyRequest, decoder: &dyn TileDecod
             ),
             None => r.first_failure().unwrap_or_default(),
         };
-        bail!("--verify-base: {}; {why}; nothing was written", summary.line());
+        return Err(anyhow!("--verify-base: {}; {why}; nothing was written", summary.line()))
+            .class(ErrorCode::VerifyFailed);
     }
     Ok(summary)
+}
+
+/// The class of a failure while the shards were written: an I/O error is the output's (a full
+/// disk, a file-size limit); anything else arose from what was read (a value the format cannot
+/// hold).
+fn write_class(e: &anyhow::Error) -> ErrorCode {
+    if e.chain().any(<dyn std::error::Error>::is::<std::io::Error>) {
+        ErrorCode::WriteFailed
+    } else {
+        ErrorCode::InputRefused
+    }
 }
 
 /// Writes the sums of `files` as `sums_file`, which is written too.

@@ -109,7 +109,7 @@ pub struct ConvertReport {
     pub width_choices: Vec<WidthChoice>,
     /// Bits per weight of the affine-quantized tensors, scales and biases included.
     pub affine_bits_per_weight: Option<f64>,
-    pub warnings: Vec<String>,
+    pub warnings: Vec<crate::warning::Warning>,
     pub tensors: Vec<TensorReport>,
 }
 

@@ -56,7 +56,7 @@ impl Layout for HfLayout {
         ck: &Checkpoint,
         cat: &Catalog,
         keep_bias: bool,
-        warnings: &mut Vec<String>,
+        warnings: &mut Vec<crate::warning::Warning>,
     ) -> Result<Vec<OutputTensor>> {
         let mut tensors = tensors(ck, cat, self.dtype, keep_bias);
         mtp::apply(self.mtp, &mut tensors, ck.config.as_ref(), warnings);
@@ -73,7 +73,12 @@ impl Layout for HfLayout {
         Some(crate::json::to_text(&config, 2))
     }
 
-    fn metadata(&self, _ck: &Checkpoint, _tensors: &[OutputTensor], _warnings: &mut Vec<String>) -> Result<Metadata> {
+    fn metadata(
+        &self,
+        _ck: &Checkpoint,
+        _tensors: &[OutputTensor],
+        _warnings: &mut Vec<crate::warning::Warning>,
+    ) -> Result<Metadata> {
         Ok(vec![("format".into(), MetaValue::Str("pt".into()))])
     }
 

@@ -32,6 +32,7 @@ use crate::container::{MetaValue, Metadata};
 use crate::quant::affine::{int8_group_size, AffineSpec};
 use crate::quant::budget::budget;
 use crate::select::selected;
+use crate::warning::Warning;
 use anyhow::{bail, Result};
 use safetensors::Dtype;
 use serde_json::{json, Map, Value};
@@ -107,21 +108,24 @@ impl Layout for MlxLayout {
         ck: &Checkpoint,
         cat: &Catalog,
         keep_bias: bool,
-        warnings: &mut Vec<String>,
+        warnings: &mut Vec<Warning>,
     ) -> Result<Vec<OutputTensor>> {
         let (tensors, dropped) = tensors(ck, cat, self.opts, keep_bias)?;
         let root = ck.root.display();
         if dropped.mtp > 0 {
-            warnings.push(format!("{root}: dropped {} MTP tensors (the MLX layout carries none)", dropped.mtp));
+            warnings.push(Warning::mlx_mtp_dropped(format!(
+                "{root}: dropped {} MTP tensors (the MLX layout carries none)",
+                dropped.mtp
+            )));
         }
         if dropped.tied_head > 0 {
-            warnings.push(format!("{root}: dropped lm_head: tie_word_embeddings is set"));
+            warnings.push(Warning::tied_head_dropped(format!("{root}: dropped lm_head: tie_word_embeddings is set")));
         }
         if dropped.expert_biases > 0 {
-            warnings.push(format!(
+            warnings.push(Warning::expert_biases_dropped(format!(
                 "{root}: dropped {} bias tensors of stacked experts (no MLX slot)",
                 dropped.expert_biases
-            ));
+            )));
         }
         Ok(tensors)
     }
@@ -187,7 +191,12 @@ impl Layout for MlxLayout {
         Some(crate::json::to_text(&config, 4))
     }
 
-    fn metadata(&self, _ck: &Checkpoint, _tensors: &[OutputTensor], _warnings: &mut Vec<String>) -> Result<Metadata> {
+    fn metadata(
+        &self,
+        _ck: &Checkpoint,
+        _tensors: &[OutputTensor],
+        _warnings: &mut Vec<crate::warning::Warning>,
+    ) -> Result<Metadata> {
         Ok(vec![("format".into(), MetaValue::Str("mlx".into()))])
     }
 

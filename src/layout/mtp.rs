@@ -4,6 +4,7 @@
 //! needs every tensor of the layer the config announces (`mtp_num_hidden_layers`).
 
 use super::tensor::OutputTensor;
+use crate::warning::Warning;
 use serde_json::Value;
 use std::collections::{BTreeSet, HashSet};
 
@@ -100,7 +101,7 @@ fn mtp_layer(name: &str) -> Option<u64> {
 
 /// Applies `mode` to the output tensors of a checkpoint with config `config`; says what was
 /// dropped or kept incomplete in `warnings`.
-pub fn apply(mode: MtpMode, tensors: &mut Vec<OutputTensor>, config: Option<&Value>, warnings: &mut Vec<String>) {
+pub fn apply(mode: MtpMode, tensors: &mut Vec<OutputTensor>, config: Option<&Value>, warnings: &mut Vec<Warning>) {
     let count = tensors.iter().filter(|t| is_mtp(&t.name)).count();
     if count == 0 {
         return;
@@ -120,18 +121,18 @@ pub fn apply(mode: MtpMode, tensors: &mut Vec<OutputTensor>, config: Option<&Val
         )
     };
     match mode {
-        MtpMode::Keep if !lacking.is_empty() => warnings.push(format!(
+        MtpMode::Keep if !lacking.is_empty() => warnings.push(Warning::mtp_incomplete_kept(format!(
             "kept an incomplete MTP head ({count} tensors; it lacks {}): clients that build the layer from the config fail on it",
             summary(&lacking)
-        )),
+        ))),
         MtpMode::Keep => {}
         MtpMode::Auto if lacking.is_empty() => {}
         MtpMode::Auto | MtpMode::Drop => {
             if mode == MtpMode::Auto {
-                warnings.push(format!(
+                warnings.push(Warning::mtp_dropped(format!(
                     "dropped the MTP head ({count} tensors): it lacks {}, so no client could use it (--mtp keep writes it anyway)",
                     summary(&lacking)
-                ));
+                )));
             }
             tensors.retain(|t| !is_mtp(&t.name));
         }

@@ -100,7 +100,7 @@ pub trait Layout: Sync {
         ck: &Checkpoint,
         cat: &Catalog,
         keep_bias: bool,
-        warnings: &mut Vec<String>,
+        warnings: &mut Vec<crate::warning::Warning>,
     ) -> Result<Vec<OutputTensor>>;
 
     /// Settles what depends on the weights themselves (the widths of `--bits auto`), looking at
@@ -131,7 +131,12 @@ pub trait Layout: Sync {
     }
 
     /// The metadata of `container`'s files; what it leaves out of the input goes to `warnings`.
-    fn metadata(&self, ck: &Checkpoint, tensors: &[OutputTensor], warnings: &mut Vec<String>) -> Result<Metadata>;
+    fn metadata(
+        &self,
+        ck: &Checkpoint,
+        tensors: &[OutputTensor],
+        warnings: &mut Vec<crate::warning::Warning>,
+    ) -> Result<Metadata>;
 
     /// Whether the input's tokenizer, chat template and generation files are copied beside the
     /// shards (a format that carries them inside its files does not).

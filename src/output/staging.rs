@@ -15,6 +15,7 @@ use super::lock::{sibling_name, OutputLock};
 use super::ours::{check_replaceable, first_foreign_entry, MARKER_FILE};
 use crate::paths::{overlaps, physical_destination};
 use crate::signals;
+use crate::warning::Warning;
 use anyhow::{bail, Context, Result};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -66,7 +67,7 @@ impl Staging {
     /// Creates the staging directory beside the claimed OUT, holding `marker` (the text of
     /// [`MARKER_FILE`]), after checking OUT again. Stale staging directories it removes or keeps
     /// are reported in `notes`.
-    pub fn prepare(claim: Claim, marker: &str, notes: &mut Vec<String>) -> Result<Staging> {
+    pub fn prepare(claim: Claim, marker: &str, notes: &mut Vec<Warning>) -> Result<Staging> {
         let Claim { dest, shown, force, lock } = claim;
         let (parent, name) = split(&dest, &shown)?;
         // Something may have appeared at OUT since the claim; the final rename checks once more.
@@ -222,7 +223,7 @@ fn check_destination(dest: &Path, out: &Destination) -> Result<()> {
 /// (`.NAME.lock`) is free, or is this run's own (`own`: `.NAME.` of this OUT). A process id says
 /// nothing on shared storage, where the writer may be another container or host; the lock does.
 /// One whose marker does not account for everything in it is kept and named.
-fn remove_stale_staging(parent: &Path, own: &str, notes: &mut Vec<String>) {
+fn remove_stale_staging(parent: &Path, own: &str, notes: &mut Vec<Warning>) {
     let Ok(entries) = std::fs::read_dir(parent) else { return };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
@@ -244,15 +245,15 @@ fn remove_stale_staging(parent: &Path, own: &str, notes: &mut Vec<String>) {
         };
         let path = e.path();
         match first_foreign_entry(&path) {
-            Ok(None) if std::fs::remove_dir_all(&path).is_ok() => notes.push(format!(
+            Ok(None) if std::fs::remove_dir_all(&path).is_ok() => notes.push(Warning::stale_staging_removed(format!(
                 "removed {}, a staging directory left by an earlier run (no run holds its lock)",
                 path.display()
-            )),
-            Ok(Some(foreign)) => notes.push(format!(
+            ))),
+            Ok(Some(foreign)) => notes.push(Warning::stale_staging_kept(format!(
                 "kept {}, named like a staging directory of an earlier run: it {foreign}; remove it yourself if it is \
                  not needed",
                 path.display()
-            )),
+            ))),
             _ => {}
         }
     }

@@ -94,7 +94,7 @@ pub struct VerifyReport {
     pub failed: usize,
     pub passed: bool,
     /// Notes on how the run went (a capped `-j`).
-    pub warnings: Vec<String>,
+    pub warnings: Vec<crate::warning::Warning>,
 }
 
 impl VerifyReport {

@@ -328,6 +328,7 @@ fn the_mtp_head_goes_into_the_main_shards_when_complete() {
     let report: Value = serde_json::from_slice(&o.stdout).unwrap();
     let warnings = report["warnings"].to_string();
     assert!(warnings.contains("dropped the MTP head") && warnings.contains("routed experts"), "{warnings}");
+    assert!(report["warnings"].as_array().unwrap().iter().any(|w| w["code"] == "mtp_dropped"), "{warnings}");
     assert!(!tensors(&moe).iter().any(|n| n.starts_with("mtp.")));
     assert_eq!(config(&moe)["text_config"]["mtp_num_hidden_layers"], 0);
     // --mtp keep writes it anyway, and says it is incomplete.

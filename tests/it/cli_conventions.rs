@@ -273,7 +273,7 @@ fn an_empty_part_says_so() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let warnings = report["warnings"].as_array().unwrap();
-    let empty = warnings.iter().filter_map(|w| w.as_str()).find(|w| w.contains("part 2/2 is empty"));
+    let empty = warnings.iter().filter_map(|w| w["message"].as_str()).find(|w| w.contains("part 2/2 is empty"));
     let empty = empty.unwrap_or_else(|| panic!("{warnings:?}"));
     assert!(empty.contains("1 shard(s) for 2 parts") && empty.contains("at most 1 parts"), "{empty}");
     assert!(text(&o.stderr).contains("part 2/2 is empty"), "{}", text(&o.stderr));

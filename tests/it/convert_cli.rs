@@ -170,7 +170,8 @@ fn bias_keep_writes_the_stored_bias() {
     // Kept, with a word on who can load it.
     let warnings = report["warnings"].as_array().unwrap();
     assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert!(warnings[0].as_str().unwrap().contains("stock Qwen3.5 loaders"), "{warnings:?}");
+    assert_eq!(warnings[0]["code"], "bias_kept", "{warnings:?}");
+    assert!(warnings[0]["message"].as_str().unwrap().contains("stock Qwen3.5 loaders"), "{warnings:?}");
 
     // Dropping a non-zero bias is reported once, on stderr and in the JSON warnings.
     let out2 = tmp.path().join("out2");
@@ -178,7 +179,8 @@ fn bias_keep_writes_the_stored_bias() {
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let warnings = report["warnings"].as_array().unwrap();
     assert_eq!(warnings.len(), 1);
-    assert!(warnings[0].as_str().unwrap().contains("dropped 1 non-zero bias"));
+    assert_eq!(warnings[0]["code"], "bias_dropped", "{warnings:?}");
+    assert!(warnings[0]["message"].as_str().unwrap().contains("dropped 1 non-zero bias"));
     assert_eq!(stderr(&o).matches("non-zero bias").count(), 1);
 }
 

@@ -332,7 +332,7 @@ fn a_refused_out_is_refused_before_any_weight_is_decoded() {
         for (out, force, says) in [
             (&taken, false, "already exists and is not empty"),
             (&taken, true, "notes.txt"),
-            (&file, false, "already exists"),
+            (&file, false, "not a directory"),
             (&file, true, "not a directory"),
         ] {
             let args = [format, if force { &["--force"][..] } else { &[] }].concat();

@@ -247,7 +247,7 @@ fn a_long_valid_out_name_works() {
 }
 
 /// A checkpoint that takes a second or two to convert with `SLOW` (scalar decoder, one thread).
-fn slow_checkpoint(dir: &Path) -> PathBuf {
+pub(crate) fn slow_checkpoint(dir: &Path) -> PathBuf {
     let mut rng = Rng::new(77);
     let mut t = Vec::new();
     for l in 0..6 {
@@ -269,7 +269,14 @@ const SLOW: &[&str] = &["--backend", "scalar", "-j", "1", "--format", "mlx", "--
 
 /// Starts a slow conversion and returns once its staging directory exists.
 fn start_slow(input: &Path, out: &Path) -> std::process::Child {
-    let child = bin().arg(input).arg(out).args(SLOW).stderr(Stdio::piped()).spawn().unwrap();
+    start_slow_with(input, out, &[])
+}
+
+/// [`start_slow`] with `extra` arguments, stdout captured too.
+pub(crate) fn start_slow_with(input: &Path, out: &Path, extra: &[&str]) -> std::process::Child {
+    let mut cmd = bin();
+    cmd.arg(input).arg(out).args(SLOW).args(extra).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = cmd.spawn().unwrap();
     let parent = out.parent().unwrap();
     let t0 = Instant::now();
     while !std::fs::read_dir(parent).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().contains(".partial-")) {

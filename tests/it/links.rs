@@ -148,5 +148,6 @@ fn a_huge_mtp_layer_count_is_a_claim_not_a_loop_bound() {
     }
     let o = run(&[&input, &tmp.path().join("warned"), &"--mtp", &"keep", &"--json"]);
     let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert!(report["warnings"][0].as_str().unwrap().contains("kept an incomplete MTP head"), "{report}");
+    assert_eq!(report["warnings"][0]["code"], "mtp_incomplete_kept", "{report}");
+    assert!(report["warnings"][0]["message"].as_str().unwrap().contains("kept an incomplete MTP head"), "{report}");
 }

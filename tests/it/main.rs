@@ -19,6 +19,7 @@ mod gguf_vocab;
 mod golden;
 mod hub;
 mod inspect;
+mod json_contract;
 mod kquants_ref;
 mod links;
 mod memory;

@@ -170,7 +170,10 @@ fn hostile_inputs(tmp: &Path) -> Vec<PathBuf> {
 
 #[test]
 fn normal_runs_of_the_fixtures_fit_the_limit() {
-    let wrong: Vec<String> = ["dense", "moe"].iter().flat_map(|m| check(&fixture(m), true)).collect();
+    // (The MoE fixture's MTP head is incomplete: GGUF refuses to keep it, so only dense counts
+    // among the normal runs of `--mtp keep`; the hostile runs hold both to exit 0 or 1.)
+    let mut wrong: Vec<String> = check(&fixture("dense"), true);
+    wrong.extend(check(&fixture("moe"), false));
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 

@@ -200,7 +200,7 @@ impl Layout for GgufLayout {
         ck: &Checkpoint,
         cat: &Catalog,
         keep_bias: bool,
-        warnings: &mut Vec<String>,
+        warnings: &mut Vec<crate::warning::Warning>,
     ) -> Result<Vec<OutputTensor>> {
         let hp = Hparams::new(ck.config.as_ref())?;
         let model = Model { ck, cat, layers: u64::from(hp.layers()?), heads: LinearHeads::new(&hp)? };
@@ -261,7 +261,12 @@ impl Layout for GgufLayout {
         Box::new(Gguf)
     }
 
-    fn metadata(&self, ck: &Checkpoint, tensors: &[OutputTensor], warnings: &mut Vec<String>) -> Result<Metadata> {
+    fn metadata(
+        &self,
+        ck: &Checkpoint,
+        tensors: &[OutputTensor],
+        warnings: &mut Vec<crate::warning::Warning>,
+    ) -> Result<Metadata> {
         let hp = Hparams::new(ck.config.as_ref())?;
         let layers = u64::from(hp.layers()?);
         let mtp_layers = u32::try_from(mtp_blocks(tensors, layers)).context("too many MTP layers")?;

@@ -13,6 +13,7 @@
 
 use crate::checkpoint::{read_text, Checkpoint};
 use crate::container::{MetaValue, Metadata};
+use crate::warning::{Warning, WarningCode};
 use anyhow::{bail, Context, Result};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -66,7 +67,7 @@ pub fn none(arch: &str, vocab_size: Option<u64>) -> Result<Metadata> {
 
 /// The tokenizer keys for `ck`, its ids padded to `vocab_size` (the embedding's height); what the
 /// file leaves out is said in `warnings`.
-pub fn metadata(ck: &Checkpoint, vocab_size: Option<u64>, warnings: &mut Vec<String>) -> Result<Metadata> {
+pub fn metadata(ck: &Checkpoint, vocab_size: Option<u64>, warnings: &mut Vec<Warning>) -> Result<Metadata> {
     let tokenizer = json_file(ck, "tokenizer.json")?.with_context(|| {
         format!(
             "{}: no tokenizer.json, so no vocabulary for the GGUF file (--gguf-vocab none writes the tensors alone)",
@@ -318,15 +319,15 @@ fn specials(
     added: &[&Value],
     model_config: Option<&Value>,
     byte_level: bool,
-    (n_vocab, warnings): (u64, &mut Vec<String>),
+    (n_vocab, warnings): (u64, &mut Vec<Warning>),
 ) -> Specials {
     let mut ids: Vec<(&'static str, u64)> = Vec::new();
     let mut set = |ids: &mut Vec<(&'static str, u64)>, kind: &'static str, id: Option<u64>, from: &str| {
         let Some(id) = id else { return };
         if id >= n_vocab {
-            warnings.push(format!(
+            warnings.push(Warning::new(WarningCode::SpecialTokenSkipped, format!(
                 "{from}: {kind} token id {id} is beyond the vocabulary's {n_vocab} tokens; not written (llama.cpp would use another token)"
-            ));
+            )));
         } else if !ids.iter().any(|(k, _)| *k == kind) {
             ids.push((kind, id));
         }

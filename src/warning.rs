@@ -1,0 +1,143 @@
+//! Warnings: what a run did that its user may not expect, said once on stderr
+//! (`escha-convert: warning: …`) and listed in the `--json` document with a stable code beside
+//! the text, so a CI job can act on the code instead of matching words. The codes are listed in
+//! `docs/escha-convert.schema.json`; a code is never renamed or given another meaning.
+
+use serde::Serialize;
+use std::fmt;
+
+/// What a warning is about; serialized in snake case (`mtp_dropped`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WarningCode {
+    /// An Escha coded linear names a codebook no Escha release uses (decoded all the same).
+    UnusualCodebook,
+    /// The vision-tower tensors were left out.
+    VisionDropped,
+    /// `-j` asked for more than four threads per core; fewer were used.
+    ThreadsCapped,
+    /// A staging directory an earlier run left behind was removed.
+    StaleStagingRemoved,
+    /// A directory named like a staging directory holds something else and was kept.
+    StaleStagingKept,
+    /// `--bias keep` wrote bias tensors stock loaders have no slot for.
+    BiasKept,
+    /// Non-zero bias tensors of coded linears were left out (the default `--bias drop`).
+    BiasDropped,
+    /// `--mtp auto` left out an MTP head that is incomplete.
+    MtpDropped,
+    /// `--mtp keep` wrote an MTP head that is incomplete.
+    MtpIncompleteKept,
+    /// The MLX layout left out the MTP head (it carries none).
+    MlxMtpDropped,
+    /// The MLX layout left out `lm_head`: the embeddings are tied.
+    TiedHeadDropped,
+    /// The MLX layout left out the bias tensors of stacked experts (no slot for them).
+    ExpertBiasesDropped,
+    /// A special token id beyond the vocabulary was left out of the GGUF (llama.cpp would use
+    /// another token).
+    SpecialTokenSkipped,
+    /// `--part I/N` owns no shard: it writes only the files beside the shards.
+    EmptyPart,
+}
+
+impl WarningCode {
+    /// Every code, in the order the schema lists them.
+    pub const ALL: [WarningCode; 14] = [
+        WarningCode::UnusualCodebook,
+        WarningCode::VisionDropped,
+        WarningCode::ThreadsCapped,
+        WarningCode::StaleStagingRemoved,
+        WarningCode::StaleStagingKept,
+        WarningCode::BiasKept,
+        WarningCode::BiasDropped,
+        WarningCode::MtpDropped,
+        WarningCode::MtpIncompleteKept,
+        WarningCode::MlxMtpDropped,
+        WarningCode::TiedHeadDropped,
+        WarningCode::ExpertBiasesDropped,
+        WarningCode::SpecialTokenSkipped,
+        WarningCode::EmptyPart,
+    ];
+}
+
+/// One warning: its code and the text printed on stderr.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Warning {
+    pub code: WarningCode,
+    pub message: String,
+}
+
+impl Warning {
+    pub fn new(code: WarningCode, message: impl Into<String>) -> Warning {
+        Warning { code, message: message.into() }
+    }
+
+    pub fn unusual_codebook(message: impl Into<String>) -> Warning {
+        Warning::new(WarningCode::UnusualCodebook, message)
+    }
+
+    pub fn vision_dropped(message: impl Into<String>) -> Warning {
+        Warning::new(WarningCode::VisionDropped, message)
+    }
+
+    pub fn threads_capped(message: impl Into<String>) -> Warning {
+        Warning::new(WarningCode::ThreadsCapped, message)
+    }
+
+    pub fn stale_staging_removed(message: impl Into<String>) -> Warning {
+        Warning::new(WarningCode::StaleStagingRemoved, message)
+    }
+
+    pub fn stale_staging_kept(message: impl Into<String>) -> Warning {
+        Warning::new(WarningCode::StaleStagingKept, message)
+    }
+
+    pub fn bias_kept(message: impl Into<String>) -> Warning {
+        Warning::new(WarningCode::BiasKept, message)
+    }
+
+    pub fn bias_dropped(message: impl Into<String>) -> Warning {
+        Warning::new(WarningCode::BiasDropped, message)
+    }
+
+    pub fn mtp_dropped(message: impl Into<String>) -> Warning {
+        Warning::new(WarningCode::MtpDropped, message)
+    }
+
+    pub fn mtp_incomplete_kept(message: impl Into<String>) -> Warning {
+        Warning::new(WarningCode::MtpIncompleteKept, message)
+    }
+
+    pub fn mlx_mtp_dropped(message: impl Into<String>) -> Warning {
+        Warning::new(WarningCode::MlxMtpDropped, message)
+    }
+
+    pub fn tied_head_dropped(message: impl Into<String>) -> Warning {
+        Warning::new(WarningCode::TiedHeadDropped, message)
+    }
+
+    pub fn expert_biases_dropped(message: impl Into<String>) -> Warning {
+        Warning::new(WarningCode::ExpertBiasesDropped, message)
+    }
+}
+
+impl fmt::Display for Warning {
+    /// The text alone, as stderr shows it.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_warning_serializes_as_its_code_and_text() {
+        let w = Warning::mtp_dropped("dropped the MTP head");
+        let v = serde_json::to_value(&w).unwrap();
+        assert_eq!(v, serde_json::json!({"code": "mtp_dropped", "message": "dropped the MTP head"}));
+        assert_eq!(w.to_string(), "dropped the MTP head");
+    }
+}
