@@ -27,6 +27,10 @@ pub struct Job {
     pub mtp_written: bool,
     /// The widths the format chose from the weights (`--bits auto`).
     pub widths: Vec<WidthChoice>,
+    /// Further text files of the format (name, text), written beside config.json.
+    pub extra_files: Vec<(String, String)>,
+    /// The largest relative change of a channel scale the format stores in its own precision.
+    pub fold_change: Option<f64>,
 }
 
 impl Job {
@@ -50,6 +54,8 @@ impl Job {
         let reader = Reader { ck: &ck, cat: &cat, decoder };
         let widths = layout.refine(&mut all, &cat, &Probe { reader: &reader, sample })?;
         let config = ck.config.as_ref().and_then(|c| layout.config(c, &all));
+        let extra_files = ck.config.as_ref().map(|c| layout.extra_files(c, &all)).unwrap_or_default();
+        let fold_change = layout.fold_change(&ck, &cat)?;
         let metadata = layout.metadata(&ck, &all)?;
         let mtp_written = layout.writes_mtp(&all);
         let mut tensors = all;
@@ -65,7 +71,7 @@ impl Job {
         let container = layout.container();
         let plan = Plan::new(tensors, max_shard_size, container.as_ref(), &metadata, index_metadata)?;
         let side_files = if layout.copies_side_files() { ck.copied_files.clone() } else { Vec::new() };
-        Ok(Job { ck, cat, plan, container, side_files, config, mtp_written, widths })
+        Ok(Job { ck, cat, plan, container, side_files, config, mtp_written, widths, extra_files, fold_change })
     }
 }
 

@@ -2,9 +2,10 @@
 //! recipes, and the policy for the files around them.
 //!
 //! An [`OutputFormat`] is the user's choice as a value; its [`Layout`] is the policy the engine
-//! follows. Each format is one file: [`hf`] (dense, Hugging Face layout) and [`mlx`] (MLX layout,
-//! affine-quantized). `tensor.rs` describes an output tensor in terms every format shares.
+//! follows. Each format is one file: [`hf`] (dense, Hugging Face layout), [`mlx`] (MLX layout,
+//! affine-quantized), [`exl3`] (exllamav3) and [`gguf`] (llama.cpp, a folder). `tensor.rs` describes an output tensor in terms every format shares.
 
+pub mod exl3;
 pub mod gguf;
 pub mod hf;
 pub mod mlx;
@@ -13,6 +14,7 @@ mod names;
 mod policy;
 mod tensor;
 
+pub use exl3::Exl3Layout;
 pub use gguf::{GgufLayout, GgufOptions, GgufType};
 pub use hf::{DenseDtype, HfLayout};
 pub use mlx::{MlxLayout, MlxOptions};
@@ -32,6 +34,8 @@ pub enum OutputFormat {
     Mlx(MlxOptions),
     /// GGUF for llama.cpp.
     Gguf(GgufOptions),
+    /// EXL3 for exllamav3: the trellis codes as stored, with or without the MTP head.
+    Exl3 { mtp: MtpMode },
 }
 
 impl OutputFormat {
@@ -41,6 +45,7 @@ impl OutputFormat {
             OutputFormat::Dense { dtype, mtp } => Box::new(HfLayout { dtype, mtp }),
             OutputFormat::Mlx(opts) => Box::new(MlxLayout { opts }),
             OutputFormat::Gguf(opts) => Box::new(GgufLayout { opts }),
+            OutputFormat::Exl3 { mtp } => Box::new(Exl3Layout { mtp }),
         }
     }
 }

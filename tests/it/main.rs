@@ -12,6 +12,7 @@ mod decoder_props;
 mod destinations;
 mod edges;
 mod encoder;
+mod exl3;
 mod fuzz_catalogue;
 mod gguf;
 mod golden;

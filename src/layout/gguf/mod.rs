@@ -180,7 +180,12 @@ fn rows_of(source: &RowSource, range: std::ops::Range<usize>) -> Option<RowSourc
         RowSource::Stack(members) => {
             members.iter().map(|m| rows_of(m, range.clone())).collect::<Option<_>>().map(RowSource::Stack)
         }
-        RowSource::Int8(_) | RowSource::Tensor { .. } | RowSource::Reordered { .. } => None,
+        RowSource::Int8(_)
+        | RowSource::Tensor { .. }
+        | RowSource::Reordered { .. }
+        | RowSource::Slice { .. }
+        | RowSource::Product(..)
+        | RowSource::Literal { .. } => None,
     }
 }
 

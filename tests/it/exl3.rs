@@ -1,0 +1,233 @@
+//! `--format exl3`: the trellis words written as stored (expert slices and gate/up halves
+//! included), the channel scales folded once into f16, and the way back: an EXL3 output converted
+//! to bf16 equals the direct bf16 conversion, byte for byte where `s_in` = `s_out` = 1 and within the
+//! fold's reported change otherwise.
+
+use crate::common::{copy_tree, escha_convert, fixture};
+use crate::synth::{bf16s, f16s, f32s, read_safetensors, write_safetensors, T};
+use half::f16;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+type Tensors = BTreeMap<String, (String, Vec<usize>, Vec<u8>)>;
+
+/// Every tensor of the safetensors files directly in `dir`.
+fn tensors(dir: &Path) -> Tensors {
+    let mut all = BTreeMap::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "safetensors") {
+            all.extend(read_safetensors(&p));
+        }
+    }
+    all
+}
+
+/// Converts `input` into `out` with `args`; returns the `--json` report.
+fn convert(input: &Path, out: &Path, args: &[&str]) -> serde_json::Value {
+    let o = escha_convert().arg(input).arg(out).args(args).args(["--json", "--quiet"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// `f16(r·s)`, the one rounding of the exact product (to nearest, ties to even), found among the
+/// neighbours of a candidate: `half`'s own conversion from f64 may round twice.
+fn folded(r: &[f32], s: Option<&[f32]>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, &r) in r.iter().enumerate() {
+        let x = f64::from(r) * s.map_or(1.0, |s| f64::from(s[i]));
+        let guess = f16::from_f64(x).to_bits();
+        let best = [guess.wrapping_sub(1), guess, guess.wrapping_add(1)]
+            .into_iter()
+            .map(f16::from_bits)
+            .filter(|c| c.is_finite())
+            .min_by(|a, b| {
+                let (da, db) = ((a.to_f64() - x).abs(), (b.to_f64() - x).abs());
+                da.total_cmp(&db).then((a.to_bits() & 1).cmp(&(b.to_bits() & 1)))
+            })
+            .unwrap();
+        out.extend(best.to_le_bytes());
+    }
+    out
+}
+
+/// Rows `rows` of every lead of a `[leads, height, width]` byte array (`elem` bytes a value).
+fn rows_of(bytes: &[u8], height: usize, width: usize, elem: usize, rows: std::ops::Range<usize>) -> Vec<u8> {
+    let row = width * elem;
+    bytes.chunks_exact(height * row).flat_map(|lead| lead[rows.start * row..rows.end * row].to_vec()).collect()
+}
+
+/// The EXL3 linears (module path, expert, output-channel range) a coded module of IN becomes.
+fn exl3_modules(path: &str, experts: Option<usize>, oc: usize) -> Vec<(String, usize, std::ops::Range<usize>)> {
+    let Some(e) = experts else { return vec![(path.to_string(), 0, 0..oc)] };
+    let (parent, leaf) = path.rsplit_once('.').unwrap();
+    (0..e)
+        .flat_map(|e| match leaf {
+            "gate_up_proj" => vec![
+                (format!("{parent}.{e}.gate_proj"), e, 0..oc / 2),
+                (format!("{parent}.{e}.up_proj"), e, oc / 2..oc),
+            ],
+            _ => vec![(format!("{parent}.{e}.{leaf}"), e, 0..oc)],
+        })
+        .collect()
+}
+
+#[test]
+fn trellis_words_are_the_escha_codes_and_scales_fold_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["dense", "moe"] {
+        let input = tensors(&fixture(name));
+        let out = tmp.path().join(name);
+        convert(&fixture(name), &out, &["--format", "exl3"]);
+        let got = tensors(&out);
+        let mut coded = 0;
+        for (code_name, (dtype, shape, code)) in input.iter().filter(|(n, _)| n.ends_with(".escha_code")) {
+            assert_eq!(dtype, "I16");
+            let path = code_name.strip_suffix(".escha_code").unwrap();
+            let leaf = |l: &str| input.get(&format!("{path}.escha_{l}")).map(|t| t.2.as_slice());
+            let experts = (shape.len() == 4).then(|| shape[0]);
+            let (tiles_in, tiles_out, words) = (shape[shape.len() - 3], shape[shape.len() - 2], shape[shape.len() - 1]);
+            let (ic, oc) = (16 * tiles_in, 16 * tiles_out);
+            let per_expert = code.len() / experts.unwrap_or(1);
+            for (module, e, cols) in exl3_modules(path, experts, oc) {
+                let (dtype, tshape, trellis) = &got[&format!("{module}.trellis")];
+                let tiles = cols.start / 16..cols.end / 16;
+                assert_eq!((dtype.as_str(), tshape.clone()), ("I16", vec![tiles_in, tiles.len(), words]), "{module}");
+                let expert = &code[e * per_expert..(e + 1) * per_expert];
+                assert!(*trellis == rows_of(expert, tiles_out, words, 2, tiles), "{module}.trellis");
+                // suh = f16(rin·s_in), svh = f16(rout·s_out): this expert's slice, these channels.
+                let vector = |l: &str, len: usize| leaf(l).map(|b| f16s_or_f32s(l, b)[e * len..(e + 1) * len].to_vec());
+                let (rin, sin) = (vector("rin", ic).unwrap(), vector("s_in", ic));
+                let (rout, sout) = (vector("rout", oc).unwrap(), vector("s_out", oc));
+                assert_eq!(got[&format!("{module}.suh")].2, folded(&rin, sin.as_deref()), "{module}.suh");
+                let sout = sout.map(|s| s[cols.clone()].to_vec());
+                assert_eq!(
+                    got[&format!("{module}.svh")].2,
+                    folded(&rout[cols.clone()], sout.as_deref()),
+                    "{module}.svh"
+                );
+                let (dtype, mshape, mcg) = &got[&format!("{module}.mcg")];
+                assert_eq!((dtype.as_str(), mshape.len()), ("I32", 0));
+                assert_eq!(u32::from_le_bytes(mcg[..].try_into().unwrap()), 0xCBAC_1FED, "exllamav3's MCG multiplier");
+                coded += 1;
+            }
+        }
+        assert!(coded >= 25, "{name}: {coded} EXL3 linears");
+        assert_eq!(got.keys().filter(|n| n.ends_with(".trellis")).count(), coded, "{name}: no other trellis");
+        assert!(
+            !got.keys().any(|n| n.contains("escha_") || n.ends_with("gate_up_proj")),
+            "{name}: nothing fused or Escha-named"
+        );
+        let config: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
+        assert_eq!(config["quantization_config"]["quant_method"], "exl3");
+        assert!(out.join("quantization_config.json").is_file());
+    }
+}
+
+/// A vector leaf as f32 (`rin`/`rout` are F16, `s_in`/`s_out` F32).
+fn f16s_or_f32s(leaf: &str, bytes: &[u8]) -> Vec<f32> {
+    if leaf.starts_with("s_") {
+        f32s(bytes)
+    } else {
+        f16s(bytes)
+    }
+}
+
+/// A copy of fixture `name` whose `s_in` and `s_out` are all ones.
+fn with_unit_scales(name: &str, dir: &Path) -> PathBuf {
+    copy_tree(&fixture(name), dir);
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "safetensors") {
+            continue;
+        }
+        let ts: Vec<T> = read_safetensors(&p)
+            .into_iter()
+            .map(|(n, (dtype, shape, data))| {
+                let data = if n.ends_with(".escha_s_in") || n.ends_with(".escha_s_out") {
+                    assert_eq!(dtype, "F32");
+                    data.chunks_exact(4).flat_map(|_| 1.0f32.to_le_bytes()).collect()
+                } else {
+                    data
+                };
+                let dtype: &'static str = Box::leak(dtype.into_boxed_str());
+                T::new(&n, dtype, &shape, data)
+            })
+            .collect();
+        write_safetensors(&p, &ts);
+    }
+    dir.to_path_buf()
+}
+
+/// The direct bf16 output's tensor for a name of the round trip's: per-expert linears are rows of
+/// the fused expert tensors.
+fn direct_bytes(direct: &Tensors, name: &str) -> Vec<u8> {
+    if let Some(t) = direct.get(name) {
+        return t.2.clone();
+    }
+    let (parent, rest) = name.split_once(".experts.").unwrap_or_else(|| panic!("{name}: not in the direct output"));
+    let (e, leaf) = rest.split_once('.').unwrap();
+    let e: usize = e.parse().unwrap();
+    let fused = |n: &str| &direct[&format!("{parent}.experts.{n}")];
+    let (source, half) = match leaf {
+        "gate_proj.weight" => (fused("gate_up_proj"), Some(0)),
+        "up_proj.weight" => (fused("gate_up_proj"), Some(1)),
+        "down_proj.weight" => (fused("down_proj"), None),
+        _ => panic!("{name}: unexpected"),
+    };
+    let (rows, cols) = (source.1[1], source.1[2]);
+    let lead = &source.2[e * rows * cols * 2..(e + 1) * rows * cols * 2];
+    match half {
+        None => lead.to_vec(),
+        Some(h) => lead[h * rows / 2 * cols * 2..(h + 1) * rows / 2 * cols * 2].to_vec(),
+    }
+}
+
+/// IN → bf16, and IN → exl3 → bf16: the tensors of both, and the fold's reported change.
+fn both_ways(input: &Path, tmp: &Path) -> (Tensors, Tensors, f64) {
+    convert(input, &tmp.join("direct"), &["--format", "bf16"]);
+    let report = convert(input, &tmp.join("exl3"), &["--format", "exl3"]);
+    convert(&tmp.join("exl3"), &tmp.join("back"), &["--format", "bf16"]);
+    let change = report["scale_fold_change"].as_f64().expect("the report says the fold's change");
+    (tensors(&tmp.join("direct")), tensors(&tmp.join("back")), change)
+}
+
+#[test]
+fn exl3_back_to_bf16_is_the_direct_conversion_where_s_is_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["dense", "moe"] {
+        let dir = tmp.path().join(name);
+        let input = with_unit_scales(name, &dir.join("in"));
+        let (direct, back, change) = both_ways(&input, &dir);
+        assert_eq!(change, 0.0, "{name}: s = 1 folds exactly");
+        let weights: usize = direct.values().map(|t| t.2.len()).sum();
+        assert_eq!(back.values().map(|t| t.2.len()).sum::<usize>(), weights, "{name}: the same tensors");
+        for (n, t) in &back {
+            assert!(t.2 == direct_bytes(&direct, n), "{name}: {n} differs from the direct conversion");
+        }
+    }
+}
+
+#[test]
+fn exl3_back_to_bf16_is_within_the_fold_bound_otherwise() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("dense");
+    let (direct, back, change) = both_ways(&fixture("dense"), &dir);
+    assert!(change > 0.0 && change <= 1.0 / 2048.0, "one f16 rounding: {change}");
+    let mut moved = 0;
+    for (n, t) in &back {
+        let want = direct_bytes(&direct, n);
+        if t.2 == want {
+            continue;
+        }
+        moved += 1;
+        assert_eq!(t.0, "BF16", "{n}: only coded weights move");
+        for (a, b) in bf16s(&t.2).into_iter().zip(bf16s(&want)) {
+            // Two scales change by at most `change` each; both sides round once to bf16.
+            let bound = a.abs().max(b.abs()) * (2.01 * change as f32 + 1.0 / 128.0) + f32::MIN_POSITIVE;
+            assert!((a - b).abs() <= bound, "{n}: {a} against {b}");
+        }
+    }
+    assert!(moved > 0, "s ≠ 1 on the dense fixture moves some bf16 values");
+}
