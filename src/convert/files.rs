@@ -74,7 +74,9 @@ pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Optio
     let command = format!("escha-convert {} OUT {}", shell_word(&source), opts.shaping_flags);
     let mut notes = Vec::new();
     if job.cat.coded.iter().any(|m| m.tensor(Leaf::Bias).is_some()) {
-        let bias = if opts.keep_bias {
+        let bias = if opts.keep_bias && layout.applies_bias() {
+            "kept as `<module>.bias`, which the runtime adds after the matmul (the reference runtime never applies them)"
+        } else if opts.keep_bias {
             "kept as `<module>.bias` (stock Qwen3.5 models have no slot for them)"
         } else {
             "dropped: the reference runtime never applies them"

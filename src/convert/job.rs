@@ -65,7 +65,7 @@ impl Job {
                 bail!("{}: nothing to convert (no tensor matches --only)", ck.root.display());
             }
         }
-        bias_notes(&ck, &cat, &tensors, opts.keep_bias, warnings)?;
+        bias_notes(&ck, &cat, &tensors, (opts.keep_bias, layout.applies_bias()), warnings)?;
         let max_shard_size = opts.max_shard_size.unwrap_or_else(|| layout.default_max_shard_size());
         let index_metadata = layout.index_metadata(&tensors);
         let container = layout.container();
@@ -76,18 +76,22 @@ impl Job {
 }
 
 /// Says what happens to the biases of the coded linears being written: dropped (the default, when
-/// any is non-zero), or kept where stock loaders have no slot for them.
+/// any is non-zero), or kept: added by the format's runtime, or where stock loaders have no slot for them.
 fn bias_notes(
     ck: &Checkpoint,
     cat: &Catalog,
     tensors: &[OutputTensor],
-    keep_bias: bool,
+    (keep_bias, applied): (bool, bool),
     warnings: &mut Vec<String>,
 ) -> Result<()> {
     let root = ck.root.display();
     if keep_bias {
         let kept = tensors.iter().filter(|t| t.kind == Kind::Bias).count();
-        if kept > 0 {
+        if kept > 0 && applied {
+            warnings.push(format!(
+                "{root}: kept {kept} bias tensors of coded linears, which the output's runtime adds after the matmul (the reference runtime never applies them)"
+            ));
+        } else if kept > 0 {
             warnings.push(format!(
                 "{root}: kept {kept} bias tensors of coded linears: stock Qwen3.5 loaders have no slot for them (a strict load fails, others drop them); loading them needs a patched model"
             ));

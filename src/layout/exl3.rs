@@ -238,6 +238,11 @@ impl Layout for Exl3Layout {
         vec![("quantization_config.json".into(), crate::json::to_text(&q, 4))]
     }
 
+    /// exllamav3 adds `P.bias` after the matmul (`LinearEXL3`).
+    fn applies_bias(&self) -> bool {
+        true
+    }
+
     fn fold_change(&self, ck: &Checkpoint, cat: &Catalog) -> Result<Option<f64>> {
         fold_change(ck, cat).map(Some)
     }
@@ -254,7 +259,7 @@ impl Layout for Exl3Layout {
     fn card(&self, _mtp: bool) -> FormatCard {
         FormatCard {
             library: "exllamav3",
-            tags: vec!["exl3".into()],
+            tags: vec!["exllamav3".into()],
             description: "EXL3 (exllamav3), the trellis codes exactly as stored; a text-only Qwen3.5 model".into(),
             how_to_load: "exllamav3:\n\n```python\nfrom exllamav3 import Config, Model, Cache, Tokenizer, Generator\n\
                  config = Config.from_directory(\"path/to/model\")\nmodel = Model.from_config(config)\n\

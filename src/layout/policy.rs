@@ -130,6 +130,12 @@ pub trait Layout: Sync {
         Vec::new()
     }
 
+    /// Whether the format's runtime adds a coded linear's `bias` (written with `--bias keep`) after
+    /// the matmul; stock Qwen3.5 loaders have no slot for it.
+    fn applies_bias(&self) -> bool {
+        false
+    }
+
     /// The largest relative change the format makes to a channel scale it stores in its own
     /// precision (EXL3's `suh`/`svh` in f16), when it makes one.
     fn fold_change(&self, _ck: &Checkpoint, _cat: &Catalog) -> Result<Option<f64>> {

@@ -260,8 +260,15 @@ impl OutputTensor {
     /// scales and biases as none.
     pub fn weights(&self) -> u64 {
         let n = self.numel() as u64;
+        if self.kind == Kind::QuantParams {
+            return 0;
+        }
         match self.recipe.as_ref().map(|r| &r.encoding) {
             None => 0,
+            // Trellis words copied as stored (`[IC/16, OC/16, 16K]`): 256 weights per tile.
+            Some(Encoding::Bytes) if matches!(self.kind, Kind::Coded | Kind::CodedExperts) => {
+                self.shape.iter().rev().skip(1).product::<usize>() as u64 * 256
+            }
             Some(Encoding::Affine { spec, .. }) => n * 32 / spec.bits as u64,
             Some(Encoding::Int8Affine { .. }) => n * 4,
             Some(Encoding::Float | Encoding::Bytes | Encoding::Int8Blocks) => n,

@@ -231,3 +231,60 @@ fn exl3_back_to_bf16_is_within_the_fold_bound_otherwise() {
     }
     assert!(moved > 0, "s ≠ 1 on the dense fixture moves some bf16 values");
 }
+
+#[test]
+fn card_summary_and_warnings_speak_of_exllamav3_and_the_fold() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let o =
+        escha_convert().arg(fixture("dense")).arg(&out).args(["--format", "exl3", "--bias", "keep"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The summary and the warnings go to stderr.
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("one rounding per channel; largest relative change"), "{stderr}");
+    assert!(stderr.contains("quantization_config.json"), "{stderr}");
+    assert!(stderr.contains("which the output's runtime adds after the matmul"), "{stderr}");
+    let card = std::fs::read_to_string(out.join("README.md")).unwrap();
+    for needle in
+        ["library_name: exllamav3", "Config.from_directory", "TabbyAPI", "largest relative change", "--format exl3"]
+    {
+        assert!(card.contains(needle), "the card lacks {needle:?}:\n{card}");
+    }
+    // The marker lists quantization_config.json, so --force replaces it.
+    let marker = std::fs::read_to_string(out.join(".escha-convert.json")).unwrap();
+    assert!(marker.contains("quantization_config.json"));
+    let dry = escha_convert()
+        .arg(fixture("moe"))
+        .arg(tmp.path().join("dry"))
+        .args(["--format", "exl3", "--dry-run"])
+        .output()
+        .unwrap();
+    assert!(dry.status.success());
+    assert!(String::from_utf8_lossy(&dry.stdout).contains("mlp.experts.3.up_proj.trellis"));
+    assert!(!tmp.path().join("dry").exists());
+}
+
+#[test]
+fn padded_linears_are_refused_naming_the_tensor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in");
+    copy_tree(&fixture("moe"), &input);
+    let config = "model.language_model.layers.0.mlp.experts.down_proj.escha_config";
+    let shard = input.join("model-00001-of-00001.safetensors");
+    let ts: Vec<T> = read_safetensors(&shard)
+        .into_iter()
+        .map(|(n, (dtype, shape, mut data))| {
+            if n == config {
+                // [16, K, 2, 1, E, IC, OC, IC_p, OC_p]: 16 true output channels fewer than stored.
+                let oc = i32::from_le_bytes(data[24..28].try_into().unwrap());
+                data[24..28].copy_from_slice(&(oc - 16).to_le_bytes());
+            }
+            T::new(&n, Box::leak(dtype.into_boxed_str()), &shape, data)
+        })
+        .collect();
+    write_safetensors(&shard, &ts);
+    let o = escha_convert().arg(&input).arg(tmp.path().join("out")).args(["--format", "exl3"]).output().unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("layers.0.mlp.experts.down_proj.escha_code") && err.contains("padded"), "{err}");
+}
