@@ -1,6 +1,6 @@
 //! `--format exl3`: the trellis words written as stored (expert slices and gate/up halves
 //! included), the channel scales folded once into f16, and the way back: an EXL3 output converted
-//! to bf16 equals the direct bf16 conversion, byte for byte where `s_in` = `s_out` = 1 and within the
+//! to bf16 (its per-expert linears stacked back into the fused expert tensors) equals the direct bf16 conversion, byte for byte where `s_in` = `s_out` = 1 and within the
 //! fold's reported change otherwise.
 
 use crate::common::{copy_tree, escha_convert, fixture};
@@ -160,30 +160,6 @@ fn with_unit_scales(name: &str, dir: &Path) -> PathBuf {
     dir.to_path_buf()
 }
 
-/// The direct bf16 output's tensor for a name of the round trip's: per-expert linears are rows of
-/// the fused expert tensors.
-fn direct_bytes(direct: &Tensors, name: &str) -> Vec<u8> {
-    if let Some(t) = direct.get(name) {
-        return t.2.clone();
-    }
-    let (parent, rest) = name.split_once(".experts.").unwrap_or_else(|| panic!("{name}: not in the direct output"));
-    let (e, leaf) = rest.split_once('.').unwrap();
-    let e: usize = e.parse().unwrap();
-    let fused = |n: &str| &direct[&format!("{parent}.experts.{n}")];
-    let (source, half) = match leaf {
-        "gate_proj.weight" => (fused("gate_up_proj"), Some(0)),
-        "up_proj.weight" => (fused("gate_up_proj"), Some(1)),
-        "down_proj.weight" => (fused("down_proj"), None),
-        _ => panic!("{name}: unexpected"),
-    };
-    let (rows, cols) = (source.1[1], source.1[2]);
-    let lead = &source.2[e * rows * cols * 2..(e + 1) * rows * cols * 2];
-    match half {
-        None => lead.to_vec(),
-        Some(h) => lead[h * rows / 2 * cols * 2..(h + 1) * rows / 2 * cols * 2].to_vec(),
-    }
-}
-
 /// IN → bf16, and IN → exl3 → bf16: the tensors of both, and the fold's reported change.
 fn both_ways(input: &Path, tmp: &Path) -> (Tensors, Tensors, f64) {
     convert(input, &tmp.join("direct"), &["--format", "bf16"]);
@@ -201,10 +177,10 @@ fn exl3_back_to_bf16_is_the_direct_conversion_where_s_is_one() {
         let input = with_unit_scales(name, &dir.join("in"));
         let (direct, back, change) = both_ways(&input, &dir);
         assert_eq!(change, 0.0, "{name}: s = 1 folds exactly");
-        let weights: usize = direct.values().map(|t| t.2.len()).sum();
-        assert_eq!(back.values().map(|t| t.2.len()).sum::<usize>(), weights, "{name}: the same tensors");
+        // The per-expert EXL3 linears are stacked back into the fused expert tensors.
+        assert!(back.keys().eq(direct.keys()), "{name}: the same tensors");
         for (n, t) in &back {
-            assert!(t.2 == direct_bytes(&direct, n), "{name}: {n} differs from the direct conversion");
+            assert!(*t == direct[n], "{name}: {n} differs from the direct conversion");
         }
     }
 }
@@ -217,13 +193,13 @@ fn exl3_back_to_bf16_is_within_the_fold_bound_otherwise() {
     assert!(change > 0.0 && change <= 1.0 / 2048.0, "one f16 rounding: {change}");
     let mut moved = 0;
     for (n, t) in &back {
-        let want = direct_bytes(&direct, n);
-        if t.2 == want {
+        let want = &direct[n].2;
+        if t.2 == *want {
             continue;
         }
         moved += 1;
         assert_eq!(t.0, "BF16", "{n}: only coded weights move");
-        for (a, b) in bf16s(&t.2).into_iter().zip(bf16s(&want)) {
+        for (a, b) in bf16s(&t.2).into_iter().zip(bf16s(want)) {
             // Two scales change by at most `change` each; both sides round once to bf16.
             let bound = a.abs().max(b.abs()) * (2.01 * change as f32 + 1.0 / 128.0) + f32::MIN_POSITIVE;
             assert!((a - b).abs() <= bound, "{n}: {a} against {b}");
@@ -287,4 +263,17 @@ fn padded_linears_are_refused_naming_the_tensor() {
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("layers.0.mlp.experts.down_proj.escha_code") && err.contains("padded"), "{err}");
+}
+
+#[test]
+fn per_expert_exl3_linears_stack_into_llama_cpps_expert_tensors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exl3 = tmp.path().join("exl3");
+    convert(&fixture("moe"), &exl3, &["--format", "exl3"]);
+    let report = convert(&exl3, &tmp.path().join("gguf"), &["--format", "gguf", "--dry-run"]);
+    let names: Vec<&str> = report["tensors"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    for n in ["blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight"] {
+        assert!(names.contains(&n), "{n} in {names:?}");
+    }
+    assert!(!names.iter().any(|n| n.contains("experts")), "{names:?}");
 }
