@@ -4,7 +4,8 @@ For each fixture (`fixtures/dense`, `fixtures/moe`), `escha-convert IN OUT --for
 writes OUT, and exllamav3 (the pinned PyPI release) treats it as a model it quantized itself:
 
 * `Config.from_directory(OUT)` picks the text-only class (`Qwen3_5Config` / `Qwen3_5MoeConfig`,
-  from `architectures`) and `Model.from_config` builds the model from OUT's config.json;
+  from `architectures`) and reads the source's text settings (widths, heads, layer types, partial
+  rotary factor, experts) from the flattened config; `Model.from_config` builds the model from it;
 * every module's own `load()` runs on the CPU and finds its tensors in OUT: each coded linear loads
   through `Linear.load_exl3` as an EXL3 linear (trellis `[in/16, out/16, 16K]`, suh `[in]`, svh
   `[out]` in float16, the MCG marker, whose stored multiplier exllamav3 checks against its own
@@ -97,11 +98,38 @@ def stored_tensors(out):
     return names
 
 
-def test_exllamav3_builds_the_model_and_every_module_loads_its_tensors(exl3_out):
+def test_exllamav3_builds_the_model_and_every_module_loads_its_tensors(exl3_out, repo_root):
     name, out = exl3_out
     config = Config.from_directory(str(out))
     model = Model.from_config(config)
     assert (type(config).__name__, type(model).__name__) == CLASSES[name]
+    # exllamav3 reads the text model's settings from the flattened config as from the source's
+    # text_config.
+    text = json.loads((repo_root / "fixtures" / name / "config.json").read_text())["text_config"]
+    assert (config.hidden_size, config.num_hidden_layers, config.vocab_size) == (
+        text["hidden_size"],
+        text["num_hidden_layers"],
+        text["vocab_size"],
+    )
+    assert (config.head_dim, config.num_q_heads, config.num_kv_heads) == (
+        text["head_dim"],
+        text["num_attention_heads"],
+        text["num_key_value_heads"],
+    )
+    assert config.layer_types == text["layer_types"]
+    assert config.rope_settings.partial_rotary_factor == text["rope_parameters"]["partial_rotary_factor"]
+    assert config.rope_settings.rope_theta == text["rope_parameters"]["rope_theta"]
+    assert config.rms_norm_eps == text["rms_norm_eps"]
+    assert config.linear_num_value_heads == text["linear_num_value_heads"]
+    if name == "moe":
+        assert (config.num_experts, config.num_experts_per_tok, config.moe_intermediate_size) == (
+            text["num_experts"],
+            text["num_experts_per_tok"],
+            text["moe_intermediate_size"],
+        )
+        assert config.shared_expert_intermediate_size == text["shared_expert_intermediate_size"]
+    else:
+        assert config.intermediate_size == text["intermediate_size"]
 
     read = set()
     stc = config.stc
