@@ -30,7 +30,7 @@ use anyhow::{bail, Result};
 use half::f16;
 use safetensors::Dtype;
 use serde_json::{json, Map, Value};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 /// The exllamav3 release whose checkpoint format is written (its `quantization_config.version`).
 pub const EXLLAMAV3_VERSION: &str = "1.6.5";
@@ -289,12 +289,17 @@ fn is_moe(input: &Value) -> bool {
 }
 
 /// config.json for exllamav3's text-only Qwen3.5 classes: the text config's keys at the top, the
-/// vision config dropped, the architecture `Qwen3_5ForCausalLM` (`…MoeForCausalLM`), and the
+/// vision config dropped, the architecture `Qwen3_5ForCausalLM` (`…MoeForCausalLM`; another family keeps its own), and the
 /// `quantization_config` exllamav3's converter writes (`conversion/compile.py`).
 pub fn config(input: &Value, tensors: &[OutputTensor]) -> Value {
     let mut out = Map::new();
-    let arch = if is_moe(input) { "Qwen3_5MoeForCausalLM" } else { "Qwen3_5ForCausalLM" };
-    out.insert("architectures".into(), json!([arch]));
+    let source_arch = input.get("architectures").and_then(|a| a.get(0)).and_then(Value::as_str).unwrap_or("");
+    let arch = match source_arch {
+        a if !a.is_empty() && !a.starts_with("Qwen3_5") => json!(input["architectures"]),
+        _ if is_moe(input) => json!(["Qwen3_5MoeForCausalLM"]),
+        _ => json!(["Qwen3_5ForCausalLM"]),
+    };
+    out.insert("architectures".into(), arch);
     if let Some(text) = input.get("text_config").and_then(Value::as_object) {
         for (k, v) in text {
             out.insert(k.clone(), v.clone());
@@ -329,6 +334,7 @@ pub fn config(input: &Value, tensors: &[OutputTensor]) -> Value {
 fn quantization_config(original: Option<&Value>, tensors: &[OutputTensor]) -> Value {
     let (mut bits_weights, mut weights, mut head_bits) = (0.0f64, 0.0f64, 16.0f64);
     let mut codebooks: Vec<&str> = Vec::new();
+    let names: HashSet<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
     for t in tensors.iter().filter(|t| t.name.ends_with(".trellis")) {
         let k = (t.shape[2] / 16) as f64;
         let n = (t.shape[0] * t.shape[1] * 256) as f64;
@@ -344,7 +350,7 @@ fn quantization_config(original: Option<&Value>, tensors: &[OutputTensor]) -> Va
         let cb = match t.name.rsplit_once('.').map(|(_, leaf)| leaf) {
             Some("mcg") => codebook_name(Codebook::Mcg),
             Some("mul1") => codebook_name(Codebook::Mul1),
-            Some("trellis") if !has_marker(tensors, &t.name) => codebook_name(Codebook::ThreeInst),
+            Some("trellis") if !has_marker(&names, &t.name) => codebook_name(Codebook::ThreeInst),
             _ => continue,
         };
         if !codebooks.contains(&cb) {
@@ -367,9 +373,9 @@ fn quantization_config(original: Option<&Value>, tensors: &[OutputTensor]) -> Va
     q
 }
 
-fn has_marker(tensors: &[OutputTensor], trellis: &str) -> bool {
+fn has_marker(names: &HashSet<&str>, trellis: &str) -> bool {
     let module = &trellis[..trellis.len() - ".trellis".len()];
-    tensors.iter().any(|t| t.name == format!("{module}.mcg") || t.name == format!("{module}.mul1"))
+    ["mcg", "mul1"].iter().any(|m| names.contains(format!("{module}.{m}").as_str()))
 }
 
 /// torch's name of a stored element type, as exllamav3 lists it.

@@ -277,3 +277,50 @@ fn per_expert_exl3_linears_stack_into_llama_cpps_expert_tensors() {
     }
     assert!(!names.iter().any(|n| n.contains("experts")), "{names:?}");
 }
+
+#[test]
+fn native_exl3_input_keeps_its_vectors_and_gets_exllamav3s_markers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rng = crate::synth::Rng::new(31);
+    let (ic, oc, k) = (256, 128, 4);
+    let mut input = Vec::new();
+    let modules = [
+        ("model.language_model.layers.0.mlp.down_proj", Some("mul1"), Some(0x83DC_D12D_u32)),
+        ("model.language_model.layers.0.mlp.up_proj", Some("mcg"), Some(0xCBAC_1FED)),
+        ("model.language_model.layers.0.mlp.gate_proj", None, None),
+    ];
+    for (p, marker, _) in modules {
+        input.push(T::new(&format!("{p}.trellis"), "I16", &[ic / 16, oc / 16, 16 * k], rng.bytes(ic * oc * k / 8)));
+        input.push(T::f16(&format!("{p}.suh"), &[ic], &rng.vec(ic, -0.03, 0.03)));
+        input.push(T::f16(&format!("{p}.svh"), &[oc], &rng.vec(oc, -1.0, 1.0)));
+        if let Some(m) = marker {
+            // Markers from exllamav3's experimental window held other values; the output holds its constants.
+            input.push(T::new(&format!("{p}.{m}"), "I32", &[], vec![0; 4]));
+        }
+    }
+    let dir = crate::synth::write_checkpoint(&tmp.path().join("in"), &input);
+    let out = tmp.path().join("out");
+    convert(&dir, &out, &["--format", "exl3"]);
+    let got = tensors(&out);
+    let stored: BTreeMap<&str, &T> = input.iter().map(|t| (t.name.as_str(), t)).collect();
+    for (p, marker, value) in modules {
+        for leaf in ["trellis", "suh", "svh"] {
+            let name = format!("{p}.{leaf}");
+            assert_eq!(got[&name].2, stored[name.as_str()].data, "{name} as stored");
+        }
+        for m in ["mcg", "mul1"] {
+            let name = format!("{p}.{m}");
+            match (marker, value) {
+                (Some(want), Some(v)) if want == m => {
+                    assert_eq!(u32::from_le_bytes(got[&name].2[..].try_into().unwrap()), v, "{name}");
+                }
+                _ => assert!(!got.contains_key(&name), "{name}: no such marker"),
+            }
+        }
+    }
+    let config: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
+    let q = &config["quantization_config"];
+    assert_eq!((q["bits"].as_f64(), q["head_bits"].as_u64()), (Some(4.0), Some(16)));
+    assert!(q.get("codebook").is_none(), "three codebooks: no single one to name");
+    assert_eq!(config["architectures"][0], "Qwen3_5ForCausalLM");
+}
