@@ -324,3 +324,40 @@ fn native_exl3_input_keeps_its_vectors_and_gets_exllamav3s_markers() {
     assert!(q.get("codebook").is_none(), "three codebooks: no single one to name");
     assert_eq!(config["architectures"][0], "Qwen3_5ForCausalLM");
 }
+
+#[test]
+fn parts_merge_into_the_one_run_output_and_only_selects_expert_modules() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shaping = ["--format", "exl3", "--max-shard-size", "400000", "--checksums"];
+    let whole = tmp.path().join("whole");
+    convert(&fixture("moe"), &whole, &shaping);
+    let merged = tmp.path().join("merged");
+    std::fs::create_dir(&merged).unwrap();
+    for part in ["1/2", "2/2"] {
+        let dir = tmp.path().join(part.replace('/', "-"));
+        convert(&fixture("moe"), &dir, &[&shaping[..], &["--part", part]].concat());
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            let to = merged.join(p.file_name().unwrap());
+            if !to.exists() {
+                std::fs::copy(&p, to).unwrap();
+            }
+        }
+    }
+    let o = escha_convert().arg("merge").arg(&merged).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for file in ["config.json", "quantization_config.json", "SHA256SUMS", "model.safetensors.index.json"] {
+        assert_eq!(std::fs::read(whole.join(file)).unwrap(), std::fs::read(merged.join(file)).unwrap(), "{file}");
+    }
+    assert_eq!(tensors(&whole), tensors(&merged));
+
+    let only = tmp.path().join("only");
+    convert(&fixture("moe"), &only, &["--format", "exl3", "--only", "*.experts.1.*"]);
+    let got = tensors(&only);
+    assert!(!got.is_empty() && got.keys().all(|n| n.contains(".experts.1.")), "{:?}", got.keys());
+    // Like every part of a split job, an --only run writes the config of the whole output.
+    assert_eq!(
+        std::fs::read(whole.join("quantization_config.json")).unwrap(),
+        std::fs::read(only.join("quantization_config.json")).unwrap()
+    );
+}
