@@ -15,7 +15,9 @@ writes OUT, and exllamav3 (the pinned PyPI release) treats it as a model it quan
   module: nothing is written that exllamav3 would not use;
 * `quantization_config.json` is what exllamav3's own `create_quantization_config_json` makes of OUT
   (its `tensor_storage` map, which PonyExl3 requires), and config.json's `quantization_config` is
-  the same dict without `tensor_storage`.
+  the same dict without `tensor_storage`;
+* OUT converted back to bf16 loads in transformers (its per-expert linears stacked into the fused
+  expert tensors) with the direct bf16 conversion's logits.
 
 exllamav3 needs its CUDA extension (`exllamav3_ext`), built from source on install. A stand-in
 module put in `sys.modules` as `exllamav3.ext` only satisfies the import: every attribute is an
@@ -207,3 +209,30 @@ def test_quantization_config_json_is_what_exllamav3_makes_of_the_checkpoint(exl3
     )
     assert q["original_quantization_config"]["quant_method"] in ("escha", "eschamoe")
     assert "text_config" not in config and "vision_config" not in config
+
+
+def test_the_way_back_to_bf16_loads_in_transformers_as_the_direct_conversion(exl3_out, escha_convert, repo_root, tmp_path):
+    """OUT converted back to bf16 (the per-expert linears stacked into the fused expert tensors)
+    loads in transformers with no missing or unexpected key, and gives the direct bf16
+    conversion's logits: exactly on the MoE fixture (s_in = s_out = 1, so no weight changes), and
+    within the effect of a bf16 rounding on the dense one (its s fold moves some bf16 values by one
+    step; test_transformers.py sizes that effect at up to 0.053 on this fixture)."""
+    transformers = require("transformers")
+    name, out = exl3_out
+    back, direct = tmp_path / "back", tmp_path / "direct"
+    subprocess.run([str(escha_convert), str(out), str(back), "--quiet"], check=True)
+    subprocess.run([str(escha_convert), str(repo_root / "fixtures" / name), str(direct), "--quiet"], check=True)
+    ids = torch.tensor([[1, 5, 9, 33, 70, 2, 100, 7, 12, 200, 3, 64]])
+    logits = []
+    for d in (back, direct):
+        model, info = transformers.AutoModelForCausalLM.from_pretrained(
+            str(d), output_loading_info=True, dtype=torch.float32
+        )
+        assert not any(info.values()), f"{d.name}: {info}"
+        with torch.no_grad():
+            logits.append(model(ids).logits)
+    diff = (logits[0] - logits[1]).abs().max().item()
+    if name == "moe":
+        assert diff == 0.0
+    else:
+        assert diff < 0.08, diff
