@@ -55,7 +55,9 @@ pub enum BiasArg {
 HF runtimes (transformers, mlx-lm loading HF layout) add the 1 themselves. --format mlx folds the 1 in \
 (mlx-lm's own layout), quantizes each coded weight from its bf16 rounding (byte-identical to \
 `mlx_lm.convert -q` run on the bf16 export) and writes no MTP head. The Hugging Face layout writes a \
-complete MTP head as mtp.* tensors in the main shards (also the 27B's separate mtp/ directory).")]
+complete MTP head as mtp.* tensors in the main shards (also the 27B's separate mtp/ directory). \
+--format exl3 writes the trellis codes exactly as stored, for exllamav3 (which adds the norms' 1 itself): \
+s_in/s_out folded into its f16 channel scales (the largest change is reported), one module per expert.")]
 pub struct ConvertArgs {
     /// Input: an Escha-W2 checkpoint directory or a single .safetensors file (never modified).
     #[arg(value_name = "IN")]
