@@ -29,6 +29,8 @@ option_sets=(
     "--format mlx --bits auto"
     "--format mlx --bias keep --max-shard-size 30000"
     "--format mlx --only *layers.1.mlp*"
+    "--format exl3"
+    "--format exl3 --bias keep --max-shard-size 200000"
 )
 
 for fixture in dense moe; do

@@ -48,6 +48,10 @@ pub struct Sizes {
     /// `--format gguf --gguf-type auto` at its defaults (R = 0.5), the types estimated from a few
     /// sampled blocks per coded linear.
     pub gguf_auto_bytes: Option<u64>,
+    /// `--format exl3` at its defaults: the trellis codes as stored, one module per expert; absent
+    /// when a coded linear cannot be written as EXL3 (padded, or a fused gate/up of an odd tile
+    /// count).
+    pub exl3_bytes: Option<u64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -210,6 +214,7 @@ pub fn inspect(path: &Path) -> Result<InspectReport> {
                 OutputFormat::Gguf(GgufOptions { ty: GgufType::Q4_K_M, ..GgufOptions::DEFAULT }),
             ),
             gguf_auto_bytes: gguf_auto.as_ref().map(|(bytes, _)| *bytes),
+            exl3_bytes: output_bytes(&ck, &cat, OutputFormat::Exl3 { mtp: MtpMode::Auto }),
         },
         gguf_auto_types: gguf_auto.map(|(_, choices)| choices).unwrap_or_default(),
         coded,
@@ -328,6 +333,7 @@ pub fn render(r: &InspectReport) -> String {
         r.sizes.gguf_q4_k_m_bytes.map_or("n/a".into(), human_bytes),
         r.sizes.gguf_auto_bytes.map_or("n/a".into(), human_bytes)
     );
+    let _ = writeln!(s, "       exl3 output (exllamav3) {}", r.sizes.exl3_bytes.map_or("n/a".into(), human_bytes));
     if !r.gguf_auto_types.is_empty() {
         let mut counts: Vec<(String, usize)> = Vec::new();
         for c in &r.gguf_auto_types {

@@ -30,6 +30,9 @@ pub enum FormatArg {
     /// GGUF for llama.cpp (`--gguf-type`, `--gguf-vocab`): one file, or splits above
     /// --max-shard-size.
     Gguf,
+    /// EXL3 for exllamav3 (TabbyAPI): the trellis codes exactly as stored, one module per expert,
+    /// `s_in`/`s_out` folded into the f16 channel scales; a text-only model.
+    Exl3,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -251,7 +254,9 @@ impl TryFrom<ConvertArgs> for ConvertRun {
 fn checked_format(a: &ConvertArgs) -> Result<OutputFormat, clap::Error> {
     let usage = |msg: String| clap::Error::raw(ErrorKind::ArgumentConflict, msg + "\n");
     Ok(match a.format {
-        FormatArg::Bf16 | FormatArg::F16 if a.bits.is_some() || a.group_size.is_some() || a.int8.is_some() => {
+        FormatArg::Bf16 | FormatArg::F16 | FormatArg::Exl3
+            if a.bits.is_some() || a.group_size.is_some() || a.int8.is_some() =>
+        {
             return Err(usage(
                 "--bits, --group-size and --int8 apply to --format mlx (and --int8 to gguf) only".into(),
             ));
@@ -272,6 +277,7 @@ fn checked_format(a: &ConvertArgs) -> Result<OutputFormat, clap::Error> {
         }
         FormatArg::Bf16 => OutputFormat::Dense { dtype: DenseDtype::Bf16, mtp: a.mtp },
         FormatArg::F16 => OutputFormat::Dense { dtype: DenseDtype::F16, mtp: a.mtp },
+        FormatArg::Exl3 => OutputFormat::Exl3 { mtp: a.mtp },
         FormatArg::Mlx if a.mtp == MtpMode::Keep => {
             return Err(usage("--mtp keep: the MLX layout carries no MTP head (mlx-lm has none)".into()));
         }
@@ -334,6 +340,10 @@ fn shaping_flags(a: &ConvertArgs, format: &OutputFormat, base: Option<&Located>)
             }
             flags.push(("--group-size", Some(o.spec.group_size.to_string())));
             flags.push(("--int8", Some(format!("{:?}", o.int8).to_lowercase())));
+        }
+        OutputFormat::Exl3 { mtp } => {
+            flags.push(("--format", Some("exl3".into())));
+            flags.push(("--mtp", Some(format!("{mtp:?}").to_lowercase())));
         }
         OutputFormat::Gguf(o) => {
             flags.push(("--format", Some("gguf".into())));

@@ -176,7 +176,9 @@ fn notes(page: Page) -> Option<&'static str> {
 layout), quantizes each coded weight from its bf16 rounding (byte-identical to `mlx_lm.convert -q` run on \
 the bf16 export) and writes no MTP head. --format gguf writes what llama.cpp's own converter writes, \
 quantized in the same pass with --gguf-type. The Hugging Face layout writes a complete MTP head as mtp.* \
-tensors in the main shards (also the 27B's separate mtp/ directory).\n\nFlags may come before, between or \
+tensors in the main shards (also the 27B's separate mtp/ directory). --format exl3 writes the trellis codes \
+exactly as stored, for exllamav3 (which adds the norms' 1 itself): s_in/s_out folded into its f16 channel \
+scales (the largest change is reported), one module per expert.\n\nFlags may come before, between or \
 after IN and OUT, in the short form too (`escha-convert -q IN OUT`); `--` ends the flags, so \
 `escha-convert -- merge OUT` converts a directory named like a subcommand.",
         ),

@@ -40,6 +40,10 @@ pub fn write_side_files(job: &Job, dir: &Path) -> Result<Vec<String>> {
         write(dir, "config.json", config)?;
         written.push("config.json".into());
     }
+    for (name, text) in &job.extra_files {
+        write(dir, name, text)?;
+        written.push(name.clone());
+    }
     Ok(written)
 }
 
@@ -50,7 +54,7 @@ pub fn marker(job: &Job, opts: &ConvertOptions) -> Marker {
         job.plan.shards.iter().map(|s| (s.file_name.clone(), Some(s.len))).collect();
     let side = job.side_files.iter().map(|(name, _)| name.as_str());
     let index = job.plan.index.iter().map(|(name, _)| name.as_str());
-    let config = job.config.iter().map(|_| "config.json");
+    let config = job.config.iter().map(|_| "config.json").chain(job.extra_files.iter().map(|(n, _)| n.as_str()));
     let card = opts.card.then_some(CARD_FILE);
     let sums = opts.checksums.then_some(SUMS_FILE);
     for name in side.chain(index).chain(config).chain(card).chain(sums).chain([MARKER_FILE]) {
@@ -72,7 +76,9 @@ pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Optio
     let command = format!("escha-convert {} OUT {}", shell_word(&arg), opts.shaping_flags);
     let mut notes = Vec::new();
     if job.cat.coded.iter().any(|m| m.tensor(Leaf::Bias).is_some()) {
-        let bias = if opts.keep_bias {
+        let bias = if opts.keep_bias && layout.applies_bias() {
+            "kept as `<module>.bias`, which the runtime adds after the matmul (the reference runtime never applies them)"
+        } else if opts.keep_bias {
             "kept as `<module>.bias` (stock Qwen3.5 models have no slot for them)"
         } else {
             "dropped: the reference runtime never applies them"
@@ -84,6 +90,16 @@ pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Optio
             "int8 layers",
             format!("{} pairs, dequantized exactly (w8·scale) before any rounding", job.cat.int8.len()),
         ));
+    }
+    if let Some(change) = job.fold_change {
+        let line = if change == 0.0 {
+            "folded into the f16 channel scales exactly (every s_in and s_out is 1)".to_string()
+        } else {
+            format!(
+                "folded into the f16 channel scales, one rounding per channel: largest relative change {change:.3e}"
+            )
+        };
+        notes.push(("channel scales (s_in, s_out)", line));
     }
     let mtp =
         if job.ck.tensors.keys().any(|n| is_mtp(n)) { layout.mtp_note(job.mtp_written) } else { "none in the source" };

@@ -28,6 +28,10 @@ pub struct Job {
     pub mtp_written: bool,
     /// The widths the format chose from the weights (`--bits auto`).
     pub widths: Vec<WidthChoice>,
+    /// Further text files of the format (name, text), written beside config.json.
+    pub extra_files: Vec<(String, String)>,
+    /// The largest relative change of a channel scale the format stores in its own precision.
+    pub fold_change: Option<f64>,
 }
 
 impl Job {
@@ -59,6 +63,8 @@ impl Job {
         let reader = Reader { ck: &ck, cat: &cat, decoder };
         let widths = layout.refine(&mut all, &cat, &Probe { reader: &reader, sample })?;
         let config = ck.config.as_ref().and_then(|c| layout.config(c, &all));
+        let extra_files = ck.config.as_ref().map(|c| layout.extra_files(c, &all)).unwrap_or_default();
+        let fold_change = layout.fold_change(&ck, &cat)?;
         let metadata = layout.metadata(&ck, &all, warnings)?;
         let mtp_written = layout.writes_mtp(&all);
         let mut tensors = all;
@@ -68,29 +74,33 @@ impl Job {
                 bail!("{}: nothing to convert (no tensor matches --only)", ck.root.display());
             }
         }
-        bias_notes(&ck, &cat, &tensors, opts.keep_bias, warnings)?;
+        bias_notes(&ck, &cat, &tensors, (opts.keep_bias, layout.applies_bias()), warnings)?;
         let max_shard_size = opts.max_shard_size.unwrap_or_else(|| layout.default_max_shard_size());
         let index_metadata = layout.index_metadata(&tensors);
         let container = layout.container();
         let plan = Plan::new(tensors, max_shard_size, container.as_ref(), &metadata, index_metadata)?;
         let side_files = if layout.copies_side_files() { ck.copied_files.clone() } else { Vec::new() };
-        Ok(Job { ck, cat, plan, container, side_files, config, mtp_written, widths })
+        Ok(Job { ck, cat, plan, container, side_files, config, mtp_written, widths, extra_files, fold_change })
     }
 }
 
 /// Says what happens to the biases of the coded linears being written: dropped (the default, when
-/// any is non-zero), or kept where stock loaders have no slot for them.
+/// any is non-zero), or kept: added by the format's runtime, or where stock loaders have no slot for them.
 fn bias_notes(
     ck: &Checkpoint,
     cat: &Catalog,
     tensors: &[OutputTensor],
-    keep_bias: bool,
+    (keep_bias, applied): (bool, bool),
     warnings: &mut Vec<Warning>,
 ) -> Result<()> {
     let root = ck.root.display();
     if keep_bias {
         let kept = tensors.iter().filter(|t| t.kind == Kind::Bias).count();
-        if kept > 0 {
+        if kept > 0 && applied {
+            warnings.push(Warning::bias_kept(format!(
+                "{root}: kept {kept} bias tensors of coded linears, which the output's runtime adds after the matmul (the reference runtime never applies them)"
+            )));
+        } else if kept > 0 {
             warnings.push(Warning::bias_kept(format!(
                 "{root}: kept {kept} bias tensors of coded linears: stock Qwen3.5 loaders have no slot for them (a strict load fails, others drop them); loading them needs a patched model"
             )));

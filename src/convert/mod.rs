@@ -20,6 +20,7 @@ mod units;
 pub use crate::plan::PartSpec;
 pub use options::{ConvertOptions, VerifyRequest};
 pub use report::{render_plan, render_summary, ConvertReport, ShardReport, TensorReport, VerifySummary, WrittenFile};
+pub use rows::round_to_odd;
 
 use crate::checkpoint::Checkpoint;
 use crate::codec::TileDecoder;
@@ -237,6 +238,7 @@ fn plan_report(
         verify: None,
         width_choices: Vec::new(),
         affine_bits_per_weight: None,
+        scale_fold_change: job.fold_change,
         warnings: Vec::new(),
         tensors: Vec::new(),
     };

@@ -109,6 +109,10 @@ pub struct ConvertReport {
     pub width_choices: Vec<WidthChoice>,
     /// Bits per weight of the affine-quantized tensors, scales and biases included.
     pub affine_bits_per_weight: Option<f64>,
+    /// `--format exl3`: the largest relative change folding `s_in`/`s_out` into the f16 channel scales
+    /// makes (0: exact).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale_fold_change: Option<f64>,
     pub warnings: Vec<crate::warning::Warning>,
     pub tensors: Vec<TensorReport>,
 }
@@ -189,6 +193,18 @@ pub fn render_summary(r: &ConvertReport) -> String {
     }
     if let Some(bpw) = r.affine_bits_per_weight {
         let _ = writeln!(s, "quantized tensors: {bpw:.3} bits per weight, scales and biases included");
+    }
+    match r.scale_fold_change {
+        Some(0.0) => {
+            let _ = writeln!(s, "channel scales: s_in and s_out folded into suh/svh exactly");
+        }
+        Some(change) => {
+            let _ = writeln!(
+                s,
+                "channel scales: s_in and s_out folded into f16 suh/svh, one rounding per channel; largest relative change {change:.3e}"
+            );
+        }
+        None => {}
     }
     s
 }

@@ -56,6 +56,23 @@ impl Reader<'_> {
                 }
                 Ok(())
             }
+            RowSource::Slice { name, leads, rows: all, cols: box_cols } => {
+                out.clear();
+                for (lead, r) in lead_runs(all.len(), rows) {
+                    let c = box_cols.start + cols.start..box_cols.start + cols.end;
+                    self.ck.rows_f32(name, leads.start + lead, all.start + r.start..all.start + r.end, c, out)?;
+                }
+                Ok(())
+            }
+            RowSource::Product(a, b) => {
+                let (mut x, mut y) = (Vec::new(), Vec::new());
+                self.f32_rows(a, span, &mut x)?;
+                self.f32_rows(b, span, &mut y)?;
+                out.clear();
+                out.extend(x.iter().zip(&y).map(|(&x, &y)| round_to_odd(f64::from(x) * f64::from(y))));
+                Ok(())
+            }
+            RowSource::Literal { .. } => bail!("a constant is copied as bytes, not read as numbers"),
         }
     }
 
@@ -86,11 +103,26 @@ impl Reader<'_> {
 
     /// Span `span` of a tensor source as stored bytes, replacing `out`.
     pub fn byte_rows(&self, source: &RowSource, span: &Span, out: &mut Vec<u8>) -> Result<()> {
+        let Span { rows, cols } = span.clone();
+        out.clear();
+        match source {
+            RowSource::Slice { name, leads, rows: all, cols: box_cols } => {
+                for (lead, r) in lead_runs(all.len(), rows) {
+                    let c = box_cols.start + cols.start..box_cols.start + cols.end;
+                    self.ck.rows_bytes(name, leads.start + lead, all.start + r.start..all.start + r.end, c, out)?;
+                }
+                return Ok(());
+            }
+            RowSource::Literal { bytes, width } => {
+                let size = bytes.len() / (*width).max(1);
+                out.extend_from_slice(&bytes[cols.start * size..cols.end * size]);
+                return Ok(());
+            }
+            _ => {}
+        }
         let RowSource::Tensor { name, rows: all, cols: width } = source else {
             bail!("only input tensors can be copied as bytes");
         };
-        let Span { rows, cols } = span.clone();
-        out.clear();
         if self.is_whole(name, all, *width)? && cols.len() == *width {
             return self.ck.element_bytes(name, rows.start * width..rows.end * width, out);
         }
@@ -185,6 +217,22 @@ impl Reader<'_> {
     }
 }
 
+/// `x` rounded to odd in f32: truncated toward zero, with the last bit set when that dropped
+/// anything. For a 16-bit float (at most 11 significant bits, 24 ≥ 11 + 2), rounding the result to
+/// nearest is rounding `x` itself to nearest: no double rounding.
+pub fn round_to_odd(x: f64) -> f32 {
+    let nearest = x as f32;
+    if f64::from(nearest) == x || !nearest.is_finite() {
+        return nearest;
+    }
+    // Toward zero: one step back when rounding to nearest went away from zero.
+    let mut bits = nearest.to_bits();
+    if f64::from(nearest).abs() > x.abs() {
+        bits -= 1;
+    }
+    f32::from_bits(bits | 1)
+}
+
 fn several_leads() -> anyhow::Error {
     anyhow::anyhow!("a work unit of a coded or stacked source spans several leads")
 }
@@ -201,4 +249,22 @@ fn lead_runs(n: usize, rows: Range<usize>) -> Vec<(usize, Range<usize>)> {
         g = end;
     }
     runs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_to_odd;
+    use half::f16;
+
+    #[test]
+    fn rounding_to_odd_then_to_f16_is_one_rounding() {
+        // −0.8477 (f16) × 1.015265 (f32): rounded to nearest f32 first, the product lands on an
+        // f16 tie and a second rounding to nearest goes the wrong way.
+        let x = f64::from(f16::from_bits(0xBAC8).to_f32()) * f64::from(1.015_265_f32);
+        assert_eq!(f16::from_f32(x as f32).to_bits(), 0xBAE2, "the double rounding this avoids");
+        assert_eq!(f16::from_f32(round_to_odd(x)).to_bits(), 0xBAE3);
+        assert_eq!(round_to_odd(0.5), 0.5);
+        assert_eq!(round_to_odd(-1e-60).to_bits(), 0x8000_0001);
+        assert_eq!(round_to_odd(1.0 + 1e-12).to_bits(), 1.0f32.to_bits() | 1);
+    }
 }

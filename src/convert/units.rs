@@ -50,21 +50,23 @@ pub fn dims(source: &RowSource, ck: &Checkpoint, cat: &Catalog) -> Result<(usize
             let (_, rows, cols) = dims(&members[0], ck, cat)?;
             (members.len(), rows, cols)
         }
-        RowSource::Reordered { inner, .. } => dims(inner, ck, cat)?,
+        RowSource::Reordered { inner, .. } | RowSource::Product(inner, _) => dims(inner, ck, cat)?,
+        RowSource::Slice { leads, rows, cols, .. } => (leads.len(), rows.len(), cols.len()),
+        RowSource::Literal { width, .. } => (1, 1, *width),
     })
 }
 
-/// Whether a source reads one input tensor whole, its leads following each other there, so that
-/// units may span leads.
+/// Whether units may span leads: a source that reads one input tensor whole, its leads following
+/// each other there, or a slice of one (read lead by lead within a unit).
 fn contiguous(source: &RowSource, ck: &Checkpoint) -> Result<bool> {
     Ok(match source {
-        RowSource::Int8(_) => true,
+        RowSource::Int8(_) | RowSource::Slice { .. } | RowSource::Literal { .. } => true,
         RowSource::Tensor { name, rows, cols } => {
             let (_, height, width) = view(&ck.entry(name)?.shape);
             *rows == (0..height) && *cols == width
         }
         RowSource::Reordered { inner, .. } => contiguous(inner, ck)?,
-        RowSource::Coded { .. } | RowSource::Stack(_) => false,
+        RowSource::Coded { .. } | RowSource::Stack(_) | RowSource::Product(..) => false,
     })
 }
 
@@ -173,7 +175,9 @@ pub(super) fn bulk_input<'a>(source: &'a RowSource, lead: usize, cat: &'a Catalo
     match source {
         RowSource::Coded { module, .. } => cat.coded[*module].tensor(Leaf::Code),
         RowSource::Int8(i) => Some(&cat.int8[*i].weight),
-        RowSource::Tensor { name, .. } => Some(name),
+        RowSource::Tensor { name, .. } | RowSource::Slice { name, .. } => Some(name),
+        // Small vectors, and a constant: nothing worth releasing early.
+        RowSource::Product(..) | RowSource::Literal { .. } => None,
         RowSource::Stack(members) => bulk_input(members.get(lead)?, 0, cat),
         RowSource::Reordered { inner, .. } => bulk_input(inner, lead, cat),
     }

@@ -7,7 +7,9 @@
 //! * norms are kept exactly as stored: HF Qwen3.5 norms are zero-centred and the runtime adds 1;
 //! * every other tensor passes through, 16-bit floats cast to the output dtype, F32 kept F32;
 //! * `bias` of coded linears only with `keep_bias`;
-//! * the MTP head as `mtp.*` tensors in the main shards, when complete (see [`super::mtp`]).
+//! * the MTP head as `mtp.*` tensors in the main shards, when complete (see [`super::mtp`]);
+//! * a native EXL3 `MoE`'s per-expert linears (`….experts.{e}.gate_proj`, …) stacked as the fused
+//!   `….experts.gate_up_proj` / `down_proj` transformers expects.
 
 use super::mtp::{self, MtpMode};
 use super::names::{natural_key, norm_kind};
@@ -19,6 +21,7 @@ use crate::container::{MetaValue, Metadata};
 use anyhow::Result;
 use safetensors::Dtype;
 use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Dense output element type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +62,7 @@ impl Layout for HfLayout {
         warnings: &mut Vec<crate::warning::Warning>,
     ) -> Result<Vec<OutputTensor>> {
         let mut tensors = tensors(ck, cat, self.dtype, keep_bias);
+        restack_experts(&mut tensors, true);
         mtp::apply(self.mtp, &mut tensors, ck.config.as_ref(), warnings);
         Ok(tensors)
     }
@@ -149,6 +153,81 @@ pub fn tensors(ck: &Checkpoint, cat: &Catalog, dtype: DenseDtype, keep_bias: boo
     }
     tensors.sort_by_cached_key(|t| natural_key(&t.name));
     tensors
+}
+
+/// The per-expert leaf of a name `<parent>.experts.<e>.<proj>.weight` (a native EXL3 `MoE` stores
+/// every expert as its own linear): (`<parent>.experts`, e, proj).
+fn expert_leaf(name: &str) -> Option<(&str, usize, &str)> {
+    let rest = name.strip_suffix(".weight")?;
+    let (head, proj) = rest.rsplit_once('.')?;
+    let (parent, e) = head.rsplit_once('.')?;
+    let e = e.parse().ok()?;
+    (parent.ends_with(".experts") && matches!(proj, "gate_proj" | "up_proj" | "down_proj")).then_some((parent, e, proj))
+}
+
+/// Per-expert coded linears (`….experts.{e}.gate_proj` / `up_proj` / `down_proj`, every e of
+/// 0..E, one shape per projection, no bias) stacked as the fused parameters transformers'
+/// `Qwen3.5-MoE` expects: `….experts.gate_up_proj` `[E, 2·I, H]` (gate rows first) and
+/// `….experts.down_proj` `[E, H, I]`. Stored `[E, 2·I, H]` is stored `[2·E, I, H]`: the gate and
+/// up of each expert stack as leads of their own. Without `fuse_gate_up`, gate and up stack apart
+/// (`….experts.gate_proj`, `….experts.up_proj`, `[E, I, H]` each: the halves GGUF splits the fused
+/// tensor into).
+pub fn restack_experts(tensors: &mut Vec<OutputTensor>, fuse_gate_up: bool) {
+    let mut groups: BTreeMap<String, BTreeMap<(usize, String), usize>> = BTreeMap::new();
+    for (i, t) in tensors.iter().enumerate() {
+        if let Some((parent, e, proj)) = expert_leaf(&t.name).filter(|_| t.kind == Kind::Coded) {
+            groups.entry(parent.to_string()).or_default().insert((e, proj.to_string()), i);
+        }
+    }
+    let mut gone = BTreeSet::new();
+    let mut fused = Vec::new();
+    for (parent, members) in groups {
+        let experts = members.len() / 3;
+        let at = |e: usize, p: &str| members.get(&(e, p.to_string())).map(|&i| &tensors[i]);
+        let complete = members.len() == 3 * experts
+            && (0..experts).all(|e| ["gate_proj", "up_proj", "down_proj"].iter().all(|p| at(e, p).is_some()));
+        let has_bias = tensors.iter().any(|t| t.name.starts_with(&format!("{parent}.")) && t.kind == Kind::Bias);
+        if experts == 0 || !complete || has_bias {
+            continue;
+        }
+        let shape_of = |p: &str| at(0, p).map(|t| t.shape.clone()).unwrap_or_default();
+        let (gate, down) = (shape_of("gate_proj"), shape_of("down_proj"));
+        let alike = (0..experts).all(|e| {
+            at(e, "gate_proj").unwrap().shape == gate
+                && at(e, "up_proj").unwrap().shape == gate
+                && at(e, "down_proj").unwrap().shape == down
+        });
+        if !alike || gate.len() != 2 || down.len() != 2 {
+            continue;
+        }
+        let source = |e: usize, p: &str| at(e, p).and_then(|t| t.recipe.as_ref()).map(|r| r.source.clone()).unwrap();
+        let storage = at(0, "gate_proj").unwrap().storage;
+        let stack = |p: &str| (0..experts).map(|e| source(e, p)).collect::<Vec<_>>();
+        let mut stacks = vec![(format!("{parent}.down_proj"), vec![experts, down[0], down[1]], stack("down_proj"))];
+        if fuse_gate_up {
+            let gate_up = (0..experts).flat_map(|e| [source(e, "gate_proj"), source(e, "up_proj")]).collect();
+            stacks.push((format!("{parent}.gate_up_proj"), vec![experts, 2 * gate[0], gate[1]], gate_up));
+        } else {
+            for p in ["gate_proj", "up_proj"] {
+                stacks.push((format!("{parent}.{p}"), vec![experts, gate[0], gate[1]], stack(p)));
+            }
+        }
+        for (name, shape, members) in stacks {
+            let source = RowSource::Stack(members);
+            fused.push(OutputTensor::new(name, storage, shape, Kind::CodedExperts, source, Encoding::Float));
+        }
+        gone.extend(members.values().copied());
+    }
+    if gone.is_empty() {
+        return;
+    }
+    let mut i = 0;
+    tensors.retain(|_| {
+        i += 1;
+        !gone.contains(&(i - 1))
+    });
+    tensors.extend(fused);
+    tensors.sort_by_cached_key(|t| natural_key(&t.name));
 }
 
 /// Writes the output dtype into the config's dtype fields (`torch_dtype`, `dtype`, at the top

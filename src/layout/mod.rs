@@ -3,9 +3,11 @@
 //!
 //! An [`OutputFormat`] is the user's choice as a value; its [`Layout`] is the policy the engine
 //! follows. Each format has its module: [`hf`] (dense bf16 or f16, Hugging Face layout), [`mlx`]
-//! (MLX layout, affine-quantized) and [`gguf`] (GGUF for llama.cpp: bf16, f16, f32, `Q8_0` or
-//! K-quants). `tensor.rs` describes an output tensor in terms every format shares.
+//! (MLX layout, affine-quantized), [`exl3`] (the trellis codes as stored, for exllamav3) and
+//! [`gguf`] (GGUF for llama.cpp: bf16, f16, f32, `Q8_0` or K-quants). `tensor.rs` describes an
+//! output tensor in terms every format shares.
 
+pub mod exl3;
 pub mod gguf;
 pub mod hf;
 pub mod mlx;
@@ -14,6 +16,7 @@ mod names;
 mod policy;
 mod tensor;
 
+pub use exl3::Exl3Layout;
 pub use gguf::{GgufLayout, GgufOptions, GgufType};
 pub use hf::{DenseDtype, HfLayout};
 pub use mlx::{MlxLayout, MlxOptions};
@@ -33,6 +36,8 @@ pub enum OutputFormat {
     Mlx(MlxOptions),
     /// GGUF for llama.cpp.
     Gguf(GgufOptions),
+    /// EXL3 for exllamav3: the trellis codes as stored, with or without the MTP head.
+    Exl3 { mtp: MtpMode },
 }
 
 impl OutputFormat {
@@ -42,6 +47,7 @@ impl OutputFormat {
             OutputFormat::Dense { dtype, mtp } => Box::new(HfLayout { dtype, mtp }),
             OutputFormat::Mlx(opts) => Box::new(MlxLayout { opts }),
             OutputFormat::Gguf(opts) => Box::new(GgufLayout { opts }),
+            OutputFormat::Exl3 { mtp } => Box::new(Exl3Layout { mtp }),
         }
     }
 }

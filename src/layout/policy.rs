@@ -124,6 +124,24 @@ pub trait Layout: Sync {
     /// `None` when the format keeps no config file.
     fn config(&self, input: &Value, tensors: &[OutputTensor]) -> Option<String>;
 
+    /// Further text files the format writes beside config.json (name, text), from the same input
+    /// config and tensors.
+    fn extra_files(&self, _input: &Value, _tensors: &[OutputTensor]) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    /// Whether the format's runtime adds a coded linear's `bias` (written with `--bias keep`) after
+    /// the matmul; stock Qwen3.5 loaders have no slot for it.
+    fn applies_bias(&self) -> bool {
+        false
+    }
+
+    /// The largest relative change the format makes to a channel scale it stores in its own
+    /// precision (EXL3's `suh`/`svh` in f16), when it makes one.
+    fn fold_change(&self, _ck: &Checkpoint, _cat: &Catalog) -> Result<Option<f64>> {
+        Ok(None)
+    }
+
     /// The container the format's files are, and the metadata each file records (from the input
     /// and every tensor of the whole conversion, like `config`).
     fn container(&self) -> Box<dyn Container> {

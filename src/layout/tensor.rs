@@ -25,6 +25,16 @@ pub enum RowSource {
     Stack(Vec<RowSource>),
     /// The rows (global, lead-major) and the columns of `inner` in another order.
     Reordered { inner: Box<RowSource>, rows: Option<HeadOrder>, cols: Option<HeadOrder> },
+    /// A box of an input tensor viewed as `[leads, rows, width]`: leads `leads`, rows `rows` of
+    /// each, columns `cols` of each row (one expert's slice of a stacked tensor, one half of a
+    /// fused one); output rows are lead-major.
+    Slice { name: String, leads: Range<usize>, rows: Range<usize>, cols: Range<usize> },
+    /// The element-wise product of two sources of one shape (a sign×scale vector and the scale
+    /// folded into it), computed exactly and rounded to odd in f32: a later rounding to a 16-bit
+    /// float is then the one rounding of the exact product.
+    Product(Box<RowSource>, Box<RowSource>),
+    /// One row of `width` values given as their stored bytes (a marker tensor).
+    Literal { bytes: Vec<u8>, width: usize },
 }
 
 /// A permutation of indices that moves heads: the `per_key` heads of `head` entries that follow
@@ -91,6 +101,11 @@ impl RowSource {
                 format!("{} stacked members (first {})", members.len(), members[0].describe(cat))
             }
             RowSource::Reordered { inner, .. } => inner.describe(cat),
+            RowSource::Slice { name, leads, rows, cols } => {
+                format!("tensor {name} (leads {leads:?}, rows {rows:?}, columns {cols:?})")
+            }
+            RowSource::Product(a, b) => format!("{} times {}", a.describe(cat), b.describe(cat)),
+            RowSource::Literal { .. } => "a constant".into(),
         }
     }
 
@@ -100,7 +115,11 @@ impl RowSource {
             RowSource::Coded { module, .. } => vec![*module],
             RowSource::Stack(members) => members.iter().flat_map(RowSource::coded_modules).collect(),
             RowSource::Reordered { inner, .. } => inner.coded_modules(),
-            RowSource::Int8(_) | RowSource::Tensor { .. } => Vec::new(),
+            RowSource::Int8(_)
+            | RowSource::Tensor { .. }
+            | RowSource::Slice { .. }
+            | RowSource::Product(..)
+            | RowSource::Literal { .. } => Vec::new(),
         }
     }
 
@@ -241,8 +260,15 @@ impl OutputTensor {
     /// scales and biases as none.
     pub fn weights(&self) -> u64 {
         let n = self.numel() as u64;
+        if self.kind == Kind::QuantParams {
+            return 0;
+        }
         match self.recipe.as_ref().map(|r| &r.encoding) {
             None => 0,
+            // Trellis words copied as stored (`[IC/16, OC/16, 16K]`): 256 weights per tile.
+            Some(Encoding::Bytes) if matches!(self.kind, Kind::Coded | Kind::CodedExperts) => {
+                self.shape.iter().rev().skip(1).product::<usize>() as u64 * 256
+            }
             Some(Encoding::Affine { spec, .. }) => n * 32 / spec.bits as u64,
             Some(Encoding::Int8Affine { .. }) => n * 4,
             Some(Encoding::Float | Encoding::Bytes | Encoding::Int8Blocks) => n,

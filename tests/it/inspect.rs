@@ -41,7 +41,9 @@ fn predicted_sizes_are_what_each_format_writes() {
     let tmp = tempfile::tempdir().unwrap();
     for model in ["dense", "moe"] {
         let r = inspect(model);
-        for (format, key) in [("bf16", "bf16_bytes"), ("f16", "f16_bytes"), ("mlx", "mlx_4bit_bytes")] {
+        for (format, key) in
+            [("bf16", "bf16_bytes"), ("f16", "f16_bytes"), ("mlx", "mlx_4bit_bytes"), ("exl3", "exl3_bytes")]
+        {
             let out = tmp.path().join(format!("{model}-{format}"));
             let ok = crate::common::escha_convert()
                 .arg(fixture(model))

@@ -13,6 +13,7 @@ mod decoder_props;
 mod destinations;
 mod edges;
 mod encoder;
+mod exl3;
 mod fuzz_catalogue;
 mod gguf;
 mod gguf_vocab;

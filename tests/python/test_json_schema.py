@@ -92,6 +92,8 @@ CONVERT_ARGS = [
     ["--format", "mlx", "--max-shard-size", "100KB", "--checksums", "--part", "1/3"],
     ["--format", "gguf", "--quiet", "-j", "2", "--gguf-type", "auto", "--measure-error"],
     ["--format", "gguf", "--quiet", "-j", "2", "--mtp", "keep"],
+    ["--format", "exl3"],
+    ["--format", "exl3", "--dry-run", "--bias", "keep"],
 ]
 # Combinations a fixture cannot take: their failure document is checked instead. llama.cpp's
 # qwen35moe has no place for an MTP head without routed experts, which the moe fixture's is.

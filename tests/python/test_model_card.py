@@ -9,7 +9,7 @@ from testenv import require
 
 yaml = require("yaml")
 
-FORMATS = [("bf16", "transformers", "bf16"), ("mlx", "mlx", "mlx")]
+FORMATS = [("bf16", "transformers", "bf16"), ("mlx", "mlx", "mlx"), ("exl3", "exllamav3", "exllamav3")]
 
 
 @pytest.mark.parametrize("name", ["dense", "moe"])

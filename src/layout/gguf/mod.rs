@@ -186,7 +186,12 @@ fn rows_of(source: &RowSource, range: std::ops::Range<usize>) -> Option<RowSourc
         RowSource::Stack(members) => {
             members.iter().map(|m| rows_of(m, range.clone())).collect::<Option<_>>().map(RowSource::Stack)
         }
-        RowSource::Int8(_) | RowSource::Tensor { .. } | RowSource::Reordered { .. } => None,
+        RowSource::Int8(_)
+        | RowSource::Tensor { .. }
+        | RowSource::Reordered { .. }
+        | RowSource::Slice { .. }
+        | RowSource::Product(..)
+        | RowSource::Literal { .. } => None,
     }
 }
 
@@ -205,6 +210,8 @@ impl Layout for GgufLayout {
         let hp = Hparams::new(ck.config.as_ref())?;
         let model = Model { ck, cat, layers: u64::from(hp.layers()?), heads: LinearHeads::new(&hp)? };
         let mut hf_tensors = hf::tensors(ck, cat, DenseDtype::Bf16, keep_bias);
+        // A native EXL3 MoE's per-expert linears, stacked as llama.cpp's expert tensors.
+        hf::restack_experts(&mut hf_tensors, false);
         mtp::apply(self.opts.mtp, &mut hf_tensors, ck.config.as_ref(), warnings);
         let mut out = Vec::with_capacity(hf_tensors.len() + 8);
         for t in &hf_tensors {

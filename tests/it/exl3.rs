@@ -1,0 +1,363 @@
+//! `--format exl3`: the trellis words written as stored (expert slices and gate/up halves
+//! included), the channel scales folded once into f16, and the way back: an EXL3 output converted
+//! to bf16 (its per-expert linears stacked back into the fused expert tensors) equals the direct bf16 conversion, byte for byte where `s_in` = `s_out` = 1 and within the
+//! fold's reported change otherwise.
+
+use crate::common::{copy_tree, escha_convert, fixture};
+use crate::synth::{bf16s, f16s, f32s, read_safetensors, write_safetensors, T};
+use half::f16;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+type Tensors = BTreeMap<String, (String, Vec<usize>, Vec<u8>)>;
+
+/// Every tensor of the safetensors files directly in `dir`.
+fn tensors(dir: &Path) -> Tensors {
+    let mut all = BTreeMap::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "safetensors") {
+            all.extend(read_safetensors(&p));
+        }
+    }
+    all
+}
+
+/// Converts `input` into `out` with `args`; returns the `--json` report.
+fn convert(input: &Path, out: &Path, args: &[&str]) -> serde_json::Value {
+    let o = escha_convert().arg(input).arg(out).args(args).args(["--json", "--quiet"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// `f16(r·s)`, the one rounding of the exact product (to nearest, ties to even), found among the
+/// neighbours of a candidate: `half`'s own conversion from f64 may round twice.
+fn folded(r: &[f32], s: Option<&[f32]>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, &r) in r.iter().enumerate() {
+        let x = f64::from(r) * s.map_or(1.0, |s| f64::from(s[i]));
+        let guess = f16::from_f64(x).to_bits();
+        let best = [guess.wrapping_sub(1), guess, guess.wrapping_add(1)]
+            .into_iter()
+            .map(f16::from_bits)
+            .filter(|c| c.is_finite())
+            .min_by(|a, b| {
+                let (da, db) = ((a.to_f64() - x).abs(), (b.to_f64() - x).abs());
+                da.total_cmp(&db).then((a.to_bits() & 1).cmp(&(b.to_bits() & 1)))
+            })
+            .unwrap();
+        out.extend(best.to_le_bytes());
+    }
+    out
+}
+
+/// Rows `rows` of every lead of a `[leads, height, width]` byte array (`elem` bytes a value).
+fn rows_of(bytes: &[u8], height: usize, width: usize, elem: usize, rows: std::ops::Range<usize>) -> Vec<u8> {
+    let row = width * elem;
+    bytes.chunks_exact(height * row).flat_map(|lead| lead[rows.start * row..rows.end * row].to_vec()).collect()
+}
+
+/// The EXL3 linears (module path, expert, output-channel range) a coded module of IN becomes.
+fn exl3_modules(path: &str, experts: Option<usize>, oc: usize) -> Vec<(String, usize, std::ops::Range<usize>)> {
+    let Some(e) = experts else { return vec![(path.to_string(), 0, 0..oc)] };
+    let (parent, leaf) = path.rsplit_once('.').unwrap();
+    (0..e)
+        .flat_map(|e| match leaf {
+            "gate_up_proj" => vec![
+                (format!("{parent}.{e}.gate_proj"), e, 0..oc / 2),
+                (format!("{parent}.{e}.up_proj"), e, oc / 2..oc),
+            ],
+            _ => vec![(format!("{parent}.{e}.{leaf}"), e, 0..oc)],
+        })
+        .collect()
+}
+
+#[test]
+fn trellis_words_are_the_escha_codes_and_scales_fold_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["dense", "moe"] {
+        let input = tensors(&fixture(name));
+        let out = tmp.path().join(name);
+        convert(&fixture(name), &out, &["--format", "exl3"]);
+        let got = tensors(&out);
+        let mut coded = 0;
+        for (code_name, (dtype, shape, code)) in input.iter().filter(|(n, _)| n.ends_with(".escha_code")) {
+            assert_eq!(dtype, "I16");
+            let path = code_name.strip_suffix(".escha_code").unwrap();
+            let leaf = |l: &str| input.get(&format!("{path}.escha_{l}")).map(|t| t.2.as_slice());
+            let experts = (shape.len() == 4).then(|| shape[0]);
+            let (tiles_in, tiles_out, words) = (shape[shape.len() - 3], shape[shape.len() - 2], shape[shape.len() - 1]);
+            let (ic, oc) = (16 * tiles_in, 16 * tiles_out);
+            let per_expert = code.len() / experts.unwrap_or(1);
+            for (module, e, cols) in exl3_modules(path, experts, oc) {
+                let (dtype, tshape, trellis) = &got[&format!("{module}.trellis")];
+                let tiles = cols.start / 16..cols.end / 16;
+                assert_eq!((dtype.as_str(), tshape.clone()), ("I16", vec![tiles_in, tiles.len(), words]), "{module}");
+                let expert = &code[e * per_expert..(e + 1) * per_expert];
+                assert!(*trellis == rows_of(expert, tiles_out, words, 2, tiles), "{module}.trellis");
+                // suh = f16(rin·s_in), svh = f16(rout·s_out): this expert's slice, these channels.
+                let vector = |l: &str, len: usize| leaf(l).map(|b| f16s_or_f32s(l, b)[e * len..(e + 1) * len].to_vec());
+                let (rin, sin) = (vector("rin", ic).unwrap(), vector("s_in", ic));
+                let (rout, sout) = (vector("rout", oc).unwrap(), vector("s_out", oc));
+                assert_eq!(got[&format!("{module}.suh")].2, folded(&rin, sin.as_deref()), "{module}.suh");
+                let sout = sout.map(|s| s[cols.clone()].to_vec());
+                assert_eq!(
+                    got[&format!("{module}.svh")].2,
+                    folded(&rout[cols.clone()], sout.as_deref()),
+                    "{module}.svh"
+                );
+                let (dtype, mshape, mcg) = &got[&format!("{module}.mcg")];
+                assert_eq!((dtype.as_str(), mshape.len()), ("I32", 0));
+                assert_eq!(u32::from_le_bytes(mcg[..].try_into().unwrap()), 0xCBAC_1FED, "exllamav3's MCG multiplier");
+                coded += 1;
+            }
+        }
+        assert!(coded >= 25, "{name}: {coded} EXL3 linears");
+        assert_eq!(got.keys().filter(|n| n.ends_with(".trellis")).count(), coded, "{name}: no other trellis");
+        assert!(
+            !got.keys().any(|n| n.contains("escha_") || n.ends_with("gate_up_proj")),
+            "{name}: nothing fused or Escha-named"
+        );
+        let config: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
+        assert_eq!(config["quantization_config"]["quant_method"], "exl3");
+        assert!(out.join("quantization_config.json").is_file());
+    }
+}
+
+/// A vector leaf as f32 (`rin`/`rout` are F16, `s_in`/`s_out` F32).
+fn f16s_or_f32s(leaf: &str, bytes: &[u8]) -> Vec<f32> {
+    if leaf.starts_with("s_") {
+        f32s(bytes)
+    } else {
+        f16s(bytes)
+    }
+}
+
+/// A copy of fixture `name` whose `s_in` and `s_out` are all ones.
+fn with_unit_scales(name: &str, dir: &Path) -> PathBuf {
+    copy_tree(&fixture(name), dir);
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "safetensors") {
+            continue;
+        }
+        let ts: Vec<T> = read_safetensors(&p)
+            .into_iter()
+            .map(|(n, (dtype, shape, data))| {
+                let data = if n.ends_with(".escha_s_in") || n.ends_with(".escha_s_out") {
+                    assert_eq!(dtype, "F32");
+                    data.chunks_exact(4).flat_map(|_| 1.0f32.to_le_bytes()).collect()
+                } else {
+                    data
+                };
+                let dtype: &'static str = Box::leak(dtype.into_boxed_str());
+                T::new(&n, dtype, &shape, data)
+            })
+            .collect();
+        write_safetensors(&p, &ts);
+    }
+    dir.to_path_buf()
+}
+
+/// IN → bf16, and IN → exl3 → bf16: the tensors of both, and the fold's reported change.
+fn both_ways(input: &Path, tmp: &Path) -> (Tensors, Tensors, f64) {
+    convert(input, &tmp.join("direct"), &["--format", "bf16"]);
+    let report = convert(input, &tmp.join("exl3"), &["--format", "exl3"]);
+    convert(&tmp.join("exl3"), &tmp.join("back"), &["--format", "bf16"]);
+    let change = report["scale_fold_change"].as_f64().expect("the report says the fold's change");
+    (tensors(&tmp.join("direct")), tensors(&tmp.join("back")), change)
+}
+
+#[test]
+fn exl3_back_to_bf16_is_the_direct_conversion_where_s_is_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["dense", "moe"] {
+        let dir = tmp.path().join(name);
+        let input = with_unit_scales(name, &dir.join("in"));
+        let (direct, back, change) = both_ways(&input, &dir);
+        assert_eq!(change, 0.0, "{name}: s = 1 folds exactly");
+        // The per-expert EXL3 linears are stacked back into the fused expert tensors.
+        assert!(back.keys().eq(direct.keys()), "{name}: the same tensors");
+        for (n, t) in &back {
+            assert!(*t == direct[n], "{name}: {n} differs from the direct conversion");
+        }
+    }
+}
+
+#[test]
+fn exl3_back_to_bf16_is_within_the_fold_bound_otherwise() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("dense");
+    let (direct, back, change) = both_ways(&fixture("dense"), &dir);
+    assert!(change > 0.0 && change <= 1.0 / 2048.0, "one f16 rounding: {change}");
+    let mut moved = 0;
+    for (n, t) in &back {
+        let want = &direct[n].2;
+        if t.2 == *want {
+            continue;
+        }
+        moved += 1;
+        assert_eq!(t.0, "BF16", "{n}: only coded weights move");
+        for (a, b) in bf16s(&t.2).into_iter().zip(bf16s(want)) {
+            // Two scales change by at most `change` each; both sides round once to bf16.
+            let bound = a.abs().max(b.abs()) * (2.01 * change as f32 + 1.0 / 128.0) + f32::MIN_POSITIVE;
+            assert!((a - b).abs() <= bound, "{n}: {a} against {b}");
+        }
+    }
+    assert!(moved > 0, "s ≠ 1 on the dense fixture moves some bf16 values");
+}
+
+#[test]
+fn card_summary_and_warnings_speak_of_exllamav3_and_the_fold() {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let o =
+        escha_convert().arg(fixture("dense")).arg(&out).args(["--format", "exl3", "--bias", "keep"]).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // The summary and the warnings go to stderr.
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(stderr.contains("one rounding per channel; largest relative change"), "{stderr}");
+    assert!(stderr.contains("quantization_config.json"), "{stderr}");
+    assert!(stderr.contains("which the output's runtime adds after the matmul"), "{stderr}");
+    let card = std::fs::read_to_string(out.join("README.md")).unwrap();
+    for needle in
+        ["library_name: exllamav3", "Config.from_directory", "TabbyAPI", "largest relative change", "--format exl3"]
+    {
+        assert!(card.contains(needle), "the card lacks {needle:?}:\n{card}");
+    }
+    // The marker lists quantization_config.json, so --force replaces it.
+    let marker = std::fs::read_to_string(out.join(".escha-convert.json")).unwrap();
+    assert!(marker.contains("quantization_config.json"));
+    let dry = escha_convert()
+        .arg(fixture("moe"))
+        .arg(tmp.path().join("dry"))
+        .args(["--format", "exl3", "--dry-run"])
+        .output()
+        .unwrap();
+    assert!(dry.status.success());
+    assert!(String::from_utf8_lossy(&dry.stdout).contains("mlp.experts.3.up_proj.trellis"));
+    assert!(!tmp.path().join("dry").exists());
+}
+
+#[test]
+fn padded_linears_are_refused_naming_the_tensor() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("in");
+    copy_tree(&fixture("moe"), &input);
+    let config = "model.language_model.layers.0.mlp.experts.down_proj.escha_config";
+    let shard = input.join("model-00001-of-00001.safetensors");
+    let ts: Vec<T> = read_safetensors(&shard)
+        .into_iter()
+        .map(|(n, (dtype, shape, mut data))| {
+            if n == config {
+                // [16, K, 2, 1, E, IC, OC, IC_p, OC_p]: 16 true output channels fewer than stored.
+                let oc = i32::from_le_bytes(data[24..28].try_into().unwrap());
+                data[24..28].copy_from_slice(&(oc - 16).to_le_bytes());
+            }
+            T::new(&n, Box::leak(dtype.into_boxed_str()), &shape, data)
+        })
+        .collect();
+    write_safetensors(&shard, &ts);
+    let o = escha_convert().arg(&input).arg(tmp.path().join("out")).args(["--format", "exl3"]).output().unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("layers.0.mlp.experts.down_proj.escha_code") && err.contains("padded"), "{err}");
+}
+
+#[test]
+fn per_expert_exl3_linears_stack_into_llama_cpps_expert_tensors() {
+    let tmp = tempfile::tempdir().unwrap();
+    let exl3 = tmp.path().join("exl3");
+    convert(&fixture("moe"), &exl3, &["--format", "exl3"]);
+    let report = convert(&exl3, &tmp.path().join("gguf"), &["--format", "gguf", "--dry-run"]);
+    let names: Vec<&str> = report["tensors"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    for n in ["blk.0.ffn_gate_exps.weight", "blk.0.ffn_up_exps.weight", "blk.0.ffn_down_exps.weight"] {
+        assert!(names.contains(&n), "{n} in {names:?}");
+    }
+    assert!(!names.iter().any(|n| n.contains("experts")), "{names:?}");
+}
+
+#[test]
+fn native_exl3_input_keeps_its_vectors_and_gets_exllamav3s_markers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rng = crate::synth::Rng::new(31);
+    let (ic, oc, k) = (256, 128, 4);
+    let mut input = Vec::new();
+    let modules = [
+        ("model.language_model.layers.0.mlp.down_proj", Some("mul1"), Some(0x83DC_D12D_u32)),
+        ("model.language_model.layers.0.mlp.up_proj", Some("mcg"), Some(0xCBAC_1FED)),
+        ("model.language_model.layers.0.mlp.gate_proj", None, None),
+    ];
+    for (p, marker, _) in modules {
+        input.push(T::new(&format!("{p}.trellis"), "I16", &[ic / 16, oc / 16, 16 * k], rng.bytes(ic * oc * k / 8)));
+        input.push(T::f16(&format!("{p}.suh"), &[ic], &rng.vec(ic, -0.03, 0.03)));
+        input.push(T::f16(&format!("{p}.svh"), &[oc], &rng.vec(oc, -1.0, 1.0)));
+        if let Some(m) = marker {
+            // Markers from exllamav3's experimental window held other values; the output holds its constants.
+            input.push(T::new(&format!("{p}.{m}"), "I32", &[], vec![0; 4]));
+        }
+    }
+    let dir = crate::synth::write_checkpoint(&tmp.path().join("in"), &input);
+    let out = tmp.path().join("out");
+    convert(&dir, &out, &["--format", "exl3"]);
+    let got = tensors(&out);
+    let stored: BTreeMap<&str, &T> = input.iter().map(|t| (t.name.as_str(), t)).collect();
+    for (p, marker, value) in modules {
+        for leaf in ["trellis", "suh", "svh"] {
+            let name = format!("{p}.{leaf}");
+            assert_eq!(got[&name].2, stored[name.as_str()].data, "{name} as stored");
+        }
+        for m in ["mcg", "mul1"] {
+            let name = format!("{p}.{m}");
+            match (marker, value) {
+                (Some(want), Some(v)) if want == m => {
+                    assert_eq!(u32::from_le_bytes(got[&name].2[..].try_into().unwrap()), v, "{name}");
+                }
+                _ => assert!(!got.contains_key(&name), "{name}: no such marker"),
+            }
+        }
+    }
+    let config: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
+    let q = &config["quantization_config"];
+    assert_eq!((q["bits"].as_f64(), q["head_bits"].as_u64()), (Some(4.0), Some(16)));
+    assert!(q.get("codebook").is_none(), "three codebooks: no single one to name");
+    assert_eq!(config["architectures"][0], "Qwen3_5ForCausalLM");
+}
+
+#[test]
+fn parts_merge_into_the_one_run_output_and_only_selects_expert_modules() {
+    let tmp = tempfile::tempdir().unwrap();
+    let shaping = ["--format", "exl3", "--max-shard-size", "400000", "--checksums"];
+    let whole = tmp.path().join("whole");
+    convert(&fixture("moe"), &whole, &shaping);
+    let merged = tmp.path().join("merged");
+    std::fs::create_dir(&merged).unwrap();
+    for part in ["1/2", "2/2"] {
+        let dir = tmp.path().join(part.replace('/', "-"));
+        convert(&fixture("moe"), &dir, &[&shaping[..], &["--part", part]].concat());
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            let to = merged.join(p.file_name().unwrap());
+            if !to.exists() {
+                std::fs::copy(&p, to).unwrap();
+            }
+        }
+    }
+    let o = escha_convert().arg("merge").arg(&merged).output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for file in ["config.json", "quantization_config.json", "SHA256SUMS", "model.safetensors.index.json"] {
+        assert_eq!(std::fs::read(whole.join(file)).unwrap(), std::fs::read(merged.join(file)).unwrap(), "{file}");
+    }
+    assert_eq!(tensors(&whole), tensors(&merged));
+
+    let only = tmp.path().join("only");
+    convert(&fixture("moe"), &only, &["--format", "exl3", "--only", "*.experts.1.*"]);
+    let got = tensors(&only);
+    assert!(!got.is_empty() && got.keys().all(|n| n.contains(".experts.1.")), "{:?}", got.keys());
+    // Like every part of a split job, an --only run writes the config of the whole output.
+    assert_eq!(
+        std::fs::read(whole.join("quantization_config.json")).unwrap(),
+        std::fs::read(only.join("quantization_config.json")).unwrap()
+    );
+}
