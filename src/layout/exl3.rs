@@ -24,7 +24,6 @@ use super::tensor::{Encoding, Kind, OutputTensor, RowSource};
 use crate::checkpoint::tensor::to_f32_vec;
 use crate::checkpoint::{Catalog, Checkpoint, CodedModule, Leaf};
 use crate::codec::Codebook;
-use crate::container::{MetaValue, Metadata};
 use crate::storage::Storage;
 use anyhow::{bail, Result};
 use half::f16;
@@ -245,15 +244,6 @@ impl Layout for Exl3Layout {
 
     fn fold_change(&self, ck: &Checkpoint, cat: &Catalog) -> Result<Option<f64>> {
         fold_change(ck, cat).map(Some)
-    }
-
-    fn metadata(
-        &self,
-        _ck: &Checkpoint,
-        _tensors: &[OutputTensor],
-        _warnings: &mut Vec<crate::warning::Warning>,
-    ) -> Result<Metadata> {
-        Ok(vec![("format".into(), MetaValue::Str("pt".into()))])
     }
 
     /// exllamav3's converter writes 8 GB shards by default; 5 GB keeps to the Hub's habit.

@@ -17,7 +17,6 @@ use super::policy::{FormatCard, Layout};
 use super::tensor::{Encoding, Kind, OutputTensor, RowSource};
 use crate::checkpoint::tensor::is_float;
 use crate::checkpoint::{Catalog, Checkpoint, Leaf};
-use crate::container::{MetaValue, Metadata};
 use anyhow::Result;
 use safetensors::Dtype;
 use serde_json::Value;
@@ -75,15 +74,6 @@ impl Layout for HfLayout {
             mtp::clear_declared_layers(&mut config);
         }
         Some(crate::json::to_text(&config, 2))
-    }
-
-    fn metadata(
-        &self,
-        _ck: &Checkpoint,
-        _tensors: &[OutputTensor],
-        _warnings: &mut Vec<crate::warning::Warning>,
-    ) -> Result<Metadata> {
-        Ok(vec![("format".into(), MetaValue::Str("pt".into()))])
     }
 
     fn default_max_shard_size(&self) -> u64 {

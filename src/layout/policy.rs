@@ -4,7 +4,7 @@
 use super::mtp::is_mtp;
 use super::tensor::{Adjust, OutputTensor, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint};
-use crate::container::{Container, Metadata, Safetensors};
+use crate::container::{Container, MetaValue, Metadata, Safetensors};
 use crate::quant::affine_error::WidthErrors;
 use crate::quant::block_error::StorageErrors;
 use crate::select::selected;
@@ -151,10 +151,13 @@ pub trait Layout: Sync {
     /// The metadata of `container`'s files; what it leaves out of the input goes to `warnings`.
     fn metadata(
         &self,
-        ck: &Checkpoint,
-        tensors: &[OutputTensor],
-        warnings: &mut Vec<crate::warning::Warning>,
-    ) -> Result<Metadata>;
+        _ck: &Checkpoint,
+        _tensors: &[OutputTensor],
+        _warnings: &mut Vec<crate::warning::Warning>,
+    ) -> Result<Metadata> {
+        // What every safetensors writer records: the tensors are PyTorch's.
+        Ok(vec![("format".into(), MetaValue::Str("pt".into()))])
+    }
 
     /// Whether the input's tokenizer, chat template and generation files are copied beside the
     /// shards (a format that carries them inside its files does not).

@@ -7,11 +7,11 @@
 //! The header is read by a parser of its own here (not the crate's), so a writer bug cannot hide
 //! behind a reader with the same bug.
 
-use crate::common::{copy_tree, escha_convert, fixture, snapshot};
+use crate::common::{copy_tree, escha_convert, fixture, limit_address_space, output_within, snapshot};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 // ---------------------------------------------------------------------------------------------
@@ -256,54 +256,14 @@ pub(crate) fn text(config: &mut Value) -> &mut serde_json::Map<String, Value> {
 /// Runs the tool on `input` into a fresh OUT under a 4 GiB address-space limit and a 60 s
 /// deadline (300 s emulated); returns its output, the time it took, and the parent of OUT.
 pub(crate) fn run_bounded(input: &Path, extra: &[&str]) -> (Output, Duration, tempfile::TempDir) {
-    use std::os::unix::process::CommandExt;
-    const LIMIT: u64 = 4 << 30;
     let parent = tempfile::tempdir().unwrap();
     let mut cmd = escha_convert();
     cmd.arg(input).arg(parent.path().join("out")).args(["--format", "gguf", "--quiet", "-j", "2"]).args(extra);
     cmd.env("RUST_BACKTRACE", "0");
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    // Not under an emulator (a cross-compiled run), which reserves a guest address space larger
-    // than the limit.
-    if !cfg!(escha_cross) {
-        // SAFETY: setrlimit in the child before exec; no allocation or lock is involved.
-        unsafe {
-            cmd.pre_exec(|| {
-                let l = libc::rlimit { rlim_cur: LIMIT, rlim_max: LIMIT };
-                if libc::setrlimit(libc::RLIMIT_AS, &raw const l) == 0 {
-                    Ok(())
-                } else {
-                    Err(std::io::Error::last_os_error())
-                }
-            });
-        }
-    }
-    let deadline = Duration::from_secs(if cfg!(escha_cross) { 300 } else { 60 });
+    limit_address_space(&mut cmd, 4 << 30);
     let t0 = Instant::now();
-    let mut child = cmd.spawn().unwrap();
-    // Drained while it runs, so that a full pipe cannot stall it.
-    let drain = |mut r: Box<dyn std::io::Read + Send>| {
-        std::thread::spawn(move || {
-            let mut b = Vec::new();
-            r.read_to_end(&mut b).unwrap();
-            b
-        })
-    };
-    let (stdout, stderr_) =
-        (drain(Box::new(child.stdout.take().unwrap())), drain(Box::new(child.stderr.take().unwrap())));
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if t0.elapsed() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            let err = String::from_utf8_lossy(&stderr_.join().unwrap()).into_owned();
-            panic!("{} {extra:?}: still running after {deadline:?}: {err}", input.display());
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let o = Output { status, stdout: stdout.join().unwrap(), stderr: stderr_.join().unwrap() };
+    let o = output_within(&mut cmd, Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{} {extra:?}: {e}", input.display()));
     (o, t0.elapsed(), parent)
 }
 
