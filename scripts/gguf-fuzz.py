@@ -17,8 +17,11 @@ first file of a split set), requiring exit 0 and finite logits.
 Non-finite logits are diagnosed: the file is scanned for non-finite stored values (weights, or the
 fp16 scales of quantized blocks), and the same input is converted with --gguf-type f32 and run
 again. When that f32 file gives non-finite logits too and neither file stores a non-finite value,
-the mutated model itself overflows in llama.cpp's f32 arithmetic: such a case is listed, not
-counted as a failure. Each conversion and llama_logits run has a timeout and a 2 GiB address-space
+the mutated model itself overflows in llama.cpp's f32 arithmetic; when the f32 file is finite but a
+quantized file is not, nothing stored is non-finite and the bf16 file of the same input is finite
+too, the activations overflow llama.cpp's quantized matmuls (which round them to 8-bit blocks with
+f16 scales: about 65504 x 127 at most). Such cases are listed, with the reason, not counted as
+failures. Each conversion and llama_logits run has a timeout and a 2 GiB address-space
 limit (an allocation of gigabytes for these fixtures is a failure, not the machine's memory); after
 10 timeouts the run starts no more cases.
 
@@ -1696,7 +1699,10 @@ class Result:
         self.i = i
         self.status = None  # exit code, negative for a signal, or "timeout"
         self.loaded = False  # loaded, ran, finite logits
-        self.overflow = False  # non-finite logits that the f32 conversion of the same input gives too
+        # Why non-finite logits are the mutated model's values, not the file (empty: they are not):
+        # the f32 conversion of the same input overflows too, or llama.cpp's 8-bit activation
+        # blocks overflow where the bf16 and f32 files run finite.
+        self.overflow = ""
         self.problems = []
         self.notes = []
         self.mutations = []
@@ -2032,8 +2038,24 @@ def load(args, res, out, opts):
         res.notes.append(
             f"the f32 conversion of the same input gives finite logits (max |logit| {float(np.max(np.abs(ref_y))):.3g})"
         )
+        # A quantized file whose every stored value is finite (and within what blocks hold: the tool
+        # refuses the rest), whose bf16 conversion runs finite too: the NaN arises in llama.cpp's
+        # quantized matmuls, which round the activations to 8-bit blocks with f16 scales, so an
+        # activation beyond about 65504 x 127 overflows. That is the mutated model's values meeting
+        # llama.cpp's kernels, not something the file can carry differently.
+        if not stored and res.cmd[5 + ty] not in ("bf16", "f16", "f32"):
+            bf16 = out.parent / "ref-bf16"
+            bf16_cmd = [*ref_cmd[:2], bf16, *ref_cmd[3:]]
+            bf16_cmd[5 + ty] = "bf16"
+            rc, _ = run_killable(bf16_cmd, args.timeout, CONVERT_ENV)
+            bf16_model = model_file(bf16)[0] if rc == 0 else None
+            bf16_y = llama(args, bf16_model, out.parent / "bf16.f32")[3] if bf16_model else None
+            if bf16_y is not None and np.isfinite(bf16_y).all():
+                res.overflow = "activations overflow llama.cpp's 8-bit activation blocks (bf16 and f32 files finite)"
+                res.notes.append(f"{p}; {res.overflow}")
+                return
     elif not stored and not gguf_nonfinite(ref_files):
-        res.overflow = True
+        res.overflow = "the model overflows in f32 too"
         res.notes.append(
             f"{p}; the f32 conversion gives non-finite logits too, every stored value finite: the mutated model overflows"
         )
@@ -2166,7 +2188,7 @@ def main():
                     "loaded"
                     if r.loaded
                     else (
-                        "overflows in f32 too" if r.overflow else f"exit {r.status}: {first_error_line(r.stderr)[:160]}"
+                        r.overflow if r.overflow else f"exit {r.status}: {first_error_line(r.stderr)[:160]}"
                     )
                 )
                 print(
@@ -2198,11 +2220,11 @@ def main():
         print(f"gguf-fuzz: {len(classes)} kinds of failure:")
         for sig, ids in sorted(classes.items(), key=lambda kv: -len(kv[1])):
             print(f"  {len(ids)} x {sig} (cases {', '.join(map(str, ids[:12]))}{' …' if len(ids) > 12 else ''})")
-    overflow = [r for r in results if r.overflow]
-    if overflow:
+    for why in sorted({r.overflow for r in results if r.overflow}):
+        ids = [r.i for r in results if r.overflow == why]
         print(
-            f"gguf-fuzz: {len(overflow)} exit-0 outputs gave non-finite logits that the f32 conversion of the same input "
-            f"gives too (the mutated model overflows; not failures): cases {', '.join(str(r.i) for r in overflow)}"
+            f"gguf-fuzz: {len(ids)} exit-0 outputs gave non-finite logits from the mutated model's values, not the "
+            f"file ({why}; not failures): cases {', '.join(map(str, ids))}"
         )
     if len(results) < len(cases):
         print(
