@@ -31,9 +31,12 @@ run() {
 }
 rm -f "$DIR"/*.txt
 for _ in $(seq "$RUNS"); do
-    run bf16 $BIN "$DIR/synth" "$DIR/out-bf16" -j 1 --quiet --force
-    run exl3 $BIN "$DIR/synth" "$DIR/out-exl3" --format exl3 -j 1 --quiet --force
-    rm -rf "$DIR/copy" && mkdir "$DIR/copy"
+    # Each run writes a new OUT, as the copy writes a new directory: removing an earlier output
+    # (--force) is not the conversion's cost.
+    rm -rf "$DIR/out-bf16" "$DIR/out-exl3" "$DIR/copy" && mkdir "$DIR/copy"
+    sync
+    run bf16 $BIN "$DIR/synth" "$DIR/out-bf16" -j 1 --quiet
+    run exl3 $BIN "$DIR/synth" "$DIR/out-exl3" --format exl3 -j 1 --quiet
     run copy sh -c "cp '$DIR'/out-exl3/*.safetensors '$DIR/copy/' && sync"
 done
 median() { sort -n | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
