@@ -224,9 +224,6 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
         Encoding::Int8Blocks => {
             reader.int8_rows(source, span, &mut s.codes, &mut s.row_scales)?;
             // The scales are f16 (the layout checked), so the round trip through f32 is exact.
-            if let Some(i) = s.row_scales.iter().position(|v| !v.is_finite()) {
-                bail!("row {}: the int8 row scale is {}", span.rows.start + i, s.row_scales[i]);
-            }
             for (row, &scale) in s.codes.chunks_exact(width).zip(&s.row_scales) {
                 blocks::q8_0_from_int8(row, half::f16::from_f32(scale), &mut s.bytes);
             }

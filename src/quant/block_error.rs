@@ -43,23 +43,28 @@ impl StorageErrors {
 
     /// Adds the estimate for `values` (`rows × cols`).
     pub fn add_estimate(&mut self, values: &[f32], cols: usize) {
-        for row in live_rows(values, cols) {
-            self.norm_sq += norm_sq(row);
-            for (sq, &c) in self.sq.iter_mut().zip(&self.candidates) {
-                *sq += match c {
-                    Storage::Block(b) => estimate(b, row).unwrap_or_else(|| measured(c, row)),
-                    Storage::Element(_) => measured(c, row),
-                };
-            }
-        }
+        self.add(values, cols, |c, row| match c {
+            Storage::Block(b) => estimate(b, row).unwrap_or_else(|| measured(c, row)),
+            Storage::Element(_) => measured(c, row),
+        });
     }
 
     /// Adds the exact errors for `values` (`rows × cols`): encoded and decoded.
     pub fn add_exact(&mut self, values: &[f32], cols: usize) {
+        self.add(values, cols, measured);
+    }
+
+    /// Adds `error(candidate, row)` for each live row; a row with a value no block holds costs
+    /// every block type an infinite error (it cannot be stored in one at all).
+    fn add(&mut self, values: &[f32], cols: usize, error: impl Fn(Storage, &[f32]) -> f64) {
         for row in live_rows(values, cols) {
             self.norm_sq += norm_sq(row);
+            let holdable = first_unholdable(row).is_none();
             for (sq, &c) in self.sq.iter_mut().zip(&self.candidates) {
-                *sq += measured(c, row);
+                *sq += match c {
+                    Storage::Block(_) if !holdable => f64::INFINITY,
+                    _ => error(c, row),
+                };
             }
         }
     }
@@ -73,12 +78,8 @@ fn norm_sq(row: &[f32]) -> f64 {
     row.iter().map(|&v| f64::from(v) * f64::from(v)).sum()
 }
 
-/// The squared error of `row` stored as `storage`, encoded and decoded; infinite where the storage
-/// cannot hold the row at all (a block type and a value beyond its bound).
+/// The squared error of `row` stored as `storage`, encoded and decoded.
 fn measured(storage: Storage, row: &[f32]) -> f64 {
-    if matches!(storage, Storage::Block(_)) && first_unholdable(row).is_some() {
-        return f64::INFINITY;
-    }
     let mut back = Vec::with_capacity(row.len());
     match storage {
         Storage::Block(b) => {
@@ -106,11 +107,8 @@ fn smallest_exact_step(block: BlockType) -> f64 {
 /// The estimated squared error of `row` stored as `block`: per group of values sharing a step,
 /// `n · s²/12` with the step of its format (symmetric ones from the largest magnitude, those
 /// with a minimum from the range down to at most zero); `None` where a non-zero step is too small
-/// for f16 scales to hold exactly, or a value is beyond blocks, so the row must be measured.
+/// for f16 scales to hold exactly, so the row must be measured.
 fn estimate(block: BlockType, row: &[f32]) -> Option<f64> {
-    if first_unholdable(row).is_some() {
-        return None;
-    }
     let smallest = smallest_exact_step(block);
     let (group, levels, with_min) = match block {
         BlockType::Q4_0 => (32, 16.0, false),
