@@ -388,15 +388,16 @@ fn merge_and_force_follow_no_marker_name_out_of_the_directory() {
         ("sub/dir", None),
         ("..", None),
     ];
+    // A line for `name` in the part's sums file.
+    let record = |dir: &Path, name: &str| {
+        let text = std::fs::read_to_string(dir.join(sums)).unwrap();
+        std::fs::write(dir.join(sums), format!("{text}{zeros}  {name}\n")).unwrap();
+    };
     for (i, (name, size)) in names.into_iter().enumerate() {
         // Named by the marker (and recorded by the part, as a merge would then hash it).
         let dir = fresh(&format!("marker-{i}"));
         edit_json(&dir, ".escha-convert.json", |m| m["files"][name] = size.map_or(Value::Null, Value::from));
-        std::fs::write(
-            dir.join(sums),
-            format!("{}{zeros}  {name}\n", std::fs::read_to_string(dir.join(sums)).unwrap()),
-        )
-        .unwrap();
+        record(&dir, name);
         let (code, err) = merge_within(&dir);
         assert_eq!(code, Some(1), "{name}: {err}");
         assert!(err.contains(&format!("{name:?}")) && err.contains("not a file name"), "{name}: {err}");
@@ -404,11 +405,7 @@ fn merge_and_force_follow_no_marker_name_out_of_the_directory() {
         assert!(!dir.join("SHA256SUMS").exists() && dir.join(sums).exists(), "{name}: nothing merged");
         // Named by a part's sums file only.
         let dir = fresh(&format!("sums-{i}"));
-        std::fs::write(
-            dir.join(sums),
-            format!("{}{zeros}  {name}\n", std::fs::read_to_string(dir.join(sums)).unwrap()),
-        )
-        .unwrap();
+        record(&dir, name);
         let (code, err) = merge_within(&dir);
         assert_eq!(code, Some(1), "{name}: {err}");
         assert!(err.contains(&format!("{name:?}")) && err.contains("not a file name"), "{name}: {err}");
