@@ -147,7 +147,7 @@ pub fn tensors(ck: &Checkpoint, cat: &Catalog, dtype: DenseDtype, keep_bias: boo
 
 /// The per-expert leaf of a name `<parent>.experts.<e>.<proj>.weight` (a native EXL3 `MoE` stores
 /// every expert as its own linear): (`<parent>.experts`, e, proj).
-fn expert_leaf(name: &str) -> Option<(&str, usize, &str)> {
+pub(crate) fn expert_leaf(name: &str) -> Option<(&str, usize, &str)> {
     let rest = name.strip_suffix(".weight")?;
     let (head, proj) = rest.rsplit_once('.')?;
     let (parent, e) = head.rsplit_once('.')?;

@@ -37,7 +37,11 @@ struct Piece<'a> {
     /// The tensor's stored bytes.
     data: &'a [u8],
     scale_inv: Option<(&'a str, &'a TensorEntry)>,
+    /// Rows of the piece in the matrix: stored rows `skip..skip + rows` of each lead.
     rows: usize,
+    skip: usize,
+    /// Stored rows per lead.
+    height: usize,
 }
 
 /// One stored row of a base matrix (every column), read without a copy.
@@ -71,10 +75,12 @@ fn widen(bytes: &[u8], dtype: Dtype, out: &mut Vec<f32>) {
 }
 
 /// A base weight `[E?, rows, cols]`, possibly stored as several row ranges (MLX splits experts'
-/// gate and up).
+/// gate and up), or one expert's rows of a stacked weight (a per-expert linear of IN).
 pub struct BaseMatrix<'a> {
     base: &'a Base,
     pieces: Vec<Piece<'a>>,
+    /// The stored lead every read goes to, for a per-expert view.
+    expert: Option<usize>,
     pub cols: usize,
     pub experts: Option<usize>,
     /// The base tensor names, for reports.
@@ -128,8 +134,51 @@ impl Base {
         Some((name, len))
     }
 
-    /// The matrix behind HF name `hf` (`P.weight` or a fused expert parameter `P`).
+    /// The matrix behind HF name `hf` (`P.weight`, a fused expert parameter `P`, or one expert's
+    /// `….experts.{e}.{gate,up,down}_proj.weight`, the per-expert layout of native EXL3, read from
+    /// the base's stacked experts).
     pub fn matrix(&self, hf: &str) -> Result<Option<BaseMatrix<'_>>> {
+        if !self.ck.tensors.contains_key(&self.rename(hf)) {
+            if let Some((parent, e, proj)) = crate::layout::hf::expert_leaf(hf) {
+                return self.expert_view(parent, e, proj);
+            }
+        }
+        self.stored(hf)
+    }
+
+    /// Expert `e`'s `proj` of the stacked experts under `parent`: its rows of the fused
+    /// `gate_up_proj` (gate first; MLX's `switch_mlp` stores the halves apart) or of `down_proj`.
+    fn expert_view(&self, parent: &str, e: usize, proj: &str) -> Result<Option<BaseMatrix<'_>>> {
+        let half = match proj {
+            "gate_proj" => Some(0),
+            "up_proj" => Some(1),
+            _ => None,
+        };
+        let stacked = if half.is_some() { "gate_up_proj" } else { proj };
+        let Some(mut m) = self.stored(&format!("{parent}.{stacked}"))? else { return Ok(None) };
+        let Some(experts) = m.experts.filter(|&n| e < n) else { return Ok(None) };
+        if let Some(h) = half {
+            if m.pieces.len() == 2 {
+                m.pieces.swap_remove(1 - h);
+                m.names.swap_remove(1 - h);
+            } else {
+                let p = &mut m.pieces[0];
+                if p.rows % 2 != 0 {
+                    bail!("tensor {}: {} rows do not split into gate and up halves", p.name, p.rows);
+                }
+                p.rows /= 2;
+                p.skip = h * p.rows;
+                m.names[0] = format!("{}[{}]", m.names[0], ["gate", "up"][h]);
+            }
+        }
+        m.expert = Some(e);
+        m.experts = None;
+        m.names[0] = format!("{} (expert {e} of {experts})", m.names[0]);
+        Ok(Some(m))
+    }
+
+    /// The stored matrix behind HF name `hf`.
+    fn stored(&self, hf: &str) -> Result<Option<BaseMatrix<'_>>> {
         let name = self.rename(hf);
         let mut names = vec![name.clone()];
         if !self.ck.tensors.contains_key(&name) && self.layout == BaseLayout::Mlx {
@@ -158,7 +207,7 @@ impl Base {
                 (d, _) => bail!("{file}: tensor {n}: unsupported base dtype {d:?}"),
             }
             let rows = entry.shape[entry.shape.len() - 2];
-            pieces.push(Piece { name: n, entry, data: self.ck.bytes(entry), scale_inv, rows });
+            pieces.push(Piece { name: n, entry, data: self.ck.bytes(entry), scale_inv, rows, skip: 0, height: rows });
         }
         let first = pieces[0].entry;
         let lead = &first.shape[..first.shape.len() - 1];
@@ -182,6 +231,7 @@ impl Base {
         let rank = first.shape.len();
         Ok(Some(BaseMatrix {
             base: self,
+            expert: None,
             cols: first.shape[rank - 1],
             experts: (rank == 3).then(|| first.shape[0]),
             pieces,
@@ -241,9 +291,15 @@ impl BaseMatrix<'_> {
         self.pieces.iter().map(|p| p.rows).sum()
     }
 
+    /// The stored lead of expert `expert` (0 for a plain matrix).
+    fn lead(&self, expert: usize) -> usize {
+        self.expert.unwrap_or(expert)
+    }
+
     /// Rows `rows` of expert `expert` (0 for a plain matrix) as f32, row-major, into `out`.
     pub fn read_rows(&self, expert: usize, rows: Range<usize>, out: &mut Vec<f32>) -> Result<()> {
         out.clear();
+        let expert = self.lead(expert);
         let mut first_row = 0;
         for p in &self.pieces {
             let lo = rows.start.max(first_row);
@@ -258,21 +314,22 @@ impl BaseMatrix<'_> {
 
     /// Row `r` of expert `expert` (0 for a plain matrix), as stored.
     pub fn row(&self, expert: usize, r: usize) -> Result<BaseRow<'_>> {
+        let expert = self.lead(expert);
         let mut first_row = 0;
         for p in &self.pieces {
             if r >= first_row + p.rows {
                 first_row += p.rows;
                 continue;
             }
-            let local = r - first_row;
+            let local = p.skip + r - first_row;
             let el = p.entry.dtype.bitsize() / 8;
-            let start = (expert * p.rows + local) * self.cols * el;
+            let start = (expert * p.height + local) * self.cols * el;
             let Some(bytes) = p.data.get(start..start + self.cols * el) else {
                 bail!("tensor {}: row {local} of expert {expert} is outside its shape {:?}", p.name, p.entry.shape);
             };
             return Ok(match (p.entry.dtype, p.scale_inv) {
                 (Dtype::F8_E4M3, Some((scale, _))) => {
-                    let (br, bc) = (p.rows.div_ceil(FP8_BLOCK), self.cols.div_ceil(FP8_BLOCK));
+                    let (br, bc) = (p.height.div_ceil(FP8_BLOCK), self.cols.div_ceil(FP8_BLOCK));
                     let first = (expert * br + local / FP8_BLOCK) * bc;
                     let mut scales = Vec::with_capacity(bc);
                     self.base.ck.elements_f32(scale, first..first + bc, &mut scales)?;
@@ -289,12 +346,13 @@ impl BaseMatrix<'_> {
     /// memory stays flat within one large weight too (a page shared with the next rows is simply
     /// read again).
     pub fn release_rows(&self, expert: usize, rows: Range<usize>) {
+        let expert = self.lead(expert);
         let mut first_row = 0;
         for p in &self.pieces {
             let (lo, hi) = (rows.start.max(first_row), rows.end.min(first_row + p.rows));
             if lo < hi {
                 let row_bytes = self.cols * (p.entry.dtype.bitsize() / 8);
-                let at = |r: usize| (expert * p.rows + r - first_row) * row_bytes;
+                let at = |r: usize| (expert * p.height + p.skip + r - first_row) * row_bytes;
                 self.base.ck.release_part(p.entry, at(lo)..at(hi));
             }
             first_row += p.rows;
@@ -311,17 +369,18 @@ impl BaseMatrix<'_> {
         }
     }
 
-    /// Rows `rows` of one piece, appended to `out`.
+    /// Rows `rows` of one piece (of stored lead `expert`), appended to `out`.
     fn read_piece(&self, p: &Piece, expert: usize, rows: Range<usize>, out: &mut Vec<f32>) -> Result<()> {
         let ck = &self.base.ck;
         let cols = self.cols;
+        let rows = p.skip + rows.start..p.skip + rows.end;
         let Some((scale, _)) = p.scale_inv else {
             return ck.rows_f32(p.name, expert, rows, 0..cols, out);
         };
         // fp8: one scale per 128×128 block; only the block rows these rows touch are read.
         let mut codes = Vec::with_capacity(rows.len() * cols);
         ck.rows_bytes(p.name, expert, rows.clone(), 0..cols, &mut codes)?;
-        let (br, bc) = (p.rows.div_ceil(FP8_BLOCK), cols.div_ceil(FP8_BLOCK));
+        let (br, bc) = (p.height.div_ceil(FP8_BLOCK), cols.div_ceil(FP8_BLOCK));
         let (b0, b1) = (rows.start / FP8_BLOCK, (rows.end - 1) / FP8_BLOCK + 1);
         let mut scales = Vec::with_capacity((b1 - b0) * bc);
         ck.elements_f32(scale, (expert * br + b0) * bc..(expert * br + b1) * bc, &mut scales)?;

@@ -208,6 +208,164 @@ fn exl3_back_to_bf16_is_within_the_fold_bound_otherwise() {
     assert!(moved > 0, "s ≠ 1 on the dense fixture moves some bf16 values");
 }
 
+/// Escha tensors of codebook `codebook` (its `escha_config` id).
+fn with_codebook(mut ts: Vec<T>, codebook: i32) -> Vec<T> {
+    for t in ts.iter_mut().filter(|t| t.name.ends_with(".escha_config")) {
+        t.data[12..16].copy_from_slice(&codebook.to_le_bytes());
+    }
+    ts
+}
+
+#[test]
+fn every_k_and_codebook_goes_to_exl3_and_back_unchanged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rng = crate::synth::Rng::new(11);
+    let mut input = Vec::new();
+    // One layer per K × codebook: a dense linear and a stack of two experts (gate_up split in EXL3).
+    let mut layer = 0;
+    for k in 1..=8 {
+        for codebook in 0..3 {
+            let p = format!("model.language_model.layers.{layer}.mlp");
+            let mut ts = crate::synth::coded_linear(
+                &mut rng,
+                &format!("{p}.shared_expert.down_proj"),
+                None,
+                128,
+                256,
+                k,
+                false,
+                false,
+            );
+            ts.extend(crate::synth::coded_linear(
+                &mut rng,
+                &format!("{p}.experts.gate_up_proj"),
+                Some(2),
+                128,
+                256,
+                k,
+                false,
+                false,
+            ));
+            ts.extend(crate::synth::coded_linear(
+                &mut rng,
+                &format!("{p}.experts.down_proj"),
+                Some(2),
+                128,
+                128,
+                k,
+                false,
+                false,
+            ));
+            input.extend(with_codebook(ts, codebook));
+            layer += 1;
+        }
+    }
+    let dir = crate::synth::write_checkpoint(&tmp.path().join("in"), &input);
+    let mut config = crate::synth::config_json();
+    config["text_config"]["num_hidden_layers"] = layer.into();
+    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+
+    let (direct, back, change) = both_ways(&dir, tmp.path());
+    assert_eq!(change, 0.0);
+    assert!(back.keys().eq(direct.keys()), "the same tensors");
+    for (n, t) in &back {
+        assert!(*t == direct[n], "{n} differs from the direct conversion");
+    }
+    let exl3 = tensors(&tmp.path().join("exl3"));
+    let stored: BTreeMap<&str, &T> = input.iter().map(|t| (t.name.as_str(), t)).collect();
+    for l in 0..layer {
+        let p = format!("model.language_model.layers.{l}.mlp");
+        let down = format!("{p}.shared_expert.down_proj");
+        assert_eq!(exl3[&format!("{down}.trellis")].2, stored[format!("{down}.escha_code").as_str()].data, "{down}");
+        // exllamav3's codebook markers: none for 3INST (id 0), `.mcg` (1), `.mul1` (2).
+        let markers: Vec<_> =
+            ["mcg", "mul1"].into_iter().filter(|m| exl3.contains_key(&format!("{down}.{m}"))).collect();
+        assert_eq!(markers, [&[][..], &["mcg"], &["mul1"]][l % 3], "{down}");
+        let gate_up = &stored[format!("{p}.experts.gate_up_proj.escha_code").as_str()];
+        let (ic_tiles, oc_tiles, words) = (gate_up.shape[1], gate_up.shape[2], gate_up.shape[3]);
+        for (e, expert) in gate_up.data.chunks_exact(ic_tiles * oc_tiles * words * 2).enumerate() {
+            let gate = format!("{p}.experts.{e}.gate_proj.trellis");
+            assert_eq!(exl3[&gate].2, rows_of(expert, oc_tiles, words, 2, 0..oc_tiles / 2), "{gate}");
+        }
+    }
+}
+
+/// `verify OUT --base` on an EXL3 output, as JSON, with its exit code.
+fn verify(out: &Path, base: &str) -> (Option<i32>, serde_json::Value) {
+    let o = escha_convert().arg("verify").arg(out).arg("--base").arg(fixture(base)).arg("--json").output().unwrap();
+    let report = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&o.stderr)));
+    (o.status.code(), report)
+}
+
+/// The coded rows of a verify report, by tensor name.
+fn coded_rows(report: &serde_json::Value) -> BTreeMap<String, serde_json::Value> {
+    let rows = report["coded"].as_array().unwrap();
+    rows.iter().map(|r| (r["tensor"].as_str().unwrap().to_string(), r.clone())).collect()
+}
+
+#[test]
+fn verify_checks_the_exl3_linears_against_the_stacked_base_experts() {
+    let tmp = tempfile::tempdir().unwrap();
+    for name in ["dense", "moe"] {
+        let out = tmp.path().join(name);
+        convert(&fixture(name), &out, &["--format", "exl3"]);
+        for base in [format!("{name}-base"), format!("{name}-base-fp8")] {
+            let (code, on_out) = verify(&out, &base);
+            assert_eq!(code, Some(0), "{name} against {base}: {on_out}");
+            assert!(on_out["missing_in_base"].as_array().unwrap().is_empty());
+            let (_, on_in) = verify(&fixture(name), &base);
+            let (out_rows, in_rows) = (coded_rows(&on_out), coded_rows(&on_in));
+            let figures = ["corr", "rel_err", "ratio", "compared", "live_channels", "tiles_checked"];
+            for (t, row) in &out_rows {
+                let weight = t.strip_suffix(".weight").unwrap();
+                // A per-expert down_proj is its expert of IN's stack, every figure equal; gate and
+                // up are halves of IN's fused gate_up, so only pass/fail compares.
+                let same = match hf_expert(weight) {
+                    Some((stack, e, "down_proj")) => {
+                        Some(in_rows[&format!("{stack}.down_proj")]["per_expert"][e].clone())
+                    }
+                    Some(_) => None,
+                    None => Some(in_rows[t].clone()),
+                };
+                assert_eq!(row["failures"], serde_json::json!([]), "{t}");
+                let Some(want) = same else { continue };
+                for f in figures {
+                    let (a, b) = (row[f].as_f64().unwrap(), want[f].as_f64().unwrap());
+                    // The dense fixture's s ≠ 1 folds with one f16 rounding per channel.
+                    assert!((a - b).abs() <= 1e-3 * b.abs(), "{name} {base}: {t} {f}: {a} against {b}");
+                }
+            }
+        }
+    }
+
+    // Expert 1's gate and up trellises exchanged: both fail against the base's halves, by name.
+    let out = tmp.path().join("moe");
+    let shard = out.join("model-00001-of-00001.safetensors");
+    let mut ts = read_safetensors(&shard);
+    let [gate, up] =
+        ["gate_proj", "up_proj"].map(|p| format!("model.language_model.layers.1.mlp.experts.1.{p}.trellis"));
+    let g = ts.remove(&gate).unwrap();
+    let u = ts.insert(up.clone(), g).unwrap();
+    ts.insert(gate.clone(), u);
+    let ts: Vec<T> = ts.into_iter().map(|(n, (d, s, b))| T::new(&n, Box::leak(d.into_boxed_str()), &s, b)).collect();
+    write_safetensors(&shard, &ts);
+    let (code, r) = verify(&out, "moe-base");
+    assert_eq!(code, Some(1), "{r}");
+    let failed: Vec<_> = coded_rows(&r)
+        .into_iter()
+        .filter(|(_, row)| row["failures"] != serde_json::json!([]))
+        .map(|(t, _)| t)
+        .collect();
+    assert_eq!(failed, [gate.replace(".trellis", ".weight"), up.replace(".trellis", ".weight")]);
+}
+
+/// `(…experts, e, proj)` of a per-expert linear `….experts.{e}.{proj}`.
+fn hf_expert(weight: &str) -> Option<(&str, usize, &str)> {
+    let (head, proj) = weight.rsplit_once('.')?;
+    let (stack, e) = head.rsplit_once('.')?;
+    Some((stack, e.parse().ok()?, proj)).filter(|_| stack.ends_with(".experts"))
+}
+
 #[test]
 fn card_summary_and_warnings_speak_of_exllamav3_and_the_fold() {
     let tmp = tempfile::tempdir().unwrap();
