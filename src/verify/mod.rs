@@ -11,9 +11,11 @@
 
 mod base;
 mod coded;
+mod columns;
 mod findings;
 mod html;
 mod int8;
+mod names;
 mod norms;
 mod options;
 mod report;

@@ -1,13 +1,51 @@
 //! The readable verify report: one row per tensor, failures first, a summary line last. Columns
-//! follow the published correlation/rel-err and norm-offset tables so figures compare line by line.
+//! follow the published correlation/rel-err and norm-offset tables so figures compare line by line;
+//! `columns.rs` defines them, for the page's tables too.
 
 use super::base::BaseLayout;
-use super::findings::VerifyReport;
+use super::columns::{self, CodedLine, Column, Content, TextLayout};
+use super::findings::{Finding, VerifyReport};
 use crate::text::escape_controls;
 use std::fmt::Write;
 
-fn num(v: Option<f64>, digits: usize) -> String {
-    v.map_or("-".into(), |x| format!("{x:.digits$}"))
+/// One table: its title, a header line, and a line per row; the report lists tensors, never the
+/// experts of a stack.
+fn table<R: Finding>(s: &mut String, title: &str, columns: &[Column<R>], rows: &[R]) {
+    let shown: Vec<(&Column<R>, TextLayout)> =
+        columns.iter().filter(|c| c.on_tensor_rows()).filter_map(|c| Some((c, c.text?))).collect();
+    let _ = writeln!(s, "\n{title}");
+    for &(c, layout) in &shown {
+        pad(s, layout, c.head);
+    }
+    s.push('\n');
+    for row in rows {
+        for &(c, layout) in &shown {
+            pad(s, layout, &cell(&c.content, row, layout.signed));
+        }
+        s.push('\n');
+    }
+}
+
+fn pad(s: &mut String, layout: TextLayout, v: &str) {
+    let TextLayout { gap, width, left, .. } = layout;
+    let _ = if left { write!(s, "{:gap$}{v:<width$}", "") } else { write!(s, "{:gap$}{v:>width$}", "") };
+}
+
+fn cell<R: Finding>(content: &Content<R>, row: &R, signed: bool) -> String {
+    match content {
+        Content::Name(name) => escape_controls(name(row)).into_owned(),
+        Content::Figure { digits, value } => match value(row) {
+            Some(x) if signed => format!("{x:+.digits$}"),
+            Some(x) => format!("{x:.digits$}"),
+            None => "-".into(),
+        },
+        Content::Fraction(get) => {
+            let f = get(row);
+            format!("{}/{}", f.part, f.whole)
+        }
+        Content::Words(words) => escape_controls(&words(row)).into_owned(),
+        Content::Verdict => verdict(row.failures()),
+    }
 }
 
 /// "ok", or the failures of a row.
@@ -35,73 +73,15 @@ pub fn render(r: &VerifyReport) -> String {
         r.sampled_blocks.map_or(String::new(), |n| format!("; {n} sampled blocks per tensor")),
     );
     if !r.coded.is_empty() {
-        let _ = writeln!(s, "\ncoded linears (figures over live channels; ratio = rel err / (2^-K·√(live/all)))");
-        let _ = writeln!(
-            s,
-            "{:<62} {:>2} {:>8} {:>8} {:>8} {:>6} {:>9} {:>7} {:>7} {:>7}  verdict",
-            "tensor", "K", "corr", "cosine", "rel err", "ratio", "overlap", "pruned", "|rout|~", "inner σ"
-        );
-        for c in &r.coded {
-            let f = &c.figures;
-            let pruned = format!("{}/{}", f.pruned_channels, f.pruned_channels + f.live_channels);
-            let rout_corr = match (&c.experts, f.corr_rout_row_norm) {
-                (Some(_), _) => {
-                    let v: Vec<f64> = c.per_expert.iter().filter_map(|e| e.figures.corr_rout_row_norm).collect();
-                    (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64)
-                }
-                (None, v) => v,
-            };
-            let _ = writeln!(
-                s,
-                "{:<62} {:>2} {:>+8.4} {:>8} {:>8} {:>6} {:>9} {:>7} {:>7} {:>7}  {}",
-                escape_controls(&c.tensor),
-                c.k,
-                f.corr.unwrap_or(f64::NAN),
-                num(f.cosine, 4),
-                num(f.rel_err, 4),
-                num(f.ratio, 3),
-                format!("{}/{}", f.tiles_checked - f.overlap_violations, f.tiles_checked),
-                pruned,
-                num(rout_corr, 4),
-                num(f.inner_std, 4),
-                verdict(&c.failures)
-            );
-        }
+        let lines: Vec<CodedLine> = r.coded.iter().map(CodedLine::tensor).collect();
+        let title = "coded linears (figures over live channels; ratio = rel err / (2^-K·√(live/all)))";
+        table(&mut s, title, &columns::coded(), &lines);
     }
     if !r.int8.is_empty() {
-        let _ = writeln!(s, "\nint8 pairs");
-        let _ = writeln!(s, "{:<62} {:>8} {:>8}  verdict", "tensor", "corr", "rel err");
-        for c in &r.int8 {
-            let _ = writeln!(
-                s,
-                "{:<62} {:>8} {:>8}  {}",
-                escape_controls(&c.tensor),
-                num(c.corr, 4),
-                num(c.rel_err, 4),
-                verdict(&c.failures)
-            );
-        }
+        table(&mut s, "int8 pairs", &columns::int8(), &r.int8);
     }
     if !r.norms.is_empty() {
-        let _ = writeln!(s, "\nnorm offsets");
-        let _ = writeln!(
-            s,
-            "{:<62} {:>7} {:>7} {:>8} {:>10}  {:<10} verdict",
-            "tensor", "escha", "base", "|e−b|", "|e+1−b|", "matches"
-        );
-        for n in &r.norms {
-            let _ = writeln!(
-                s,
-                "{:<62} {:>7.3} {:>7.3} {:>8.3} {:>10.3}  {:<10} {}",
-                escape_controls(&n.tensor),
-                n.escha_mean,
-                n.base_mean,
-                n.diff,
-                n.diff_plus_one,
-                n.verdict,
-                verdict(&n.failures)
-            );
-        }
+        table(&mut s, "norm offsets", &columns::norms(), &r.norms);
     }
     if !r.missing_in_base.is_empty() {
         let _ = writeln!(
