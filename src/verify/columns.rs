@@ -245,3 +245,30 @@ pub fn norms() -> Vec<Column<NormRow>> {
         verdict("failures, if any", 1),
     ]
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn heads<'a>(on: fn(&Column<CodedLine<'a>>) -> bool) -> Vec<&'static str> {
+        coded().iter().filter(|c| on(c)).map(|c| c.head).collect()
+    }
+
+    #[test]
+    fn experts_share_the_tensor_s_figures_but_not_its_place() {
+        let figures = ["corr", "cosine", "rel err", "bound", "ratio", "overlap", "pruned", "|rout|~", "|rin|~"];
+        let tensors = [&["tensor", "layer", "kind", "K", "experts"][..], &figures, &["inner σ", "verdict"]].concat();
+        let experts = [&["tensor", "expert"][..], &figures, &["verdict"]].concat();
+        assert_eq!(heads(Column::on_tensor_rows), tensors);
+        assert_eq!(heads(Column::on_expert_rows), experts);
+    }
+
+    #[test]
+    fn the_text_report_shows_a_subset_of_the_page_s_columns() {
+        let text = |heads: Vec<&'static str>| heads.join(" ");
+        let coded: Vec<_> = coded().iter().filter(|c| c.on_tensor_rows() && c.text.is_some()).map(|c| c.head).collect();
+        assert_eq!(text(coded), "tensor K corr cosine rel err ratio overlap pruned |rout|~ inner σ verdict");
+        let norms: Vec<_> = norms().iter().filter(|c| c.text.is_some()).map(|c| c.head).collect();
+        assert_eq!(text(norms), "tensor escha base |e−b| |e+1−b| matches verdict");
+    }
+}
