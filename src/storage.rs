@@ -1,6 +1,7 @@
 //! How an output tensor's values are stored: one element type per value (the safetensors dtypes),
-//! or blocks that pack a run of values with their scales (ggml's quantized types). Every size and
-//! offset the planner and the engine compute goes through here, so a block type is never cut.
+//! or blocks that pack a run of values with their scales (ggml's quantized types, named by
+//! [`BlockType`]). Every size and offset the planner and the engine compute goes through here, so a
+//! block type is never cut.
 
 use crate::block_type::BlockType;
 use safetensors::Dtype;
