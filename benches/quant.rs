@@ -6,8 +6,9 @@
 //! kernel `quantize_rows` / `kquants::quantize_row` dispatches to. Affine: group size 64 with BF16
 //! scales; K-quants: `Q4_K`, `Q5_K` and `Q6_K`, a row (20 super-blocks) at a time.
 
+use escha_convert::block_type::BlockType;
 use escha_convert::quant::affine::{quantize_rows_with, round_slice, AffineOut, AffineSpec, Kernel};
-use escha_convert::quant::kquants::{self, KQuant};
+use escha_convert::quant::kquants;
 use escha_convert::rng::SplitMix64;
 use safetensors::Dtype;
 use std::hint::black_box;
@@ -61,7 +62,7 @@ fn kquants_section(values: &[f32]) {
     println!("kquants::quantize_row, {ROWS}×{COLS} block, a row at a time: ns/weight, median (min) of {REPS}");
     println!("{:>4}  {:>22}  {:>22}  speed-up", "type", "reference", best.name());
     let mut out = Vec::new();
-    for kind in KQuant::ALL {
+    for kind in BlockType::K_QUANTS {
         let run = |kernel: kquants::Kernel, out: &mut Vec<u8>| {
             out.clear();
             for row in black_box(values).chunks_exact(COLS) {

@@ -14,7 +14,7 @@
 //!    them in shard files at fixed offsets, and `container` lays out the files (safetensors,
 //!    GGUF);
 //! 5. [`quant`] encodes rows (bf16/f16 rounding, MLX affine quantization, int8 repack, GGUF
-//!    `Q8_0` and K-quants);
+//!    `Q8_0` and K-quants), in the block types [`block_type`] names;
 //! 6. [`convert`] runs the work units in parallel and `output` writes them through a staging
 //!    directory that is renamed into place only when complete;
 //! 7. [`verify`] checks a decode against the unquantized base model, [`inspect`] describes a
@@ -25,6 +25,7 @@
 //! conversion never encodes. [`rng`] is the one seeded generator they all share.
 
 pub mod backend;
+pub mod block_type;
 pub mod card;
 pub mod checkpoint;
 pub mod cli;

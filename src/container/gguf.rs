@@ -385,7 +385,7 @@ pub fn read(path: &Path) -> Result<Header> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::storage::BlockType;
+    use crate::block_type::BlockType;
 
     #[test]
     fn a_laid_out_header_reads_back() {

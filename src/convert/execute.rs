@@ -203,7 +203,7 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
                             "row {row}, block {} (column {col}): {value:e} is beyond float16's 65504, which {} blocks \
                              are computed in (their scales, llama.cpp's kernels); --gguf-type bf16 or f32 holds it",
                             col / block.elements(),
-                            block.name()
+                            tensor.storage.name()
                         );
                     }
                     blocks::quantize(block, &s.values, &mut s.bytes);

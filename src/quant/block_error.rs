@@ -8,7 +8,8 @@
 
 use super::affine::round_to;
 use super::blocks::{dequantize, first_unholdable, quantize};
-use crate::storage::{BlockType, Storage};
+use crate::block_type::BlockType;
+use crate::storage::Storage;
 use half::f16;
 
 /// Squared added error of each candidate, and the squared norm of the weight, summed over the

@@ -1,9 +1,8 @@
 //! ggml block encodings of f32 rows, byte for byte what ggml's reference quantizers write (no
 //! importance matrix), and the lossless `Q8_0` repack of int8 rows.
 
-use super::kquants::{self, KQuant};
-use super::legacy::{self, Legacy};
-use crate::storage::BlockType;
+use super::{kquants, legacy};
+use crate::block_type::BlockType;
 use half::f16;
 
 /// Appends `values` (a whole number of blocks) encoded as `block` to `out`.
@@ -11,13 +10,10 @@ pub fn quantize(block: BlockType, values: &[f32], out: &mut Vec<u8>) {
     debug_assert_eq!(values.len() % block.elements(), 0);
     match block {
         BlockType::Q8_0 => quantize_q8_0(values, out),
-        BlockType::Q4_0 => legacy::quantize_row(Legacy::Q4_0, values, out),
-        BlockType::Q4_1 => legacy::quantize_row(Legacy::Q4_1, values, out),
-        BlockType::Q5_0 => legacy::quantize_row(Legacy::Q5_0, values, out),
-        BlockType::Q5_1 => legacy::quantize_row(Legacy::Q5_1, values, out),
-        BlockType::Q4_K => kquants::quantize_row(KQuant::Q4K, values, out),
-        BlockType::Q5_K => kquants::quantize_row(KQuant::Q5K, values, out),
-        BlockType::Q6_K => kquants::quantize_row(KQuant::Q6K, values, out),
+        BlockType::Q4_0 | BlockType::Q4_1 | BlockType::Q5_0 | BlockType::Q5_1 => {
+            legacy::quantize_row(block, values, out);
+        }
+        BlockType::Q4_K | BlockType::Q5_K | BlockType::Q6_K => kquants::quantize_row(block, values, out),
     }
 }
 
@@ -30,13 +26,10 @@ pub fn dequantize(block: BlockType, blocks: &[u8], out: &mut Vec<f32>) {
                 out.extend(b[2..].iter().map(|&q| f32::from(q as i8) * d));
             }
         }
-        BlockType::Q4_0 => legacy::dequantize_row(Legacy::Q4_0, blocks, out),
-        BlockType::Q4_1 => legacy::dequantize_row(Legacy::Q4_1, blocks, out),
-        BlockType::Q5_0 => legacy::dequantize_row(Legacy::Q5_0, blocks, out),
-        BlockType::Q5_1 => legacy::dequantize_row(Legacy::Q5_1, blocks, out),
-        BlockType::Q4_K => kquants::dequantize_row(KQuant::Q4K, blocks, out),
-        BlockType::Q5_K => kquants::dequantize_row(KQuant::Q5K, blocks, out),
-        BlockType::Q6_K => kquants::dequantize_row(KQuant::Q6K, blocks, out),
+        BlockType::Q4_0 | BlockType::Q4_1 | BlockType::Q5_0 | BlockType::Q5_1 => {
+            legacy::dequantize_row(block, blocks, out);
+        }
+        BlockType::Q4_K | BlockType::Q5_K | BlockType::Q6_K => kquants::dequantize_row(block, blocks, out),
     }
 }
 
@@ -114,8 +107,7 @@ mod tests {
 
     #[test]
     fn values_within_the_bound_give_finite_scales_in_every_type() {
-        use BlockType::*;
-        for block in [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K] {
+        for block in BlockType::ALL {
             let n = block.elements();
             let mut values: Vec<f32> = (0..3 * n).map(|i| (i % 7) as f32 - 3.0).collect();
             // The extremes the bound lets through, alone and beside small values.

@@ -18,106 +18,64 @@
 //! Callers should pass finite values; `tests/it/kquants_ref.rs` checks all of this against the C
 //! code itself.
 
+use crate::block_type::BlockType;
 use half::f16;
 
 /// Values per block, for every type here.
 pub const QK: usize = 32;
 
-/// ggml's legacy block types handled here.
-// The variants are spelled as ggml spells the types; `Q40` would read as "forty".
-#[allow(non_camel_case_types)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Legacy {
-    /// f16 `d`, 16 bytes of 4-bit quants: `x = d·(q − 8)`.
-    Q4_0,
-    /// f16 `d`, f16 `m`, 16 bytes of 4-bit quants: `x = d·q + m`.
-    Q4_1,
-    /// f16 `d`, 32 bits of fifth bits, 16 bytes of low nibbles: `x = d·(q − 16)`.
-    Q5_0,
-    /// f16 `d`, f16 `m`, 32 bits of fifth bits, 16 bytes of low nibbles: `x = d·q + m`.
-    Q5_1,
-}
-
-impl Legacy {
-    pub const ALL: [Legacy; 4] = [Legacy::Q4_0, Legacy::Q4_1, Legacy::Q5_0, Legacy::Q5_1];
-
-    /// Bytes of one block of [`QK`] values.
-    pub const fn block_bytes(self) -> usize {
-        match self {
-            Legacy::Q4_0 => 18,
-            Legacy::Q4_1 => 20,
-            Legacy::Q5_0 => 22,
-            Legacy::Q5_1 => 24,
-        }
-    }
-
-    /// The type's number in ggml's `enum ggml_type` (and in GGUF).
-    pub const fn ggml_type(self) -> u32 {
-        match self {
-            Legacy::Q4_0 => 2,
-            Legacy::Q4_1 => 3,
-            Legacy::Q5_0 => 6,
-            Legacy::Q5_1 => 7,
-        }
-    }
-
-    /// The name ggml prints.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Legacy::Q4_0 => "q4_0",
-            Legacy::Q4_1 => "q4_1",
-            Legacy::Q5_0 => "q5_0",
-            Legacy::Q5_1 => "q5_1",
-        }
-    }
-}
-
 /// Appends `values` (a whole number of [`QK`]-value blocks) encoded as `kind` to `out`.
-pub fn quantize_row(kind: Legacy, values: &[f32], out: &mut Vec<u8>) {
+///
+/// # Panics
+///
+/// If `values` is not whole blocks, or `kind` is not `Q4_0`, `Q4_1`, `Q5_0` or `Q5_1`.
+pub fn quantize_row(kind: BlockType, values: &[f32], out: &mut Vec<u8>) {
     assert_eq!(values.len() % QK, 0, "{} rows hold whole blocks of {QK} values", kind.name());
-    out.reserve(values.len() / QK * kind.block_bytes());
+    out.reserve(values.len() / QK * kind.bytes());
     for block in values.chunks_exact(QK) {
         let x: &[f32; QK] = block.try_into().unwrap();
         match kind {
-            Legacy::Q4_0 => out.extend_from_slice(&quantize_q4_0_block(x)),
-            Legacy::Q4_1 => out.extend_from_slice(&quantize_q4_1_block(x)),
-            Legacy::Q5_0 => out.extend_from_slice(&quantize_q5_0_block(x)),
-            Legacy::Q5_1 => out.extend_from_slice(&quantize_q5_1_block(x)),
+            BlockType::Q4_0 => out.extend_from_slice(&quantize_q4_0_block(x)),
+            BlockType::Q4_1 => out.extend_from_slice(&quantize_q4_1_block(x)),
+            BlockType::Q5_0 => out.extend_from_slice(&quantize_q5_0_block(x)),
+            BlockType::Q5_1 => out.extend_from_slice(&quantize_q5_1_block(x)),
+            other => panic!("{} is not a legacy type", other.name()),
         }
     }
 }
 
 /// Appends the values of `blocks` (whole `kind` blocks) to `out`, computed as ggml's
 /// `dequantize_row_q{4,5}_{0,1}` computes them.
-pub fn dequantize_row(kind: Legacy, blocks: &[u8], out: &mut Vec<f32>) {
-    let size = kind.block_bytes();
+pub fn dequantize_row(kind: BlockType, blocks: &[u8], out: &mut Vec<f32>) {
+    let size = kind.bytes();
     assert_eq!(blocks.len() % size, 0, "{} data holds whole blocks of {size} bytes", kind.name());
     out.reserve(blocks.len() / size * QK);
     for block in blocks.chunks_exact(size) {
         let d = f16_at(block, 0);
         match kind {
-            Legacy::Q4_0 => {
+            BlockType::Q4_0 => {
                 let qs = &block[2..18];
                 out.extend(qs.iter().map(|&q| ((q & 0xF) as i32 - 8) as f32 * d));
                 out.extend(qs.iter().map(|&q| ((q >> 4) as i32 - 8) as f32 * d));
             }
-            Legacy::Q4_1 => {
+            BlockType::Q4_1 => {
                 let m = f16_at(block, 2);
                 let qs = &block[4..20];
                 out.extend(qs.iter().map(|&q| (q & 0xF) as f32 * d + m));
                 out.extend(qs.iter().map(|&q| (q >> 4) as f32 * d + m));
             }
-            Legacy::Q5_0 => {
+            BlockType::Q5_0 => {
                 let qh = u32::from_le_bytes([block[2], block[3], block[4], block[5]]);
                 let (lo, hi) = five_bit_quants(qh, &block[6..22]);
                 out.extend(lo.iter().chain(&hi).map(|&q| (q as i32 - 16) as f32 * d));
             }
-            Legacy::Q5_1 => {
+            BlockType::Q5_1 => {
                 let m = f16_at(block, 2);
                 let qh = u32::from_le_bytes([block[4], block[5], block[6], block[7]]);
                 let (lo, hi) = five_bit_quants(qh, &block[8..24]);
                 out.extend(lo.iter().chain(&hi).map(|&q| q as f32 * d + m));
             }
+            other => panic!("{} is not a legacy type", other.name()),
         }
     }
 }
@@ -291,13 +249,15 @@ mod tests {
     use super::*;
     use crate::rng::SplitMix64;
 
-    fn encode(kind: Legacy, values: &[f32]) -> Vec<u8> {
+    const LEGACY: [BlockType; 4] = [BlockType::Q4_0, BlockType::Q4_1, BlockType::Q5_0, BlockType::Q5_1];
+
+    fn encode(kind: BlockType, values: &[f32]) -> Vec<u8> {
         let mut out = Vec::new();
         quantize_row(kind, values, &mut out);
         out
     }
 
-    fn decode(kind: Legacy, blocks: &[u8]) -> Vec<f32> {
+    fn decode(kind: BlockType, blocks: &[u8]) -> Vec<f32> {
         let mut out = Vec::new();
         dequantize_row(kind, blocks, &mut out);
         out
@@ -308,45 +268,37 @@ mod tests {
     }
 
     #[test]
-    fn block_sizes_and_ids() {
-        let sizes: Vec<usize> = Legacy::ALL.iter().map(|k| k.block_bytes()).collect();
-        assert_eq!(sizes, [18, 20, 22, 24]);
-        let ids: Vec<u32> = Legacy::ALL.iter().map(|k| k.ggml_type()).collect();
-        assert_eq!(ids, [2, 3, 6, 7]);
-        let names: Vec<&str> = Legacy::ALL.iter().map(|k| k.name()).collect();
-        assert_eq!(names, ["q4_0", "q4_1", "q5_0", "q5_1"]);
-        // ggml's bits per weight: 4.5, 5, 5.5, 6.
-        for (kind, bpw) in Legacy::ALL.iter().zip([4.5, 5.0, 5.5, 6.0]) {
-            assert_eq!(kind.block_bytes() as f64 * 8.0 / QK as f64, bpw);
-            let bytes = encode(*kind, &[0.5; 3 * QK]);
-            assert_eq!(bytes.len(), 3 * kind.block_bytes());
-            assert_eq!(decode(*kind, &bytes).len(), 3 * QK);
+    fn rows_are_whole_blocks() {
+        for kind in LEGACY {
+            let bytes = encode(kind, &[0.5; 3 * QK]);
+            assert_eq!(bytes.len(), 3 * kind.bytes());
+            assert_eq!(decode(kind, &bytes).len(), 3 * QK);
         }
     }
 
     #[test]
     #[should_panic(expected = "whole blocks")]
     fn partial_blocks_are_refused() {
-        encode(Legacy::Q4_0, &[1.0; QK + 1]);
+        encode(BlockType::Q4_0, &[1.0; QK + 1]);
     }
 
     #[test]
     fn zero_rows() {
         // Q4_0/Q5_0: d = +0/−8 = −0 (f16 0x8000), every quant at the middle (8 resp. 16).
-        let q4_0 = encode(Legacy::Q4_0, &[0.0; QK]);
+        let q4_0 = encode(BlockType::Q4_0, &[0.0; QK]);
         assert_eq!(q4_0[..2], [0x00, 0x80]);
         assert!(q4_0[2..].iter().all(|&b| b == 0x88));
-        let q5_0 = encode(Legacy::Q5_0, &[0.0; QK]);
+        let q5_0 = encode(BlockType::Q5_0, &[0.0; QK]);
         assert_eq!(q5_0[..6], [0x00, 0x80, 0xFF, 0xFF, 0xFF, 0xFF]);
         assert!(q5_0[6..].iter().all(|&b| b == 0));
         // Q4_1/Q5_1: d = 0, m = the first zero's sign, quants 0.
-        for kind in [Legacy::Q4_1, Legacy::Q5_1] {
+        for kind in [BlockType::Q4_1, BlockType::Q5_1] {
             assert!(encode(kind, &[0.0; QK]).iter().all(|&b| b == 0));
             let neg = encode(kind, &[-0.0; QK]);
             assert_eq!(neg[..4], [0, 0, 0x00, 0x80]);
             assert!(neg[4..].iter().all(|&b| b == 0));
         }
-        for kind in Legacy::ALL {
+        for kind in LEGACY {
             for z in [0.0f32, -0.0] {
                 assert!(decode(kind, &encode(kind, &[z; 2 * QK])).iter().all(|&v| v == 0.0));
             }
@@ -360,20 +312,20 @@ mod tests {
         let mut x = [0.0f32; QK];
         x[3] = -2.0;
         x[20] = 2.0;
-        let b = encode(Legacy::Q4_0, &x);
+        let b = encode(BlockType::Q4_0, &x);
         assert_eq!(f16::from_le_bytes([b[0], b[1]]).to_f32(), 0.25);
         assert_eq!(b[2 + 3] & 0xF, 0);
         assert_eq!(b[2 + 4] >> 4, 15);
-        let back = decode(Legacy::Q4_0, &b);
+        let back = decode(BlockType::Q4_0, &b);
         assert_eq!((back[3], back[20]), (-2.0, 1.75));
-        let back = decode(Legacy::Q5_0, &encode(Legacy::Q5_0, &x));
+        let back = decode(BlockType::Q5_0, &encode(BlockType::Q5_0, &x));
         assert_eq!((back[3], back[20]), (-2.0, 1.875));
         // Q4_1/Q5_1: min and max both come back exactly on a grid of exact steps.
         let mut x: [f32; QK] = std::array::from_fn(|i| i as f32 - 1.0);
         x[QK - 1] = 30.0;
-        let back = decode(Legacy::Q5_1, &encode(Legacy::Q5_1, &x));
+        let back = decode(BlockType::Q5_1, &encode(BlockType::Q5_1, &x));
         assert_eq!(back, x);
-        let back = decode(Legacy::Q4_1, &encode(Legacy::Q4_1, &x));
+        let back = decode(BlockType::Q4_1, &encode(BlockType::Q4_1, &x));
         assert_eq!(back[0], -1.0);
         assert!((back[QK - 1] - 30.0).abs() < 0.01, "{}", back[QK - 1]);
     }
@@ -388,7 +340,7 @@ mod tests {
         x[2] = 2.5f32.next_up().next_up(); // 6 − 2⁻²¹ → 5
         x[3] = 2.5f32.next_down(); // 6 + 2⁻²², a tie in f32 that rounds to even 6 → 6
         x[4] = -0.5f32.next_down(); // 0.49999997 + 8.5 rounds up to 9 in f32 before truncating
-        let b = encode(Legacy::Q4_0, &x);
+        let b = encode(BlockType::Q4_0, &x);
         let nib = |i: usize| if i < 16 { b[2 + i] & 0xF } else { b[2 + i - 16] >> 4 };
         assert_eq!([nib(0), nib(1), nib(2), nib(3), nib(4)], [0, 6, 5, 6, 9]);
     }
@@ -400,7 +352,7 @@ mod tests {
         let rms = (values.iter().map(|v| v * v).sum::<f32>() / values.len() as f32).sqrt();
         // Relative RMS error bounds with margin over what ggml's code reaches on Gaussian data
         // (0.087, 0.080, 0.044 and 0.038 for these values).
-        for (kind, bound) in Legacy::ALL.iter().zip([0.1f32, 0.095, 0.052, 0.046]) {
+        for (kind, bound) in LEGACY.iter().zip([0.1f32, 0.095, 0.052, 0.046]) {
             let back = decode(*kind, &encode(*kind, &values));
             assert_eq!(back.len(), values.len());
             let err =
@@ -410,10 +362,11 @@ mod tests {
             for (block, got) in values.chunks_exact(QK).zip(back.chunks_exact(QK)) {
                 let amax = block.iter().fold(0.0f32, |m, v| m.max(v.abs()));
                 let step = match kind {
-                    Legacy::Q4_0 => amax / 8.0,
-                    Legacy::Q5_0 => amax / 16.0,
-                    Legacy::Q4_1 => 2.0 * amax / 15.0,
-                    Legacy::Q5_1 => 2.0 * amax / 31.0,
+                    BlockType::Q4_0 => amax / 8.0,
+                    BlockType::Q5_0 => amax / 16.0,
+                    BlockType::Q4_1 => 2.0 * amax / 15.0,
+                    BlockType::Q5_1 => 2.0 * amax / 31.0,
+                    other => unreachable!("{other:?}"),
                 };
                 for (a, b) in block.iter().zip(got) {
                     assert!((a - b).abs() <= step * 1.01, "{}: {a} came back {b}", kind.name());
@@ -426,13 +379,13 @@ mod tests {
     fn constant_rows() {
         for c in [1.0f32, -1.0, 0.37, -1234.5, 3e-3] {
             // The _1 types store the constant as m (f16) with d = 0.
-            for kind in [Legacy::Q4_1, Legacy::Q5_1] {
+            for kind in [BlockType::Q4_1, BlockType::Q5_1] {
                 for &v in &decode(kind, &encode(kind, &[c; QK])) {
                     assert_eq!(v, f16::from_f32(c).to_f32(), "{}: {c}", kind.name());
                 }
             }
             // The _0 types map it to q = 0, d = −c/8 (−c/16) in f16.
-            for kind in [Legacy::Q4_0, Legacy::Q5_0] {
+            for kind in [BlockType::Q4_0, BlockType::Q5_0] {
                 for &v in &decode(kind, &encode(kind, &[c; QK])) {
                     assert!((v - c).abs() <= c.abs() * 1e-3, "{}: {c} came back {v}", kind.name());
                 }
@@ -455,7 +408,7 @@ mod tests {
         // product is ±inf or NaN, and every quant comes out 0 with d = f16 −0.
         let mut x = [0.0f32; QK];
         x[5] = f32::from_bits(9);
-        let b = encode(Legacy::Q4_0, &x);
+        let b = encode(BlockType::Q4_0, &x);
         assert!(b.iter().enumerate().all(|(i, &v)| v == if i == 1 { 0x80 } else { 0 }), "{b:?}");
     }
 }

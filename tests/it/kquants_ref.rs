@@ -7,8 +7,9 @@
 //! those blocks must equal `dequantize_row` bit for bit.
 
 use crate::common::Rng;
-use escha_convert::quant::kquants::{self, KQuant, QK_K};
-use escha_convert::quant::legacy::{self, Legacy, QK};
+use escha_convert::block_type::BlockType;
+use escha_convert::quant::kquants::{self, QK_K};
+use escha_convert::quant::legacy::{self, QK};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -16,59 +17,29 @@ use std::process::{Command, Stdio};
 /// The harness's "decode instead" flag, added to the type.
 const DECODE: u32 = 256;
 
-/// A block format of either family, as the harness names it.
-#[derive(Clone, Copy, Debug)]
-enum Format {
-    K(KQuant),
-    L(Legacy),
+/// The legacy types, those `legacy::quantize_row` encodes.
+const LEGACY: [BlockType; 4] = [BlockType::Q4_0, BlockType::Q4_1, BlockType::Q5_0, BlockType::Q5_1];
+
+/// `kind`'s reference encoding of `values`: for a K-quant the scalar one, which the kernels are
+/// held to separately.
+fn quantize_reference(kind: BlockType, values: &[f32]) -> Vec<u8> {
+    let mut out = Vec::new();
+    if kind.is_k_quant() {
+        kquants::quantize_row_with(kquants::Kernel::Reference, kind, values, &mut out);
+    } else {
+        legacy::quantize_row(kind, values, &mut out);
+    }
+    out
 }
 
-impl Format {
-    fn name(self) -> &'static str {
-        match self {
-            Format::K(k) => k.name(),
-            Format::L(l) => l.name(),
-        }
+fn dequantize(kind: BlockType, blocks: &[u8]) -> Vec<f32> {
+    let mut out = Vec::new();
+    if kind.is_k_quant() {
+        kquants::dequantize_row(kind, blocks, &mut out);
+    } else {
+        legacy::dequantize_row(kind, blocks, &mut out);
     }
-
-    fn ggml_type(self) -> u32 {
-        match self {
-            Format::K(k) => k.ggml_type(),
-            Format::L(l) => l.ggml_type(),
-        }
-    }
-
-    fn block_bytes(self) -> usize {
-        match self {
-            Format::K(k) => k.block_bytes(),
-            Format::L(l) => l.block_bytes(),
-        }
-    }
-
-    fn block_values(self) -> usize {
-        match self {
-            Format::K(_) => QK_K,
-            Format::L(_) => QK,
-        }
-    }
-
-    fn quantize(self, values: &[f32]) -> Vec<u8> {
-        let mut out = Vec::new();
-        match self {
-            Format::K(k) => kquants::quantize_row_with(kquants::Kernel::Reference, k, values, &mut out),
-            Format::L(l) => legacy::quantize_row(l, values, &mut out),
-        }
-        out
-    }
-
-    fn dequantize(self, blocks: &[u8]) -> Vec<f32> {
-        let mut out = Vec::new();
-        match self {
-            Format::K(k) => kquants::dequantize_row(k, blocks, &mut out),
-            Format::L(l) => legacy::dequantize_row(l, blocks, &mut out),
-        }
-        out
-    }
+    out
 }
 
 /// The llama.cpp source directory, or `None` (after saying so) when it is not configured outside CI.
@@ -138,15 +109,15 @@ impl Harness {
         out.stdout
     }
 
-    fn quantize(&self, kind: Format, values: &[f32]) -> Vec<u8> {
+    fn quantize(&self, kind: BlockType, values: &[f32]) -> Vec<u8> {
         let payload: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
         let out = self.run(kind.ggml_type(), values.len(), &payload);
-        assert_eq!(out.len(), values.len() / kind.block_values() * kind.block_bytes());
+        assert_eq!(out.len(), values.len() / kind.elements() * kind.bytes());
         out
     }
 
-    fn dequantize(&self, kind: Format, blocks: &[u8]) -> Vec<f32> {
-        let n = blocks.len() / kind.block_bytes() * kind.block_values();
+    fn dequantize(&self, kind: BlockType, blocks: &[u8]) -> Vec<f32> {
+        let n = blocks.len() / kind.bytes() * kind.elements();
         let out = self.run(kind.ggml_type() + DECODE, n, blocks);
         assert_eq!(out.len(), n * 4);
         out.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
@@ -352,23 +323,23 @@ fn first_difference(a: &[u8], b: &[u8]) -> Option<usize> {
 /// Returns the number of blocks compared and the number of differing blocks tolerated.
 fn compare(
     harness: &Harness,
-    kind: Format,
+    kind: BlockType,
     cases: &[Case],
     tolerated: impl Fn(&[f32]) -> bool,
     failures: &mut Vec<String>,
 ) -> (usize, usize) {
-    let size = kind.block_bytes();
-    let per = kind.block_values();
+    let size = kind.bytes();
+    let per = kind.elements();
     let mut blocks = 0;
     let mut excused = 0;
     for c in cases {
         let want = harness.quantize(kind, &c.values);
-        let got = kind.quantize(&c.values);
+        let got = quantize_reference(kind, &c.values);
         assert_eq!(got.len(), want.len());
-        if let Format::K(k) = kind {
+        if kind.is_k_quant() {
             // The kernel the conversion uses writes the reference's bytes too.
             let mut best = Vec::new();
-            kquants::quantize_row(k, &c.values, &mut best);
+            kquants::quantize_row(kind, &c.values, &mut best);
             assert!(
                 best == got,
                 "{} case {:?}: the {} kernel differs from the reference",
@@ -400,7 +371,7 @@ fn compare(
 
         // ggml's decoding of ggml's blocks, against ours.
         let want_values = harness.dequantize(kind, &want);
-        let got_values = kind.dequantize(&want);
+        let got_values = dequantize(kind, &want);
         assert_eq!(got_values.len(), want_values.len());
         // Bit for bit, but a NaN's sign and payload are the CPU's (an aarch64 build of the same
         // expression gives another NaN than an x86 one): any NaN matches any NaN.
@@ -426,8 +397,8 @@ fn kquant_encoders_match_ggml_byte_for_byte() {
     let harness = Harness::build(&llama);
     let cases = cases();
     let mut failures = Vec::new();
-    for kind in KQuant::ALL {
-        let (blocks, _) = compare(&harness, Format::K(kind), &cases, |_| false, &mut failures);
+    for kind in BlockType::K_QUANTS {
+        let (blocks, _) = compare(&harness, kind, &cases, |_| false, &mut failures);
         assert!(blocks > 4096);
         println!("{}: {} cases, {blocks} blocks compared", kind.name(), cases.len());
     }
@@ -440,10 +411,10 @@ fn kquant_encoders_match_ggml_byte_for_byte() {
 /// `quantize_row_q{4,5}_{0,1}_ref` computes them (`x·id + 8.5` for `Q4_0`, `(x − min)·id + 0.5`
 /// for `Q4_1`, …), and the open interval the conversion is defined on (`int8_t`: (−129, 128);
 /// `Q5_1`'s `uint8_t`: (−1, 256)).
-fn legacy_cast_arguments(kind: Legacy, x: &[f32]) -> (Vec<f32>, f32, f32) {
+fn legacy_cast_arguments(kind: BlockType, x: &[f32]) -> (Vec<f32>, f32, f32) {
     let inverse = |d: f32| if d == 0.0 { 0.0 } else { 1.0 / d };
     match kind {
-        Legacy::Q4_0 | Legacy::Q5_0 => {
+        BlockType::Q4_0 | BlockType::Q5_0 => {
             let (mut amax, mut max) = (0.0f32, 0.0f32);
             for &v in x {
                 if amax < v.abs() {
@@ -451,11 +422,11 @@ fn legacy_cast_arguments(kind: Legacy, x: &[f32]) -> (Vec<f32>, f32, f32) {
                     max = v;
                 }
             }
-            let (levels, offset) = if kind == Legacy::Q4_0 { (-8.0, 8.5) } else { (-16.0, 16.5) };
+            let (levels, offset) = if kind == BlockType::Q4_0 { (-8.0, 8.5) } else { (-16.0, 16.5) };
             let id = inverse(max / levels);
             (x.iter().map(|&v| v * id + offset).collect(), -129.0, 128.0)
         }
-        Legacy::Q4_1 | Legacy::Q5_1 => {
+        BlockType::Q4_1 | BlockType::Q5_1 => {
             let (mut min, mut max) = (f32::MAX, -f32::MAX);
             for &v in x {
                 if v < min {
@@ -465,17 +436,18 @@ fn legacy_cast_arguments(kind: Legacy, x: &[f32]) -> (Vec<f32>, f32, f32) {
                     max = v;
                 }
             }
-            let (levels, lo, hi) = if kind == Legacy::Q4_1 { (15.0, -129.0, 128.0) } else { (31.0, -1.0, 256.0) };
+            let (levels, lo, hi) = if kind == BlockType::Q4_1 { (15.0, -129.0, 128.0) } else { (31.0, -1.0, 256.0) };
             let id = inverse((max - min) / levels);
             (x.iter().map(|&v| (v - min) * id + 0.5).collect(), lo, hi)
         }
+        other => panic!("{} is not a legacy type", other.name()),
     }
 }
 
 /// Whether C's float → 8-bit conversion is undefined for some value of the block (NaN or out of
 /// range), where its bytes depend on the target: x86-64 gives the low byte of the 32-bit
 /// truncation or of `0x8000_0000`, aarch64 saturates.
-fn legacy_cast_undefined(kind: Legacy, x: &[f32]) -> bool {
+fn legacy_cast_undefined(kind: BlockType, x: &[f32]) -> bool {
     let (args, lo, hi) = legacy_cast_arguments(kind, x);
     args.iter().any(|&a| !(a > lo && a < hi))
 }
@@ -663,10 +635,10 @@ fn legacy_encoders_match_ggml_byte_for_byte() {
     cases.extend(legacy_cases(&mut Rng(0x6c65_6761_6379)));
     let x86_64 = cfg!(target_arch = "x86_64");
     let mut failures = Vec::new();
-    for kind in Legacy::ALL {
+    for kind in LEGACY {
         // On x86-64 every block must match; elsewhere C's undefined conversions may differ.
         let (blocks, excused) =
-            compare(&harness, Format::L(kind), &cases, |x| !x86_64 && legacy_cast_undefined(kind, x), &mut failures);
+            compare(&harness, kind, &cases, |x| !x86_64 && legacy_cast_undefined(kind, x), &mut failures);
         assert!(blocks > 8192);
         let (mut ties, mut undefined) = (0usize, 0usize);
         for c in &cases {

@@ -17,7 +17,8 @@
 //! for every tensor of six models and every mixture; the tests below check the rule against all of
 //! them.
 
-use crate::storage::{BlockType, Storage};
+use crate::block_type::BlockType;
+use crate::storage::Storage;
 use anyhow::{bail, Result};
 use safetensors::Dtype;
 
@@ -67,103 +68,13 @@ impl Mixture {
     }
 
     /// The type of every tensor no rule singles out (`llama_ftype_get_default_type`).
-    fn default_type(self) -> GgmlType {
+    fn default_type(self) -> BlockType {
         match self {
-            Mixture::Q4KM | Mixture::Q4KS => GgmlType::Q4_K,
-            Mixture::Q5KM | Mixture::Q5KS => GgmlType::Q5_K,
-            Mixture::Q6K => GgmlType::Q6_K,
-            Mixture::Q8_0 => GgmlType::Q8_0,
+            Mixture::Q4KM | Mixture::Q4KS => BlockType::Q4_K,
+            Mixture::Q5KM | Mixture::Q5KS => BlockType::Q5_K,
+            Mixture::Q6K => BlockType::Q6_K,
+            Mixture::Q8_0 => BlockType::Q8_0,
         }
-    }
-}
-
-/// The ggml types a mixture can give a tensor; the discriminant is ggml's type id (`GGML_TYPE_*`).
-#[allow(non_camel_case_types)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u32)]
-#[cfg_attr(not(test), allow(dead_code))] // every type llama-quantize may report; the tests parse them all
-pub enum GgmlType {
-    F32 = 0,
-    F16 = 1,
-    Q4_0 = 2,
-    Q4_1 = 3,
-    Q5_0 = 6,
-    Q5_1 = 7,
-    Q8_0 = 8,
-    Q2_K = 10,
-    Q3_K = 11,
-    Q4_K = 12,
-    Q5_K = 13,
-    Q6_K = 14,
-    BF16 = 30,
-}
-
-#[cfg_attr(not(test), allow(dead_code))]
-impl GgmlType {
-    const ALL: [GgmlType; 13] = [
-        GgmlType::F32,
-        GgmlType::F16,
-        GgmlType::Q4_0,
-        GgmlType::Q4_1,
-        GgmlType::Q5_0,
-        GgmlType::Q5_1,
-        GgmlType::Q8_0,
-        GgmlType::Q2_K,
-        GgmlType::Q3_K,
-        GgmlType::Q4_K,
-        GgmlType::Q5_K,
-        GgmlType::Q6_K,
-        GgmlType::BF16,
-    ];
-
-    /// Values per block (`ggml_blck_size`): a row's length must be a multiple of it.
-    pub fn block_size(self) -> usize {
-        match self {
-            GgmlType::F32 | GgmlType::F16 | GgmlType::BF16 => 1,
-            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => 32,
-            GgmlType::Q2_K | GgmlType::Q3_K | GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K => 256,
-        }
-    }
-
-    /// gguf-py's name (`GGMLQuantizationType`): `Q4_K`, `BF16`.
-    pub fn name(self) -> &'static str {
-        match self {
-            GgmlType::F32 => "F32",
-            GgmlType::F16 => "F16",
-            GgmlType::Q4_0 => "Q4_0",
-            GgmlType::Q4_1 => "Q4_1",
-            GgmlType::Q5_0 => "Q5_0",
-            GgmlType::Q5_1 => "Q5_1",
-            GgmlType::Q8_0 => "Q8_0",
-            GgmlType::Q2_K => "Q2_K",
-            GgmlType::Q3_K => "Q3_K",
-            GgmlType::Q4_K => "Q4_K",
-            GgmlType::Q5_K => "Q5_K",
-            GgmlType::Q6_K => "Q6_K",
-            GgmlType::BF16 => "BF16",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<GgmlType> {
-        GgmlType::ALL.into_iter().find(|t| t.name() == name)
-    }
-
-    /// How this tool stores the type, if it encodes it.
-    pub fn storage(self) -> Option<Storage> {
-        Some(match self {
-            GgmlType::F32 => Storage::Element(Dtype::F32),
-            GgmlType::F16 => Storage::Element(Dtype::F16),
-            GgmlType::BF16 => Storage::Element(Dtype::BF16),
-            GgmlType::Q4_0 => Storage::Block(BlockType::Q4_0),
-            GgmlType::Q4_1 => Storage::Block(BlockType::Q4_1),
-            GgmlType::Q5_0 => Storage::Block(BlockType::Q5_0),
-            GgmlType::Q5_1 => Storage::Block(BlockType::Q5_1),
-            GgmlType::Q8_0 => Storage::Block(BlockType::Q8_0),
-            GgmlType::Q4_K => Storage::Block(BlockType::Q4_K),
-            GgmlType::Q5_K => Storage::Block(BlockType::Q5_K),
-            GgmlType::Q6_K => Storage::Block(BlockType::Q6_K),
-            GgmlType::Q2_K | GgmlType::Q3_K => return None,
-        })
     }
 }
 
@@ -221,12 +132,12 @@ impl ModelShape {
     }
 }
 
-/// The type `llama-quantize IN OUT mixture` gives tensor `name` of shape `shape` (torch order,
+/// The storage `llama-quantize IN OUT mixture` gives tensor `name` of shape `shape` (torch order,
 /// outermost first) in `model`, or `None` where it leaves the tensor as it is: fewer than 2
 /// dimensions, norms, `ssm_conv1d`, routers (`ffn_gate_inp`), names not ending in `weight` (`ssm_a`,
 /// biases). Errors where llama-quantize fails: an expert model's FFN tensor outside `blk.N.` with
 /// N < `block_count`.
-pub fn tensor_type(mixture: Mixture, model: &ModelShape, name: &str, shape: &[usize]) -> Result<Option<GgmlType>> {
+pub fn tensor_type(mixture: Mixture, model: &ModelShape, name: &str, shape: &[usize]) -> Result<Option<Storage>> {
     if !allows_quantization(name, shape) {
         return Ok(None);
     }
@@ -238,7 +149,7 @@ pub fn tensor_type(mixture: Mixture, model: &ModelShape, name: &str, shape: &[us
 
 /// One type for every tensor llama-quantize quantizes, with its fallback where rows are not
 /// whole blocks; `None` where it leaves the tensor as it is.
-pub fn uniform_type(ty: GgmlType, name: &str, shape: &[usize]) -> Option<GgmlType> {
+pub fn uniform_type(ty: BlockType, name: &str, shape: &[usize]) -> Option<Storage> {
     allows_quantization(name, shape).then(|| fallback(ty, shape.last().copied().unwrap_or(1)))
 }
 
@@ -372,8 +283,8 @@ fn use_more_bits(i_layer: i64, n_layers: i64) -> bool {
 }
 
 /// `llama_tensor_get_type_impl` for these mixtures, before the fallback.
-fn mixture_type(mixture: Mixture, model: &ModelShape, name: &str, ncols: usize) -> Result<GgmlType> {
-    use GgmlType as T;
+fn mixture_type(mixture: Mixture, model: &ModelShape, name: &str, ncols: usize) -> Result<BlockType> {
+    use BlockType as T;
     use Mixture as M;
     let default = mixture.default_type();
     let category = category(name);
@@ -392,7 +303,7 @@ fn mixture_type(mixture: Mixture, model: &ModelShape, name: &str, ncols: usize) 
     };
     Ok(match category {
         Category::Output | Category::TokenEmbd if category == Category::Output || model.tied => {
-            if !ncols.is_multiple_of(default.block_size()) {
+            if !ncols.is_multiple_of(default.elements()) {
                 T::Q8_0
             } else if default != T::Q8_0 {
                 T::Q6_K
@@ -435,24 +346,24 @@ fn mixture_type(mixture: Mixture, model: &ModelShape, name: &str, ncols: usize) 
 }
 
 /// `tensor_type_fallback`: a row length that is not a multiple of the type's block gets the next
-/// type with 32-value blocks, and F16 where that does not fit either.
-fn fallback(t: GgmlType, ncols: usize) -> GgmlType {
-    use GgmlType as T;
-    if ncols.is_multiple_of(t.block_size()) {
-        return t;
+/// type with 32-value blocks, and F16 where that does not fit either. (llama.cpp also falls back
+/// from `Q2_K` and `Q3_K`, which no mixture here chooses.)
+fn fallback(t: BlockType, ncols: usize) -> Storage {
+    use BlockType as T;
+    if ncols.is_multiple_of(t.elements()) {
+        return Storage::Block(t);
     }
     let smaller = match t {
-        T::Q2_K | T::Q3_K => T::Q4_0,
         T::Q4_K => T::Q5_0,
         T::Q5_K => T::Q5_1,
         T::Q6_K => T::Q8_0,
         // The 32-value types: nothing smaller, F16 below.
-        other => other,
+        T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0 => t,
     };
-    if ncols.is_multiple_of(smaller.block_size()) {
-        smaller
+    if ncols.is_multiple_of(smaller.elements()) {
+        Storage::Block(smaller)
     } else {
-        T::F16
+        Storage::Element(Dtype::F16)
     }
 }
 
@@ -468,8 +379,22 @@ mod tests {
         ModelShape::new(block_count, expert_count, names.iter().copied())
     }
 
-    fn ty(mixture: Mixture, m: &ModelShape, name: &str, shape: &[usize]) -> Option<GgmlType> {
-        tensor_type(mixture, m, name, shape).unwrap()
+    /// The block type `name` gets, `None` where it stays as it is (a float type fails the test).
+    fn ty(mixture: Mixture, m: &ModelShape, name: &str, shape: &[usize]) -> Option<BlockType> {
+        tensor_type(mixture, m, name, shape).unwrap().map(|s| match s {
+            Storage::Block(b) => b,
+            Storage::Element(d) => panic!("{name}: {d:?}"),
+        })
+    }
+
+    /// The storage llama-quantize's report names `name` (gguf-py's spelling: `BF16`, `Q4_K`).
+    fn named(name: &str) -> Storage {
+        [Dtype::F32, Dtype::F16, Dtype::BF16]
+            .map(Storage::Element)
+            .into_iter()
+            .chain(BlockType::ALL.map(Storage::Block))
+            .find(|s| s.name() == name)
+            .unwrap_or_else(|| panic!("no storage is named {name}"))
     }
 
     #[test]
@@ -487,13 +412,13 @@ mod tests {
                 let key = format!("{arch}.{key}");
                 m["kv"].as_array().unwrap().iter().find(|e| e[0] == key.as_str()).map(|e| e[2].as_u64().unwrap() as u32)
             };
-            let tensors: Vec<(String, Vec<usize>, GgmlType)> = m["tensors"]
+            let tensors: Vec<(String, Vec<usize>, Storage)> = m["tensors"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .map(|t| {
                     let shape = t[1].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
-                    (t[0].as_str().unwrap().to_string(), shape, GgmlType::from_name(t[2].as_str().unwrap()).unwrap())
+                    (t[0].as_str().unwrap().to_string(), shape, named(t[2].as_str().unwrap()))
                 })
                 .collect();
             let shape = ModelShape::new(
@@ -541,21 +466,22 @@ mod tests {
             assert_eq!(ty(Mixture::Q4KM, &m, name, shape), None, "{name}");
         }
         // 2-D, ending in `weight`: quantized, though llama.cpp's converter names them like norms.
-        assert_eq!(ty(Mixture::Q4KM, &m, "blk.0.ssm_alpha.weight", &[2, 256]), Some(GgmlType::Q4_K));
-        assert_eq!(ty(Mixture::Q4KM, &m, "blk.3.nextn.eh_proj.weight", &[256, 512]), Some(GgmlType::Q4_K));
+        assert_eq!(ty(Mixture::Q4KM, &m, "blk.0.ssm_alpha.weight", &[2, 256]), Some(BlockType::Q4_K));
+        assert_eq!(ty(Mixture::Q4KM, &m, "blk.3.nextn.eh_proj.weight", &[256, 512]), Some(BlockType::Q4_K));
     }
 
     #[test]
     fn fallback_for_short_rows() {
-        use GgmlType as T;
+        use BlockType as T;
+        let f16 = Storage::Element(Dtype::F16);
         for (t, n, want) in [
-            (T::Q4_K, 256, T::Q4_K),
-            (T::Q4_K, 128, T::Q5_0),
-            (T::Q5_K, 128, T::Q5_1),
-            (T::Q6_K, 128, T::Q8_0),
-            (T::Q8_0, 128, T::Q8_0),
-            (T::Q4_K, 80, T::F16),
-            (T::Q8_0, 80, T::F16),
+            (T::Q4_K, 256, Storage::Block(T::Q4_K)),
+            (T::Q4_K, 128, Storage::Block(T::Q5_0)),
+            (T::Q5_K, 128, Storage::Block(T::Q5_1)),
+            (T::Q6_K, 128, Storage::Block(T::Q8_0)),
+            (T::Q8_0, 128, Storage::Block(T::Q8_0)),
+            (T::Q4_K, 80, f16),
+            (T::Q8_0, 80, f16),
         ] {
             assert_eq!(fallback(t, n), want, "{t:?} {n}");
         }
@@ -565,12 +491,12 @@ mod tests {
     fn output_and_embeddings() {
         let untied = model(&[("output.weight", &[64, 256]), ("token_embd.weight", &[64, 256])], 4, 0);
         let tied = model(&[("token_embd.weight", &[64, 256])], 4, 0);
-        assert_eq!(ty(Mixture::Q4KM, &untied, "output.weight", &[64, 256]), Some(GgmlType::Q6_K));
-        assert_eq!(ty(Mixture::Q4KM, &untied, "token_embd.weight", &[64, 256]), Some(GgmlType::Q4_K));
-        assert_eq!(ty(Mixture::Q4KM, &tied, "token_embd.weight", &[64, 256]), Some(GgmlType::Q6_K));
-        assert_eq!(ty(Mixture::Q8_0, &tied, "token_embd.weight", &[64, 256]), Some(GgmlType::Q8_0));
+        assert_eq!(ty(Mixture::Q4KM, &untied, "output.weight", &[64, 256]), Some(BlockType::Q6_K));
+        assert_eq!(ty(Mixture::Q4KM, &untied, "token_embd.weight", &[64, 256]), Some(BlockType::Q4_K));
+        assert_eq!(ty(Mixture::Q4KM, &tied, "token_embd.weight", &[64, 256]), Some(BlockType::Q6_K));
+        assert_eq!(ty(Mixture::Q8_0, &tied, "token_embd.weight", &[64, 256]), Some(BlockType::Q8_0));
         // A row not a multiple of the mixture's block: Q8_0, not the Q6_K → Q8_0 fallback's way.
-        assert_eq!(ty(Mixture::Q5KM, &untied, "output.weight", &[64, 128]), Some(GgmlType::Q8_0));
+        assert_eq!(ty(Mixture::Q5KM, &untied, "output.weight", &[64, 128]), Some(BlockType::Q8_0));
     }
 
     #[test]
@@ -580,11 +506,11 @@ mod tests {
         let tensors: Vec<(&str, &[usize])> = names.iter().map(|n| (n.as_str(), &[256usize, 512][..])).collect();
         let m = ModelShape::new(65, 0, tensors.iter().copied());
         let q6: Vec<usize> =
-            (0..65).filter(|&b| ty(Mixture::Q4KM, &m, &names[b], &[256, 512]) == Some(GgmlType::Q6_K)).collect();
+            (0..65).filter(|&b| ty(Mixture::Q4KM, &m, &names[b], &[256, 512]) == Some(BlockType::Q6_K)).collect();
         let want: Vec<usize> = (0..8).chain((10..56).step_by(3)).chain(56..65).collect();
         assert_eq!(q6, want);
         let q5: Vec<usize> =
-            (0..65).filter(|&b| ty(Mixture::Q4KS, &m, &names[b], &[256, 512]) == Some(GgmlType::Q5_K)).collect();
+            (0..65).filter(|&b| ty(Mixture::Q4KS, &m, &names[b], &[256, 512]) == Some(BlockType::Q5_K)).collect();
         assert_eq!(q5, (0..8).collect::<Vec<_>>());
         // The counter follows llama.cpp's order (block, then name), not the order given.
         let mut rev = tensors.clone();
@@ -595,11 +521,11 @@ mod tests {
     #[test]
     fn eight_experts() {
         let m = model(&[("blk.0.attn_qkv.weight", &[512, 256])], 24, 8);
-        assert_eq!(ty(Mixture::Q4KM, &m, "blk.0.attn_qkv.weight", &[512, 256]), Some(GgmlType::Q8_0));
-        assert_eq!(ty(Mixture::Q5KM, &m, "blk.3.attn_k.weight", &[128, 256]), Some(GgmlType::Q8_0));
-        assert_eq!(ty(Mixture::Q4KM, &m, "blk.3.attn_output.weight", &[256, 256]), Some(GgmlType::Q5_K));
-        assert_eq!(ty(Mixture::Q5KM, &m, "blk.3.attn_output.weight", &[256, 256]), Some(GgmlType::Q5_K));
-        assert_eq!(ty(Mixture::Q6K, &m, "blk.3.attn_output.weight", &[256, 256]), Some(GgmlType::Q6_K));
+        assert_eq!(ty(Mixture::Q4KM, &m, "blk.0.attn_qkv.weight", &[512, 256]), Some(BlockType::Q8_0));
+        assert_eq!(ty(Mixture::Q5KM, &m, "blk.3.attn_k.weight", &[128, 256]), Some(BlockType::Q8_0));
+        assert_eq!(ty(Mixture::Q4KM, &m, "blk.3.attn_output.weight", &[256, 256]), Some(BlockType::Q5_K));
+        assert_eq!(ty(Mixture::Q5KM, &m, "blk.3.attn_output.weight", &[256, 256]), Some(BlockType::Q5_K));
+        assert_eq!(ty(Mixture::Q6K, &m, "blk.3.attn_output.weight", &[256, 256]), Some(BlockType::Q6_K));
         assert!(tensor_type(Mixture::Q4KM, &m, "blk.24.ffn_up_exps.weight", &[8, 32, 256]).is_err());
     }
 

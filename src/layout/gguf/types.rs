@@ -4,13 +4,14 @@
 //! file (`mixture.rs`); or, for `auto`, per coded linear the narrowest type within the error budget
 //! that `--bits auto` spends too.
 
-use super::mixture::{self, GgmlType, Mixture, ModelShape};
+use super::mixture::{self, Mixture, ModelShape};
 use super::GgufOptions;
+use crate::block_type::BlockType;
 use crate::checkpoint::{Catalog, Checkpoint};
 use crate::layout::mlx::{AutoBits, Int8Mode};
 use crate::layout::{Chosen, Encoding, OutputTensor, RowSource, WeightProbe, WidthChoice};
 use crate::quant::budget::{budget, narrowest_within};
-use crate::storage::{BlockType, Storage};
+use crate::storage::Storage;
 use anyhow::{Context, Result};
 use safetensors::Dtype;
 
@@ -50,7 +51,7 @@ pub enum GgufType {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Quantize {
     /// One type for every tensor it quantizes (rows that are not whole blocks fall back).
-    Uniform(GgmlType),
+    Uniform(BlockType),
     Mixture(Mixture),
 }
 
@@ -67,9 +68,9 @@ impl GgufType {
 
     pub(super) fn quantize(self) -> Option<Quantize> {
         Some(match self {
-            GgufType::Q4_K => Quantize::Uniform(GgmlType::Q4_K),
-            GgufType::Q5_K => Quantize::Uniform(GgmlType::Q5_K),
-            GgufType::Q6_K => Quantize::Uniform(GgmlType::Q6_K),
+            GgufType::Q4_K => Quantize::Uniform(BlockType::Q4_K),
+            GgufType::Q5_K => Quantize::Uniform(BlockType::Q5_K),
+            GgufType::Q6_K => Quantize::Uniform(BlockType::Q6_K),
             GgufType::Q4_K_M => Quantize::Mixture(Mixture::Q4KM),
             GgufType::Q5_K_M => Quantize::Mixture(Mixture::Q5KM),
             GgufType::Bf16 | GgufType::F16 | GgufType::F32 | GgufType::Q8_0 | GgufType::Auto => return None,
@@ -134,10 +135,8 @@ pub(super) fn quantize_as_llama_does(
             Quantize::Mixture(m) => mixture::tensor_type(m, &model, &t.name, &t.shape)?,
             Quantize::Uniform(ty) => mixture::uniform_type(ty, &t.name, &t.shape),
         };
-        if let Some(ty) = chosen {
-            t.storage = ty.storage().with_context(|| {
-                format!("tensor {}: llama-quantize would write {}, which this tool does not encode", t.name, ty.name())
-            })?;
+        if let Some(storage) = chosen {
+            t.storage = storage;
         }
     }
     Ok(())
@@ -161,7 +160,7 @@ pub(super) fn converter_choice(
     let cols = shape.last().copied().unwrap_or(1);
     if let RowSource::Int8(i) = recipe.source {
         let f16_scale = ck.tensors.get(&cat.int8[i].scale).is_some_and(|s| s.dtype == Dtype::F16);
-        if opts.int8 == Int8Mode::Exact && f16_scale && cols % 32 == 0 {
+        if opts.int8 == Int8Mode::Exact && f16_scale && cols % BlockType::Q8_0.elements() == 0 {
             return (Storage::Block(BlockType::Q8_0), Encoding::Int8Blocks);
         }
     }

@@ -11,7 +11,7 @@ fn fast_kernels() -> Vec<Kernel> {
 }
 
 /// `kernel`'s encoding of `values`, appended after a few bytes already there.
-fn run(kernel: Kernel, kind: KQuant, values: &[f32]) -> Vec<u8> {
+fn run(kernel: Kernel, kind: BlockType, values: &[f32]) -> Vec<u8> {
     let mut out = vec![0xA5; 3];
     quantize_row_with(kernel, kind, values, &mut out);
     out
@@ -19,20 +19,20 @@ fn run(kernel: Kernel, kind: KQuant, values: &[f32]) -> Vec<u8> {
 
 /// Every fast kernel gives the reference's bytes for `values` (whole blocks), for every type.
 fn assert_same(values: &[f32], what: &str) {
-    for kind in KQuant::ALL {
+    for kind in BlockType::K_QUANTS {
         let want = run(Kernel::Reference, kind, values);
-        assert_eq!(want.len(), 3 + values.len() / QK_K * kind.block_bytes());
+        assert_eq!(want.len(), 3 + values.len() / QK_K * kind.bytes());
         for kernel in fast_kernels() {
             let got = run(kernel, kind, values);
             assert_eq!(got.len(), want.len(), "{} {}: {what}: lengths", kernel.name(), kind.name());
             if let Some(i) = got.iter().zip(&want).position(|(g, w)| g != w) {
-                let block = (i - 3) / kind.block_bytes();
+                let block = (i - 3) / kind.bytes();
                 let x = &values[block * QK_K..(block + 1) * QK_K];
                 panic!(
                     "{} {}: {what}: byte {} of block {block} is {:#04x}, the reference's {:#04x}; block values {x:?}",
                     kernel.name(),
                     kind.name(),
-                    (i - 3) % kind.block_bytes(),
+                    (i - 3) % kind.bytes(),
                     got[i],
                     want[i]
                 );
@@ -67,9 +67,9 @@ struct Coverage {
 
 /// The steps the reference re-quantizes each group of a block with, `(dj, dm)` (`dm` zero for
 /// `Q6_K`), and whether the group's own fit has non-zero quants (kept when `dj` is zero).
-fn group_steps(kind: KQuant, x: &[f32]) -> Vec<(f32, f32, bool)> {
+fn group_steps(kind: BlockType, x: &[f32]) -> Vec<(f32, f32, bool)> {
     let mut l = [0u8; QK_K];
-    if kind == KQuant::Q6K {
+    if kind == BlockType::Q6_K {
         let mut scales = [0.0f32; 16];
         for ib in 0..16 {
             scales[ib] = make_qx_quants(32, &x[16 * ib..16 * ib + 16], &mut l[16 * ib..]);
@@ -78,7 +78,7 @@ fn group_steps(kind: KQuant, x: &[f32]) -> Vec<(f32, f32, bool)> {
         let d_f = f16::from_bits(d).to_f32();
         (0..16).map(|j| (d_f * sc[j] as f32, 0.0, l[16 * j..16 * j + 16].iter().any(|&q| q != 0))).collect()
     } else {
-        let (nmax, rmin, nstep) = if kind == KQuant::Q4K { (15, -1.0, 20) } else { (31, -0.5, 15) };
+        let (nmax, rmin, nstep) = if kind == BlockType::Q4_K { (15, -1.0, 20) } else { (31, -0.5, 15) };
         let (mut scales, mut mins, mut weights) = ([0.0f32; 8], [0.0f32; 8], [0.0f32; 32]);
         for j in 0..8 {
             let sub = &x[32 * j..32 * j + 32];
@@ -100,7 +100,7 @@ fn group_steps(kind: KQuant, x: &[f32]) -> Vec<(f32, f32, bool)> {
 }
 
 /// [`Coverage`] of `values` for `kind`, following the reference's steps.
-fn coverage(kind: KQuant, values: &[f32]) -> Coverage {
+fn coverage(kind: BlockType, values: &[f32]) -> Coverage {
     let mut c = Coverage::default();
     for x in values.chunks_exact(QK_K) {
         let steps = group_steps(kind, x);
@@ -119,7 +119,7 @@ fn coverage(kind: KQuant, values: &[f32]) -> Coverage {
 /// Blocks built so that `kind`'s re-quantization meets exact ties: Gaussian blocks in which the
 /// three values of each group nearest a midpoint between two quants (of the steps the reference
 /// finds) are moved onto it, a few times over (moving values can move the fits).
-fn tie_blocks(kind: KQuant, rng: &mut SplitMix64) -> Vec<f32> {
+fn tie_blocks(kind: BlockType, rng: &mut SplitMix64) -> Vec<f32> {
     let mut v = Vec::new();
     for s in [1.0f32, 1e-3, 7.0, 0.02, 3e5, 1e-12] {
         let mut x: Vec<f32> = (0..QK_K).map(|_| gaussian(rng) * s).collect();
@@ -194,7 +194,7 @@ fn edge_blocks(rng: &mut SplitMix64) -> Vec<Vec<f32>> {
     blocks.push(fill(&mut |i| -(i as f32) / 255.0));
     blocks.push(fill(&mut |i| (i % 32) as f32 / 31.0 - 0.25));
     blocks.push(fill(&mut |i| ((i * 37) % 64) as f32 - 32.0));
-    for kind in KQuant::ALL {
+    for kind in BlockType::K_QUANTS {
         blocks.push(tie_blocks(kind, rng));
     }
     // Gaussian rows at every scale from 1e-30 to 1e30, and positive- and negative-only.
@@ -232,7 +232,7 @@ fn edge_rows_match_the_reference() {
 fn edge_rows_reach_ties_and_zero_scales() {
     let mut rng = SplitMix64(0xC0FF_EE11);
     let all = edge_blocks(&mut rng).concat();
-    for kind in KQuant::ALL {
+    for kind in BlockType::K_QUANTS {
         let c = coverage(kind, &all);
         assert!(c.ties >= 20 && c.kept >= 8, "{}: {c:?}", kind.name());
     }
@@ -241,7 +241,7 @@ fn edge_rows_reach_ties_and_zero_scales() {
 #[test]
 fn tie_blocks_tie() {
     let mut rng = SplitMix64(0x71E5);
-    for kind in KQuant::ALL {
+    for kind in BlockType::K_QUANTS {
         let ties = tie_blocks(kind, &mut rng);
         let c = coverage(kind, &ties);
         assert!(c.ties >= 25, "{}: {c:?}", kind.name());

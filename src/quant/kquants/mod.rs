@@ -15,6 +15,7 @@
 //! lane, every lane doing the reference's operations in the reference's order; the few scalar
 //! steps per block (the super-scales, the 6- and 8-bit group scales) are the reference's own code.
 
+use crate::block_type::BlockType;
 use half::f16;
 use std::sync::OnceLock;
 
@@ -26,58 +27,52 @@ mod kernel_tests;
 mod neon;
 
 /// Values per super-block, for every K-quant type.
-pub const QK_K: usize = 256;
+pub const QK_K: usize = BlockType::Q4_K.elements();
 /// Bytes of one `Q4_K` super-block: f16 `d`, f16 `dmin`, 12 bytes of 6-bit scales and mins, 128
 /// bytes of 4-bit quants.
-pub const Q4_K_BLOCK_BYTES: usize = 144;
+pub const Q4_K_BLOCK_BYTES: usize = BlockType::Q4_K.bytes();
 /// Bytes of one `Q5_K` super-block: as `Q4_K` plus 32 bytes holding each quant's fifth bit.
-pub const Q5_K_BLOCK_BYTES: usize = 176;
+pub const Q5_K_BLOCK_BYTES: usize = BlockType::Q5_K.bytes();
 /// Bytes of one `Q6_K` super-block: 128 bytes of low nibbles, 64 bytes of high bit pairs, 16 int8
 /// scales, f16 `d`.
-pub const Q6_K_BLOCK_BYTES: usize = 210;
+pub const Q6_K_BLOCK_BYTES: usize = BlockType::Q6_K.bytes();
 
-/// ggml's K-quant block types handled here.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum KQuant {
+/// The K-quant types as the SIMD kernels take them, for their exhaustive matches; everything
+/// else here dispatches on [`BlockType`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KQuant {
     Q4K,
     Q5K,
     Q6K,
 }
 
 impl KQuant {
-    pub const ALL: [KQuant; 3] = [KQuant::Q4K, KQuant::Q5K, KQuant::Q6K];
+    /// # Panics
+    ///
+    /// If `block` is not a K-quant.
+    fn of(block: BlockType) -> KQuant {
+        match block {
+            BlockType::Q4_K => KQuant::Q4K,
+            BlockType::Q5_K => KQuant::Q5K,
+            BlockType::Q6_K => KQuant::Q6K,
+            other => panic!("{} is not a K-quant", other.name()),
+        }
+    }
 
     /// Bytes of one super-block of [`QK_K`] values.
-    pub const fn block_bytes(self) -> usize {
+    #[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
+    fn block_bytes(self) -> usize {
         match self {
             KQuant::Q4K => Q4_K_BLOCK_BYTES,
             KQuant::Q5K => Q5_K_BLOCK_BYTES,
             KQuant::Q6K => Q6_K_BLOCK_BYTES,
         }
     }
-
-    /// The type's number in ggml's `enum ggml_type` (and in GGUF).
-    pub const fn ggml_type(self) -> u32 {
-        match self {
-            KQuant::Q4K => 12,
-            KQuant::Q5K => 13,
-            KQuant::Q6K => 14,
-        }
-    }
-
-    /// The name ggml prints.
-    pub const fn name(self) -> &'static str {
-        match self {
-            KQuant::Q4K => "q4_K",
-            KQuant::Q5K => "q5_K",
-            KQuant::Q6K => "q6_K",
-        }
-    }
 }
 
 /// Appends `values` (a whole number of [`QK_K`]-value super-blocks) encoded as `kind` to `out`.
 /// Runs [`Kernel::best`].
-pub fn quantize_row(kind: KQuant, values: &[f32], out: &mut Vec<u8>) {
+pub fn quantize_row(kind: BlockType, values: &[f32], out: &mut Vec<u8>) {
     quantize_row_with(Kernel::best(), kind, values, out);
 }
 
@@ -85,19 +80,21 @@ pub fn quantize_row(kind: KQuant, values: &[f32], out: &mut Vec<u8>) {
 ///
 /// # Panics
 ///
-/// If `values` is not whole blocks, or `kernel` is one this CPU cannot run (see
-/// [`Kernel::available`]).
-pub fn quantize_row_with(kernel: Kernel, kind: KQuant, values: &[f32], out: &mut Vec<u8>) {
+/// If `kind` is not a K-quant, `values` is not whole blocks, or `kernel` is one this CPU cannot
+/// run (see [`Kernel::available`]).
+pub fn quantize_row_with(kernel: Kernel, kind: BlockType, values: &[f32], out: &mut Vec<u8>) {
+    let kernel_kind = KQuant::of(kind);
     assert_eq!(values.len() % QK_K, 0, "{} rows hold whole blocks of {QK_K} values", kind.name());
-    let len = values.len() / QK_K * kind.block_bytes();
+    let len = values.len() / QK_K * kind.bytes();
     if kernel == Kernel::Reference {
         out.reserve(len);
         for block in values.chunks_exact(QK_K) {
             let x: &[f32; QK_K] = block.try_into().unwrap();
             match kind {
-                KQuant::Q4K => out.extend_from_slice(&quantize_q4_k_block(x)),
-                KQuant::Q5K => out.extend_from_slice(&quantize_q5_k_block(x)),
-                KQuant::Q6K => out.extend_from_slice(&quantize_q6_k_block(x)),
+                BlockType::Q4_K => out.extend_from_slice(&quantize_q4_k_block(x)),
+                BlockType::Q5_K => out.extend_from_slice(&quantize_q5_k_block(x)),
+                BlockType::Q6_K => out.extend_from_slice(&quantize_q6_k_block(x)),
+                _ => unreachable!("KQuant::of refused it"),
             }
         }
         return;
@@ -111,11 +108,11 @@ pub fn quantize_row_with(kernel: Kernel, kind: KQuant, values: &[f32], out: &mut
         Kernel::Avx2 => {
             assert!(is_x86_feature_detected!("avx2"), "the avx2 K-quant kernel needs a CPU with AVX2");
             // SAFETY: AVX2 was detected just above.
-            unsafe { avx2::quantize_blocks(kind, values, blocks) }
+            unsafe { avx2::quantize_blocks(kernel_kind, values, blocks) }
         }
         #[cfg(target_arch = "aarch64")]
         // SAFETY: NEON is part of the aarch64 base architecture.
-        Kernel::Neon => unsafe { neon::quantize_blocks(kind, values, blocks) },
+        Kernel::Neon => unsafe { neon::quantize_blocks(kernel_kind, values, blocks) },
     }
 }
 
@@ -170,15 +167,16 @@ impl Kernel {
 
 /// Appends the values of `blocks` (whole `kind` super-blocks) to `out`, computed as ggml's
 /// `dequantize_row_q{4,5,6}_K` computes them.
-pub fn dequantize_row(kind: KQuant, blocks: &[u8], out: &mut Vec<f32>) {
-    let size = kind.block_bytes();
+pub fn dequantize_row(kind: BlockType, blocks: &[u8], out: &mut Vec<f32>) {
+    let size = kind.bytes();
     assert_eq!(blocks.len() % size, 0, "{} data holds whole blocks of {size} bytes", kind.name());
     out.reserve(blocks.len() / size * QK_K);
     for block in blocks.chunks_exact(size) {
         match kind {
-            KQuant::Q4K => dequantize_q4_k_block(block, out),
-            KQuant::Q5K => dequantize_q5_k_block(block, out),
-            KQuant::Q6K => dequantize_q6_k_block(block, out),
+            BlockType::Q4_K => dequantize_q4_k_block(block, out),
+            BlockType::Q5_K => dequantize_q5_k_block(block, out),
+            BlockType::Q6_K => dequantize_q6_k_block(block, out),
+            other => panic!("{} is not a K-quant", other.name()),
         }
     }
 }
@@ -752,7 +750,7 @@ mod tests {
     use super::*;
     use crate::rng::SplitMix64;
 
-    fn encode(kind: KQuant, values: &[f32]) -> Vec<u8> {
+    fn encode(kind: BlockType, values: &[f32]) -> Vec<u8> {
         let mut out = Vec::new();
         quantize_row(kind, values, &mut out);
         out
@@ -764,12 +762,12 @@ mod tests {
 
     #[test]
     fn block_sizes() {
-        let sizes: Vec<usize> = KQuant::ALL.iter().map(|k| k.block_bytes()).collect();
+        let sizes: Vec<usize> = BlockType::K_QUANTS.iter().map(|k| k.bytes()).collect();
         assert_eq!(sizes, [144, 176, 210]);
         // ggml's bits per weight: 4.5, 5.5, 6.5625.
-        for (kind, bpw) in KQuant::ALL.iter().zip([4.5, 5.5, 6.5625]) {
-            assert_eq!(kind.block_bytes() as f64 * 8.0 / QK_K as f64, bpw);
-            assert_eq!(encode(*kind, &[0.5; 3 * QK_K]).len(), 3 * kind.block_bytes());
+        for (kind, bpw) in BlockType::K_QUANTS.iter().zip([4.5, 5.5, 6.5625]) {
+            assert_eq!(kind.bytes() as f64 * 8.0 / QK_K as f64, bpw);
+            assert_eq!(encode(*kind, &[0.5; 3 * QK_K]).len(), 3 * kind.bytes());
         }
     }
 
@@ -777,7 +775,7 @@ mod tests {
     fn zero_rows_encode_to_zero_bytes() {
         // ggml: a zero group fits with scale 0 and min −0, which round to 0 and f16 +0; Q6_K zeroes
         // the block outright. −0.0 inputs give the same bytes.
-        for kind in KQuant::ALL {
+        for kind in BlockType::K_QUANTS {
             for z in [0.0f32, -0.0] {
                 let bytes = encode(kind, &[z; 2 * QK_K]);
                 assert!(bytes.iter().all(|&b| b == 0), "{}: {z:?} row gave {bytes:?}", kind.name());
@@ -841,7 +839,7 @@ mod tests {
         let rms = (values.iter().map(|v| v * v).sum::<f32>() / values.len() as f32).sqrt();
         // Relative RMS error bounds with margin over what ggml's own code reaches on Gaussian data
         // (about 0.070, 0.036 and 0.018; worst single errors about 0.18, 0.10 and 0.05).
-        for (kind, bound) in KQuant::ALL.iter().zip([0.085f32, 0.045, 0.023]) {
+        for (kind, bound) in BlockType::K_QUANTS.iter().zip([0.085f32, 0.045, 0.023]) {
             let bytes = encode(*kind, &values);
             let mut back = Vec::new();
             dequantize_row(*kind, &bytes, &mut back);
@@ -856,7 +854,7 @@ mod tests {
 
     #[test]
     fn constant_rows_decode_close() {
-        for kind in KQuant::ALL {
+        for kind in BlockType::K_QUANTS {
             for c in [1.0f32, -1.0, 0.37, -1234.5] {
                 let bytes = encode(kind, &[c; QK_K]);
                 let mut back = Vec::new();

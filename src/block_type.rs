@@ -1,0 +1,124 @@
+//! ggml's block types, the one vocabulary for them: each type's ggml id, name, values per block and
+//! bytes per block. The storage sizes tensors with it, the GGUF container writes its ids, the
+//! encoders (`quant::blocks`, `quant::legacy`, `quant::kquants`) dispatch on it and llama-quantize's
+//! rules (`layout::gguf::mixture`) choose among its values.
+
+/// A ggml block type: [`elements`](BlockType::elements) values packed into
+/// [`bytes`](BlockType::bytes) bytes, scales included. Values are ordered as declared.
+// The variants are spelled as ggml spells the types; `Q40` would read as "forty".
+#[allow(non_camel_case_types)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BlockType {
+    /// f16 `d`, 16 bytes of 4-bit quants: `x = d·(q − 8)`.
+    Q4_0,
+    /// f16 `d`, f16 `m`, 16 bytes of 4-bit quants: `x = d·q + m`.
+    Q4_1,
+    /// f16 `d`, 32 bits of fifth bits, 16 bytes of low nibbles: `x = d·(q − 16)`.
+    Q5_0,
+    /// f16 `d`, f16 `m`, 32 bits of fifth bits, 16 bytes of low nibbles: `x = d·q + m`.
+    Q5_1,
+    /// f16 `d`, 32 int8 quants: `x = d·q`.
+    Q8_0,
+    /// f16 `d`, f16 `dmin`, 12 bytes of 6-bit group scales and mins, 128 bytes of 4-bit quants.
+    Q4_K,
+    /// As `Q4_K`, plus 32 bytes holding each quant's fifth bit.
+    Q5_K,
+    /// 128 bytes of low nibbles, 64 bytes of high bit pairs, 16 int8 group scales, f16 `d`.
+    Q6_K,
+}
+
+/// What ggml's type traits (`ggml.c`'s `type_traits`) say of one block type.
+struct Traits {
+    /// Its number in ggml's `enum ggml_type` (and in GGUF).
+    id: u32,
+    /// `type_name`.
+    name: &'static str,
+    /// `blck_size`: values per block.
+    elements: usize,
+    /// `type_size`: bytes per block.
+    bytes: usize,
+}
+
+impl BlockType {
+    /// Every block type, in declaration order.
+    pub const ALL: [BlockType; 8] = [
+        BlockType::Q4_0,
+        BlockType::Q4_1,
+        BlockType::Q5_0,
+        BlockType::Q5_1,
+        BlockType::Q8_0,
+        BlockType::Q4_K,
+        BlockType::Q5_K,
+        BlockType::Q6_K,
+    ];
+
+    /// ggml's K-quants: super-blocks of 256 values whose groups have scales of their own,
+    /// quantized against the block's.
+    pub const K_QUANTS: [BlockType; 3] = [BlockType::Q4_K, BlockType::Q5_K, BlockType::Q6_K];
+
+    const fn traits(self) -> Traits {
+        let (id, name, elements, bytes) = match self {
+            BlockType::Q4_0 => (2, "q4_0", 32, 18),
+            BlockType::Q4_1 => (3, "q4_1", 32, 20),
+            BlockType::Q5_0 => (6, "q5_0", 32, 22),
+            BlockType::Q5_1 => (7, "q5_1", 32, 24),
+            BlockType::Q8_0 => (8, "q8_0", 32, 34),
+            BlockType::Q4_K => (12, "q4_K", 256, 144),
+            BlockType::Q5_K => (13, "q5_K", 256, 176),
+            BlockType::Q6_K => (14, "q6_K", 256, 210),
+        };
+        Traits { id, name, elements, bytes }
+    }
+
+    /// ggml's type id (`GGML_TYPE_*`), which GGUF stores.
+    pub const fn ggml_type(self) -> u32 {
+        self.traits().id
+    }
+
+    /// The name ggml gives it (`q8_0`, `q4_K`).
+    pub const fn name(self) -> &'static str {
+        self.traits().name
+    }
+
+    /// Values per block.
+    pub const fn elements(self) -> usize {
+        self.traits().elements
+    }
+
+    /// Bytes per block.
+    pub const fn bytes(self) -> usize {
+        self.traits().bytes
+    }
+
+    /// Bits per weight, scales included.
+    pub fn bits_per_weight(self) -> f64 {
+        (self.bytes() * 8) as f64 / self.elements() as f64
+    }
+
+    /// Whether it is one of [`K_QUANTS`](BlockType::K_QUANTS).
+    pub fn is_k_quant(self) -> bool {
+        BlockType::K_QUANTS.contains(&self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ggml_traits() {
+        let ids: Vec<u32> = BlockType::ALL.iter().map(|b| b.ggml_type()).collect();
+        assert_eq!(ids, [2, 3, 6, 7, 8, 12, 13, 14]);
+        let names: Vec<&str> = BlockType::ALL.iter().map(|b| b.name()).collect();
+        assert_eq!(names, ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_K", "q5_K", "q6_K"]);
+        // ggml's bits per weight.
+        let bpw: Vec<f64> = BlockType::ALL.iter().map(|b| b.bits_per_weight()).collect();
+        assert_eq!(bpw, [4.5, 5.0, 5.5, 6.0, 8.5, 4.5, 5.5, 6.5625]);
+        for b in BlockType::ALL {
+            assert_eq!(b.elements(), if b.is_k_quant() { 256 } else { 32 }, "{}", b.name());
+        }
+        let mut sorted = BlockType::ALL;
+        sorted.sort();
+        assert_eq!(sorted, BlockType::ALL);
+    }
+}
