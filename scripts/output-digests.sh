@@ -31,6 +31,18 @@ option_sets=(
     "--format mlx --only *layers.1.mlp*"
     "--format exl3"
     "--format exl3 --bias keep --max-shard-size 200000"
+    "--format gguf"
+    "--format gguf --gguf-type f16"
+    "--format gguf --gguf-type q8_0"
+    "--format gguf --gguf-type q8_0 --max-shard-size 300000"
+    "--format gguf --gguf-type q4_k"
+    "--format gguf --gguf-type q5_k"
+    "--format gguf --gguf-type q6_k"
+    "--format gguf --gguf-type q4_k_m"
+    "--format gguf --gguf-type q5_k_m --mtp drop"
+    "--format gguf --gguf-type q4_k_m --int8 requant"
+    "--format gguf --gguf-type auto"
+    "--format gguf --gguf-type auto --measure-error --max-added-error 0.05"
 )
 
 for fixture in dense moe; do
