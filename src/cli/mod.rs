@@ -12,6 +12,7 @@ mod help;
 mod inspect;
 mod merge;
 mod size;
+mod values;
 mod verify;
 
 pub use completions::{CompletionsArgs, ManArgs};

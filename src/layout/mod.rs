@@ -13,6 +13,7 @@ pub mod hf;
 pub mod mlx;
 pub mod mtp;
 mod names;
+mod options;
 mod policy;
 mod tensor;
 
@@ -22,6 +23,7 @@ pub use hf::{DenseDtype, HfLayout};
 pub use mlx::{MlxLayout, MlxOptions};
 pub use mtp::MtpMode;
 pub use names::{natural_key, norm_kind, NormKind};
+pub use options::{AutoBits, Int8Mode};
 pub use policy::{Chosen, FormatCard, Layout, WeightProbe, WidthChoice};
 pub use tensor::{
     check_unique_names, Adjust, AffineParams, Encoding, HeadOrder, Kind, OutputTensor, Recipe, RowSource,

@@ -17,8 +17,8 @@ use types::{choose_by_budget, quantize_as_llama_does};
 mod vocab;
 
 use super::hf::{self, DenseDtype};
-use super::mlx::{AutoBits, Int8Mode};
 use super::mtp::{self, MtpMode};
+use super::options::{AutoBits, Int8Mode};
 use super::policy::{FormatCard, Layout, WeightProbe, WidthChoice};
 use super::tensor::{OutputTensor, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint};
