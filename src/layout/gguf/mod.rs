@@ -280,7 +280,7 @@ impl Layout for GgufLayout {
         let mut kv: Metadata = vec![
             ("general.architecture".into(), MetaValue::Str(hp.arch.into())),
             ("general.type".into(), MetaValue::Str("model".into())),
-            ("general.name".into(), MetaValue::Str(crate::card::source_name(&ck.root).0)),
+            ("general.name".into(), MetaValue::Str(crate::checkpoint::source_name(&ck.root).0)),
             ("general.quantization_version".into(), MetaValue::U32(2)),
         ];
         kv.extend(sampling(ck)?);
