@@ -18,7 +18,7 @@ using namespace metal;
 // Host-side twin: `DecodeParams` in src/backend/metal.rs and tests/metal_kernel_shim.rs.
 struct DecodeParams {
     uint k;           // bits per weight, 1..8
-    uint codebook;    // 0 = 3INST, 1 = MCG, 2 = MUL1 (exllamav3 ids)
+    uint codebook;    // 0 = 3INST, 1 = MCG, 2 = MUL1 (exllamav3 ids); any other: UNKNOWN_CODEBOOK
     uint tiles;       // tiles in this dispatch
     uint word_offset; // u32 words from the start of the codes buffer to the first tile
 };
@@ -32,6 +32,10 @@ constant uint HALVES_MASK = 0x8FFF8FFFu;
 constant uint HALVES_XOR = 0x3B603B60u;
 constant float MUL1_SCALE = 0.00676727294921875f; // fp16 0x1EEE
 constant float MUL1_BIAS = -10.3828125f;          // fp16 0xC931
+// What an id no codebook has decodes to: a quiet NaN, which no codebook value is (every one is a
+// finite fp16). The host sends only the ids of codebooks it knows (`Codebook::id()`) and refuses a
+// dispatch whose first value is NaN, as the CPU decoders refuse an unknown id.
+constant uint UNKNOWN_CODEBOOK = 0x7FC00000u;
 
 // The value of a 16-bit trellis state, rounded once to fp16 (RNE), returned as f32 (exact).
 static inline float codebook_value(uint x, uint codebook)
@@ -43,6 +47,9 @@ static inline float codebook_value(uint x, uint codebook)
         uint b = (y & 0xFFu) + ((y >> 8) & 0xFFu) + ((y >> 16) & 0xFFu) + (y >> 24);
         float v = float(1024u + b) * MUL1_SCALE + MUL1_BIAS;
         return float(half(v));
+    }
+    if (codebook > 1u) {
+        return as_type<float>(UNKNOWN_CODEBOOK);
     }
     // 3INST / MCG: two fp16 halves with exponents forced into 12..15, summed exactly in f32,
     // then one round-to-nearest-even conversion to half.

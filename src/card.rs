@@ -3,7 +3,7 @@
 //! come from and how they were made, and how to load them. It names the source by its directory
 //! (or Hub repository) name, never by a path on the machine that ran the job.
 
-use crate::checkpoint::{Checkpoint, HubSource};
+use crate::checkpoint::{source_name, Checkpoint, HubSource};
 use crate::layout::FormatCard;
 use crate::text::escape_controls;
 use serde_json::Value;
@@ -25,20 +25,6 @@ pub struct Card {
     pub notes: Vec<(&'static str, String)>,
     /// The verify summary (Markdown), when the conversion was proved against a base model.
     pub verified: Option<String>,
-}
-
-/// The source's name and revision: `org/name` and the snapshot for a Hugging Face cache
-/// (`…/models--org--name/snapshots/<rev>`), else the directory's own name.
-pub fn source_name(input: &Path) -> (String, Option<String>) {
-    let path = input.canonicalize().unwrap_or_else(|_| input.to_path_buf());
-    let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
-    let snapshots = path.parent().filter(|p| p.file_name().is_some_and(|n| n == "snapshots"));
-    if let Some(repo) =
-        snapshots.and_then(Path::parent).and_then(name).and_then(|n| n.strip_prefix("models--").map(String::from))
-    {
-        return (repo.replacen("--", "/", 1), name(&path));
-    }
-    (name(&path).unwrap_or_else(|| "checkpoint".into()), None)
 }
 
 /// The name and revision of a source given as `input`: the Hub id and the commit it resolved to

@@ -4,9 +4,8 @@ use crate::checkpoint::tensor::{floats_to_f32, is_float, scan_chunks};
 use crate::checkpoint::{catalog, Checkpoint, CodedSource, HubSource, Leaf};
 use crate::codec::best_decoder;
 use crate::convert::{planned_tensor_bytes, ConvertOptions};
-use crate::layout::mlx::{AutoBits, MlxOptions};
 use crate::layout::{norm_kind, NormKind};
-use crate::layout::{DenseDtype, GgufOptions, GgufType, MtpMode, OutputFormat, WidthChoice};
+use crate::layout::{AutoBits, DenseDtype, GgufOptions, GgufType, MlxOptions, MtpMode, OutputFormat, WidthChoice};
 use crate::text::{escape_controls, human_bytes, shape};
 use anyhow::Result;
 use serde::Serialize;
@@ -241,22 +240,10 @@ const AUTO_SAMPLE: usize = 4;
 /// chooses, estimated from a few sampled blocks per coded linear.
 fn auto_plan(input: &Path, format: OutputFormat) -> Option<(u64, Vec<WidthChoice>)> {
     let opts = ConvertOptions {
-        input: input.to_path_buf(),
-        hub: None,
-        output: PathBuf::new(),
         format,
-        keep_bias: false,
-        max_shard_size: None,
-        only: Vec::new(),
-        part: None,
-        checksums: false,
-        shaping_flags: String::new(),
         card: false,
-        verify: None,
-        threads: None,
-        force: false,
         dry_run: true,
-        progress: false,
+        ..ConvertOptions::new(input.to_path_buf(), PathBuf::new())
     };
     planned_tensor_bytes(&opts, best_decoder(), Some(AUTO_SAMPLE)).ok()
 }

@@ -10,9 +10,9 @@
 //! 3. [`transform`] turns a grid of decoded tiles into the f32 rows of one linear (both
 //!    Hadamards, the folded channel scales);
 //! 4. [`layout`] decides which output tensors a checkpoint becomes for the chosen
-//!    [`layout::OutputFormat`] (Hugging Face dense bf16/f16, MLX affine, GGUF), `plan` places
-//!    them in shard files at fixed offsets, and `container` lays out the files (safetensors,
-//!    GGUF);
+//!    [`layout::OutputFormat`] (Hugging Face dense bf16/f16, MLX affine, GGUF for llama.cpp, EXL3
+//!    for exllamav3), `plan` places them in shard files at fixed offsets, and `container` lays
+//!    out the files (safetensors, GGUF);
 //! 5. [`quant`] encodes rows (bf16/f16 rounding, MLX affine quantization, int8 repack, GGUF
 //!    `Q8_0` and K-quants), in the block types [`block_type`] names;
 //! 6. [`convert`] runs the work units in parallel and `output` writes them through a staging

@@ -21,7 +21,6 @@ pub fn escape_controls(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
-/// Bytes in decimal units (kB, MB, GB, as disks and the Hub count them).
 /// `s` as one word of a POSIX shell command: as it is when it holds only characters no shell
 /// treats specially, else single-quoted (a `'` inside written as `'\''`).
 pub fn shell_word(s: &str) -> Cow<'_, str> {
@@ -33,6 +32,7 @@ pub fn shell_word(s: &str) -> Cow<'_, str> {
     }
 }
 
+/// Bytes in decimal units (kB, MB, GB, as disks and the Hub count them).
 pub fn human_bytes(b: u64) -> String {
     match b {
         b if b >= 1_000_000_000 => format!("{:.2} GB", b as f64 / 1e9),
@@ -40,6 +40,12 @@ pub fn human_bytes(b: u64) -> String {
         b if b >= 1_000 => format!("{:.1} kB", b as f64 / 1e3),
         b => format!("{b} B"),
     }
+}
+
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    bytes.iter().flat_map(|b| [DIGITS[usize::from(b >> 4)] as char, DIGITS[usize::from(b & 15)] as char]).collect()
 }
 
 /// A shape as `3×256×128` (a scalar as `scalar`).

@@ -21,8 +21,9 @@
 //!   instead. Both paths are bit-identical to the scalar reference, so the choice never changes a
 //!   value. (Today's conversion engine asks for 8 tiles per call, one tile row of a 128-wide
 //!   block, so it stays on the CPU until it batches a whole block per call; see docs/METAL.md.)
-//! * Should the GPU report an error, the affected tiles are decoded on the CPU, a warning is
-//!   printed once, and the rest of the run stays on the CPU.
+//! * Should the GPU report an error, or the kernel answer with its unknown-codebook NaN (the host
+//!   only sends ids it knows, so kernel and host disagree), the affected tiles are decoded on the
+//!   CPU, a warning is printed once, and the rest of the run stays on the CPU.
 
 use super::BackendError;
 use crate::codec::{best_decoder, bytes_per_tile, Codebook, TileDecoder, K_RANGE, TILE_LEN};
@@ -73,10 +74,21 @@ const MIN_SLOT_TILES: usize = 256;
 #[derive(Clone, Copy, Debug)]
 struct DecodeParams {
     k: u32,
+    /// Only ever a known codebook's id (see [`DecodeParams::new`]): the kernel answers any other
+    /// with [`UNKNOWN_CODEBOOK`].
     codebook: u32,
     tiles: u32,
     word_offset: u32,
 }
+
+impl DecodeParams {
+    fn new(k: u32, cb: Codebook, tiles: usize, word_offset: u32) -> DecodeParams {
+        DecodeParams { k, codebook: u32::from(cb.id()), tiles: tiles as u32, word_offset }
+    }
+}
+
+/// The kernel's `UNKNOWN_CODEBOOK`: a quiet NaN, which no codebook value is.
+const UNKNOWN_CODEBOOK: u32 = 0x7FC0_0000;
 
 type Buffer = Retained<ProtocolObject<dyn MTLBuffer>>;
 
@@ -249,7 +261,7 @@ impl MetalDecoder {
             Some((staging, 0))
         });
         if let Some((input, word_offset)) = input {
-            let params = DecodeParams { k, codebook: cb.id() as u32, tiles: tiles as u32, word_offset };
+            let params = DecodeParams::new(k, cb, tiles, word_offset);
             flight.cmd = self.encode(&input, &slot.out, &params, tiles);
             flight.input = Some(input);
         }
@@ -308,14 +320,18 @@ impl MetalDecoder {
                 None
             }
         };
-        match done {
-            Some(slot) => {
-                // SAFETY: the dispatch completed and wrote `dst.len()` f32 values at the start of
-                // the slot's output buffer, shared memory the CPU may now read.
-                let values =
-                    unsafe { std::slice::from_raw_parts(slot.out.contents().as_ptr().cast::<f32>(), flight.dst.len()) };
-                flight.dst.copy_from_slice(values);
-            }
+        let values = done.map(|slot| {
+            // SAFETY: the dispatch completed and wrote `dst.len()` f32 values at the start of the
+            // slot's output buffer, shared memory the CPU may now read.
+            unsafe { std::slice::from_raw_parts(slot.out.contents().as_ptr().cast::<f32>(), flight.dst.len()) }
+        });
+        // The kernel answers a codebook it does not know with its NaN: the CPU decodes instead.
+        let unknown = values.and_then(|v| v.first()).is_some_and(|v| v.to_bits() == UNKNOWN_CODEBOOK);
+        if unknown {
+            self.note_failure(&format!("the kernel does not know codebook {} (id {})", cb.name(), cb.id()));
+        }
+        match values.filter(|_| !unknown) {
+            Some(values) => flight.dst.copy_from_slice(values),
             None => self.cpu.decode_tiles(flight.src, k, cb, flight.dst),
         }
         drop((cmd, flight));

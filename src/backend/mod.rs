@@ -17,7 +17,7 @@ pub mod metal;
 pub use metal::MetalDecoder;
 
 /// The backend the user asked for (`--backend`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum BackendKind {
     /// The fastest CPU decoder; the GPU only when asked for.
     Auto,

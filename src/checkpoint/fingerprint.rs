@@ -31,6 +31,6 @@ impl Checkpoint {
                 h.update(&data[start..(start + SAMPLE).min(data.len())]);
             }
         }
-        crate::output::checksums::hex(&h.finalize())
+        crate::text::hex(&h.finalize())
     }
 }

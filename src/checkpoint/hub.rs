@@ -60,6 +60,20 @@ pub struct Located {
     pub hub: Option<HubSource>,
 }
 
+/// An input's name and revision by its path: `org/name` and the snapshot for a Hugging Face cache
+/// (`…/models--org--name/snapshots/<rev>`), else the directory's own name.
+pub fn source_name(input: &Path) -> (String, Option<String>) {
+    let path = input.canonicalize().unwrap_or_else(|_| input.to_path_buf());
+    let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned());
+    let snapshots = path.parent().filter(|p| p.file_name().is_some_and(|n| n == "snapshots"));
+    if let Some(repo) =
+        snapshots.and_then(Path::parent).and_then(name).and_then(|n| n.strip_prefix("models--").map(String::from))
+    {
+        return (repo.replacen("--", "/", 1), name(&path));
+    }
+    (name(&path).unwrap_or_else(|| "checkpoint".into()), None)
+}
+
 /// The revision the cache is asked for when none is given.
 const DEFAULT_REVISION: &str = "main";
 

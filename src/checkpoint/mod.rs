@@ -13,7 +13,7 @@ pub mod tensor;
 
 pub use boundary::{input_extent, kind as file_kind, open_regular, read_text};
 pub use expert::ExpertLinear;
-pub use hub::{locate, HubSource, Located};
+pub use hub::{locate, source_name, HubSource, Located};
 pub use input::{Checkpoint, COPIED_FILES};
 pub use modules::{catalog, Catalog, CodedModule, CodedSource, Int8Module, Leaf, PlainTensor};
 pub use shard::Shard;

@@ -2,20 +2,19 @@
 
 use super::exit::{fail, print_json, print_out, usage, warn, FAILURE};
 use super::size::parse_size;
+use super::values::{BackendArg, GgufTypeArg, Int8Arg, MtpArg};
 use crate::backend::{Backend, BackendKind};
 use crate::checkpoint::{locate, Located};
 use crate::convert::{convert, render_plan, render_summary, ConvertOptions, PartSpec, VerifyRequest};
 use crate::failure::ErrorCode;
-use crate::layout::mlx::{AutoBits, Int8Mode};
-use crate::layout::{DenseDtype, GgufOptions, GgufType, MlxOptions, MtpMode, OutputFormat};
+use crate::layout::{AutoBits, DenseDtype, GgufOptions, GgufType, MlxOptions, OutputFormat};
 use crate::quant::affine::{AffineSpec, BITS, GROUP_SIZES};
 use crate::signals;
-use crate::text::shell_word;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::error::ErrorKind;
 use clap::{Args, ValueEnum};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -86,16 +85,16 @@ pub struct ConvertArgs {
     /// How int8 weights are written (`--format mlx` and `gguf`; default exact: MLX 8-bit affine
     /// or GGUF `Q8_0` holding exactly the stored values).
     #[arg(long, value_enum, ignore_case = true)]
-    pub int8: Option<Int8Mode>,
+    pub int8: Option<Int8Arg>,
     /// GGUF tensor type of everything llama.cpp does not keep in F32 (`--format gguf`; default bf16).
     #[arg(long, value_enum, ignore_case = true)]
-    pub gguf_type: Option<GgufType>,
+    pub gguf_type: Option<GgufTypeArg>,
     /// The tokenizer in the GGUF file (`--format gguf`; default auto).
     #[arg(long, value_enum, ignore_case = true)]
     pub gguf_vocab: Option<VocabArg>,
     /// The MTP head (Hugging Face layout: `mtp.*` tensors in the main shards).
-    #[arg(long, value_enum, ignore_case = true, default_value_t = MtpMode::Auto)]
-    pub mtp: MtpMode,
+    #[arg(long, value_enum, ignore_case = true, default_value_t = MtpArg::Auto)]
+    pub mtp: MtpArg,
     /// Largest shard, in tensor bytes: e.g. 5GB (or 5G), 500MB, 2GiB, or a number of bytes
     /// (default 5GB; 5GiB, mlx-lm's limit, for --format mlx).
     #[arg(long, value_parser = parse_size)]
@@ -119,8 +118,8 @@ pub struct ConvertArgs {
     #[arg(long)]
     pub json: bool,
     /// Who decodes the trellis tiles (`--decoder` is accepted as another name).
-    #[arg(long, value_enum, ignore_case = true, alias = "decoder", default_value_t = BackendKind::Auto)]
-    pub backend: BackendKind,
+    #[arg(long, value_enum, ignore_case = true, alias = "decoder", default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
     /// Decode tiles on the GPU through Metal: short for `--backend metal`.
     #[arg(long, conflicts_with = "backend")]
     pub metal: bool,
@@ -217,33 +216,39 @@ impl TryFrom<ConvertArgs> for ConvertRun {
     type Error = ArgsError;
 
     fn try_from(a: ConvertArgs) -> Result<Self, ArgsError> {
+        ConvertRun::from_args(a, locate)
+    }
+}
+
+impl ConvertRun {
+    /// The run `a` asks for, IN and BASE found by `locate`.
+    fn from_args(a: ConvertArgs, locate: impl Fn(&Path) -> anyhow::Result<Located>) -> Result<Self, ArgsError> {
         let format = checked_format(&a).map_err(ArgsError::Usage)?;
         let input = locate(&a.input).map_err(ArgsError::Input)?;
         let base = a.verify_base.as_deref().map(locate).transpose().map_err(ArgsError::Input)?;
+        let options = ConvertOptions {
+            hub: input.hub,
+            format,
+            keep_bias: a.bias == BiasArg::Keep,
+            max_shard_size: a.max_shard_size,
+            only: a.only,
+            part: a.part,
+            checksums: a.checksums,
+            card: !a.no_card,
+            verify: base.map(|base| VerifyRequest {
+                base: base.path,
+                hub: base.hub,
+                sample: (!a.verify_full).then(|| a.verify_sample.map_or(VERIFY_SAMPLE, |n| n as usize)),
+            }),
+            threads: a.threads,
+            force: a.force,
+            dry_run: a.dry_run,
+            progress: !a.quiet && !a.json,
+            ..ConvertOptions::new(input.path, a.output)
+        };
         Ok(ConvertRun {
-            options: ConvertOptions {
-                input: input.path,
-                hub: input.hub,
-                output: a.output.clone(),
-                format,
-                keep_bias: a.bias == BiasArg::Keep,
-                max_shard_size: a.max_shard_size,
-                only: a.only.clone(),
-                threads: a.threads,
-                force: a.force,
-                dry_run: a.dry_run,
-                progress: !a.quiet && !a.json,
-                part: a.part,
-                checksums: a.checksums,
-                shaping_flags: shaping_flags(&a, &format, base.as_ref()),
-                card: !a.no_card,
-                verify: base.map(|base| VerifyRequest {
-                    base: base.path,
-                    hub: base.hub,
-                    sample: (!a.verify_full).then(|| a.verify_sample.map_or(VERIFY_SAMPLE, |n| n as usize)),
-                }),
-            },
-            backend: if a.metal { BackendKind::Metal } else { a.backend },
+            options,
+            backend: if a.metal { BackendKind::Metal } else { a.backend.into() },
             json: a.json,
             quiet: a.quiet,
         })
@@ -268,17 +273,17 @@ fn checked_format(a: &ConvertArgs) -> Result<OutputFormat, clap::Error> {
             return Err(usage("--gguf-type and --gguf-vocab apply to --format gguf only".into()));
         }
         _ if a.bits != Some(Bits::Auto)
-            && a.gguf_type != Some(GgufType::Auto)
+            && a.gguf_type != Some(GgufTypeArg::Auto)
             && (a.max_added_error.is_some() || a.measure_error) =>
         {
             return Err(usage(
                 "--max-added-error and --measure-error apply to --bits auto and --gguf-type auto only".into(),
             ));
         }
-        FormatArg::Bf16 => OutputFormat::Dense { dtype: DenseDtype::Bf16, mtp: a.mtp },
-        FormatArg::F16 => OutputFormat::Dense { dtype: DenseDtype::F16, mtp: a.mtp },
-        FormatArg::Exl3 => OutputFormat::Exl3 { mtp: a.mtp },
-        FormatArg::Mlx if a.mtp == MtpMode::Keep => {
+        FormatArg::Bf16 => OutputFormat::Dense { dtype: DenseDtype::Bf16, mtp: a.mtp.into() },
+        FormatArg::F16 => OutputFormat::Dense { dtype: DenseDtype::F16, mtp: a.mtp.into() },
+        FormatArg::Exl3 => OutputFormat::Exl3 { mtp: a.mtp.into() },
+        FormatArg::Mlx if a.mtp == MtpArg::Keep => {
             return Err(usage("--mtp keep: the MLX layout carries no MTP head (mlx-lm has none)".into()));
         }
         FormatArg::Mlx => {
@@ -290,16 +295,16 @@ fn checked_format(a: &ConvertArgs) -> Result<OutputFormat, clap::Error> {
             };
             let spec = AffineSpec::new(fixed, a.group_size.unwrap_or(default.spec.group_size)).map_err(usage)?;
             let auto = (a.bits == Some(Bits::Auto)).then(|| auto_budget(a));
-            OutputFormat::Mlx(MlxOptions { spec, int8: a.int8.unwrap_or(default.int8), auto })
+            OutputFormat::Mlx(MlxOptions { spec, int8: a.int8.map_or(default.int8, Into::into), auto })
         }
         FormatArg::Gguf => {
             let default = GgufOptions::DEFAULT;
-            let ty = a.gguf_type.unwrap_or(default.ty);
+            let ty = a.gguf_type.map_or(default.ty, Into::into);
             OutputFormat::Gguf(GgufOptions {
                 ty,
-                int8: a.int8.unwrap_or(default.int8),
+                int8: a.int8.map_or(default.int8, Into::into),
                 vocab: a.gguf_vocab.map_or(default.vocab, |v| v == VocabArg::Auto),
-                mtp: a.mtp,
+                mtp: a.mtp.into(),
                 auto: (ty == GgufType::Auto).then(|| auto_budget(a)),
             })
         }
@@ -309,73 +314,6 @@ fn checked_format(a: &ConvertArgs) -> Result<OutputFormat, clap::Error> {
 /// The budget of `--bits auto` or `--gguf-type auto`.
 fn auto_budget(a: &ConvertArgs) -> AutoBits {
     AutoBits { max_added_error: a.max_added_error.unwrap_or(AutoBits::DEFAULT.max_added_error), exact: a.measure_error }
-}
-
-/// `--max-added-error R` and `--measure-error` of an auto choice.
-fn budget_flags(flags: &mut Vec<(&str, Option<String>)>, auto: AutoBits) {
-    flags.push(("--max-added-error", Some(auto.max_added_error.to_string())));
-    if auto.exact {
-        flags.push(("--measure-error", None));
-    }
-}
-
-/// The flags that shape the output, defaults spelled out, BASE by its directory name or as
-/// `org/name@<commit>` (a card names no path of the machine that ran the job). How the run went
-/// (-j, --quiet, --json, --force, --backend, --part) changes no byte and is left out.
-fn shaping_flags(a: &ConvertArgs, format: &OutputFormat, base: Option<&Located>) -> String {
-    let mut flags: Vec<(&str, Option<String>)> = Vec::new();
-    match format {
-        OutputFormat::Dense { dtype, mtp } => {
-            flags.push(("--format", Some(if *dtype == DenseDtype::Bf16 { "bf16" } else { "f16" }.into())));
-            flags.push(("--mtp", Some(format!("{mtp:?}").to_lowercase())));
-        }
-        OutputFormat::Mlx(o) => {
-            flags.push(("--format", Some("mlx".into())));
-            match o.auto {
-                Some(auto) => {
-                    flags.push(("--bits", Some("auto".into())));
-                    budget_flags(&mut flags, auto);
-                }
-                None => flags.push(("--bits", Some(o.spec.bits.to_string()))),
-            }
-            flags.push(("--group-size", Some(o.spec.group_size.to_string())));
-            flags.push(("--int8", Some(format!("{:?}", o.int8).to_lowercase())));
-        }
-        OutputFormat::Exl3 { mtp } => {
-            flags.push(("--format", Some("exl3".into())));
-            flags.push(("--mtp", Some(format!("{mtp:?}").to_lowercase())));
-        }
-        OutputFormat::Gguf(o) => {
-            flags.push(("--format", Some("gguf".into())));
-            flags.push(("--gguf-type", Some(o.ty.name().into())));
-            if let Some(auto) = o.auto {
-                budget_flags(&mut flags, auto);
-            }
-            flags.push(("--gguf-vocab", Some(if o.vocab { "auto" } else { "none" }.into())));
-            flags.push(("--int8", Some(format!("{:?}", o.int8).to_lowercase())));
-            flags.push(("--mtp", Some(format!("{:?}", o.mtp).to_lowercase())));
-        }
-    }
-    flags.push(("--bias", Some(if a.bias == BiasArg::Keep { "keep" } else { "drop" }.into())));
-    flags.extend(a.max_shard_size.map(|s| ("--max-shard-size", Some(s.to_string()))));
-    flags.extend(a.only.iter().map(|g| ("--only", Some(format!("'{}'", g.replace('\'', r"'\''"))))));
-    if a.checksums {
-        flags.push(("--checksums", None));
-    }
-    if let Some(base) = base {
-        let name = crate::card::source_arg(&base.path, base.hub.as_ref());
-        flags.push(("--verify-base", Some(shell_word(&name).into_owned())));
-        flags.push(match a.verify_sample {
-            _ if a.verify_full => ("--verify-full", None),
-            n => ("--verify-sample", Some(n.unwrap_or(VERIFY_SAMPLE as u64).to_string())),
-        });
-    }
-    let mut words = Vec::new();
-    for (flag, value) in flags {
-        words.push(flag.into());
-        words.extend(value);
-    }
-    words.join(" ")
 }
 
 pub fn run(args: ConvertArgs) -> ExitCode {
@@ -406,4 +344,161 @@ pub fn run(args: ConvertArgs) -> ExitCode {
         let _ = write!(std::io::stderr(), "{}", render_summary(&report));
     }
     ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Cli, Command};
+    use super::*;
+    use crate::checkpoint::HubSource;
+    use crate::layout::{Int8Mode, MtpMode};
+    use clap::Parser;
+    use proptest::prelude::*;
+    use std::ffi::OsString;
+
+    /// The words a POSIX shell makes of `line`: unquoted runs, `'…'` and `\x` (enough for what
+    /// `shaping_flags` writes).
+    fn shell_words(line: &str) -> Vec<String> {
+        let (mut words, mut word, mut in_word) = (Vec::new(), String::new(), false);
+        let mut chars = line.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                ' ' if in_word => {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+                ' ' => {}
+                '\'' => {
+                    in_word = true;
+                    word.extend(chars.by_ref().take_while(|&q| q != '\''));
+                }
+                '\\' => {
+                    in_word = true;
+                    word.extend(chars.next());
+                }
+                c => {
+                    in_word = true;
+                    word.push(c);
+                }
+            }
+        }
+        if in_word {
+            words.push(word);
+        }
+        words
+    }
+
+    fn hub() -> impl Strategy<Value = HubSource> {
+        ("[a-z0-9]{1,8}/[a-zA-Z0-9._-]{1,12}", proptest::option::of("[a-z0-9]{1,8}"), "[0-9a-f]{40}")
+            .prop_map(|(id, revision, commit)| HubSource { id, revision, commit })
+    }
+
+    /// IN or BASE as located: a directory (any name a directory can have) or a Hub snapshot.
+    fn located() -> impl Strategy<Value = Located> {
+        let dir = prop_oneof!["[-a-z0-9 '\"\\\\=.@*]{1,10}", "[^/\u{0}]{1,10}"]
+            .prop_filter("a name", |n| n != "." && n != "..")
+            .prop_map(|name| Located { path: Path::new("/nowhere/bases").join(name), hub: None });
+        let snapshot = hub().prop_map(|h| Located {
+            path: PathBuf::from(format!("/hub/models--{}/snapshots/{}", h.id.replace('/', "--"), h.commit)),
+            hub: Some(h),
+        });
+        prop_oneof![dir, snapshot]
+    }
+
+    fn budget() -> impl Strategy<Value = AutoBits> {
+        (f64::MIN_POSITIVE..1e300, any::<bool>())
+            .prop_map(|(max_added_error, exact)| AutoBits { max_added_error, exact })
+    }
+
+    fn int8() -> impl Strategy<Value = Int8Mode> {
+        proptest::sample::select(Int8Arg::value_variants()).prop_map(Int8Mode::from)
+    }
+
+    fn mtp() -> impl Strategy<Value = MtpMode> {
+        proptest::sample::select(MtpArg::value_variants()).prop_map(MtpMode::from)
+    }
+
+    /// Every output format the command line can ask for.
+    fn format() -> impl Strategy<Value = OutputFormat> {
+        let dense = (any::<bool>(), mtp()).prop_map(|(bf16, mtp)| OutputFormat::Dense {
+            dtype: if bf16 { DenseDtype::Bf16 } else { DenseDtype::F16 },
+            mtp,
+        });
+        let exl3 = mtp().prop_map(|mtp| OutputFormat::Exl3 { mtp });
+        let widths = proptest::sample::select(BITS.to_vec());
+        let mlx = (widths, proptest::sample::select(GROUP_SIZES.to_vec()), int8(), proptest::option::of(budget()))
+            .prop_map(|(bits, group_size, int8, auto)| {
+                // Under --bits auto the fixed width (of layers that are not coded linears) is the default.
+                let bits = if auto.is_some() { MlxOptions::DEFAULT.spec.bits } else { bits };
+                OutputFormat::Mlx(MlxOptions { spec: AffineSpec { bits, group_size }, int8, auto })
+            });
+        let types = proptest::sample::select(GgufTypeArg::value_variants()).prop_map(GgufType::from);
+        let gguf = (types, int8(), any::<bool>(), mtp(), budget()).prop_map(|(ty, int8, vocab, mtp, budget)| {
+            OutputFormat::Gguf(GgufOptions { ty, int8, vocab, mtp, auto: (ty == GgufType::Auto).then_some(budget) })
+        });
+        prop_oneof![dense, exl3, mlx, gguf]
+    }
+
+    /// Options the command line can make, with every flag that shapes the output drawn.
+    fn options() -> impl Strategy<Value = (ConvertOptions, Located, Option<Located>)> {
+        // Mostly the characters a shell or clap treats specially; any character now and then.
+        let glob = prop_oneof!["[-a-z0-9 '\"\\\\=.*?]{0,10}", "[^\u{0}]{0,10}"];
+        let verify = proptest::option::of((located(), proptest::option::of(1usize..100_000)));
+        (
+            located(),
+            format(),
+            any::<bool>(),
+            // Sizes are read through f64: every whole number up to 2^53 is one.
+            proptest::option::of(1u64..=1 << 53),
+            proptest::collection::vec(glob, 0..3),
+            any::<bool>(),
+            verify,
+        )
+            .prop_map(|(input, format, keep_bias, max_shard_size, only, checksums, verify)| {
+                let base = verify.as_ref().map(|(base, _)| base.clone());
+                let options = ConvertOptions {
+                    hub: input.hub.clone(),
+                    format,
+                    keep_bias,
+                    max_shard_size,
+                    only,
+                    checksums,
+                    verify: verify.map(|(base, sample)| VerifyRequest { base: base.path, hub: base.hub, sample }),
+                    ..ConvertOptions::new(input.path.clone(), PathBuf::from("OUT"))
+                };
+                (options, input, base)
+            })
+    }
+
+    proptest! {
+        /// The flags an output records, given to the command line again, ask for the same options:
+        /// the model card's command makes the same output, and the marker's fingerprint names it.
+        #[test]
+        fn shaping_flags_parse_back_to_the_same_options((options, input, base) in options()) {
+            let flags = options.shaping_flags();
+            let mut args: Vec<OsString> = ["escha-convert", "convert", "IN", "OUT"].map(OsString::from).to_vec();
+            args.extend(shell_words(&flags).into_iter().map(OsString::from));
+            let cli = Cli::try_parse_from(&args).map_err(|e| TestCaseError::fail(format!("{flags}: {e}")))?;
+            let Command::Convert(a) = cli.command else { panic!("convert") };
+            // BASE is recorded by name: the name must come back, and locates where it was.
+            let base_name = base.as_ref().map(|b| crate::card::source_arg(&b.path, b.hub.as_ref()));
+            let locate = |p: &Path| match p.as_os_str().to_str() {
+                Some("IN") => Ok(input.clone()),
+                name if name.is_some() && name == base_name.as_deref() => Ok(base.clone().expect("a base")),
+                _ => Err(anyhow::anyhow!("{} is neither IN nor BASE", p.display())),
+            };
+            let run = ConvertRun::from_args(a, locate).map_err(|e| TestCaseError::fail(format!("{flags}: {e}")))?;
+            // The command line draws progress unless told not to.
+            prop_assert_eq!(run.options, ConvertOptions { progress: true, ..options }, "{}", flags);
+        }
+    }
+
+    #[test]
+    fn shell_words_unquote_as_a_shell_does() {
+        assert_eq!(
+            shell_words("--only 'it'\\''s' --x  y --only='-a b'"),
+            ["--only", "it's", "--x", "y", "--only=-a b"]
+        );
+        assert_eq!(shell_words("--only ''"), ["--only", ""]);
+    }
 }

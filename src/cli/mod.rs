@@ -1,8 +1,9 @@
 //! The command line: clap definitions, each subcommand's arguments turned into its options in
-//! one place, and what the commands print and how they exit. `main.rs` only calls [`main`].
+//! one place, and what the commands print and how they exit. `main.rs` only calls [`main`]. Clap
+//! stays here: flags whose values are library enums spell them in `values.rs`.
 //!
 //! Output formats: dense bf16 or f16 safetensors in Hugging Face layout, MLX-affine safetensors,
-//! or GGUF for llama.cpp. Exit codes: the constants of `exit.rs`, listed per command in each
+//! GGUF for llama.cpp, or EXL3 safetensors for exllamav3. Exit codes: the constants of `exit.rs`, listed per command in each
 //! command's help (`help.rs`).
 
 mod completions;
@@ -12,6 +13,7 @@ mod help;
 mod inspect;
 mod merge;
 mod size;
+mod values;
 mod verify;
 
 pub use completions::{CompletionsArgs, ManArgs};

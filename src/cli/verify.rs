@@ -1,7 +1,8 @@
 //! `escha-convert verify IN --base BASE`.
 
 use super::exit::{fail, print_json, print_out, warn, FAILURE, USAGE};
-use crate::backend::{Backend, BackendKind};
+use super::values::BackendArg;
+use crate::backend::Backend;
 use crate::checkpoint::{input_extent, locate};
 use crate::failure::ErrorCode;
 use crate::output::file::check_destination;
@@ -46,8 +47,8 @@ pub struct VerifyArgs {
     #[arg(long)]
     pub json: bool,
     /// Who decodes the trellis tiles.
-    #[arg(long, value_enum, ignore_case = true, default_value_t = BackendKind::Auto)]
-    pub backend: BackendKind,
+    #[arg(long, value_enum, ignore_case = true, default_value_t = BackendArg::Auto)]
+    pub backend: BackendArg,
     /// Also write the report as one self-contained HTML page (charts, sortable tables) to FILE,
     /// whether the checks pass or not.
     #[arg(long, value_name = "FILE", value_parser = html_destination)]
@@ -85,8 +86,6 @@ impl TryFrom<&VerifyArgs> for VerifyOptions {
         let input = locate(&a.input)?;
         let base = locate(&a.base).context("--base")?;
         Ok(VerifyOptions {
-            input: input.path,
-            base: base.path,
             input_hub: input.hub,
             base_hub: base.hub,
             only: a.only.clone(),
@@ -95,6 +94,7 @@ impl TryFrom<&VerifyArgs> for VerifyOptions {
             min_corr: a.min_corr,
             threads: a.threads,
             allow_missing: a.allow_missing,
+            ..VerifyOptions::new(input.path, base.path)
         })
     }
 }
@@ -112,7 +112,7 @@ pub fn run(a: &VerifyArgs) -> ExitCode {
         Ok(t) => t,
         Err(e) => return fail(&e, ErrorCode::OutputRefused, USAGE),
     };
-    let backend = match Backend::new(a.backend) {
+    let backend = match Backend::new(a.backend.into()) {
         Ok(b) => b,
         Err(e) => return fail(&e.into(), ErrorCode::BackendUnavailable, USAGE),
     };

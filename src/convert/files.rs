@@ -47,9 +47,9 @@ pub fn write_side_files(job: &Job, dir: &Path) -> Result<Vec<String>> {
     Ok(written)
 }
 
-/// The marker of the output `job` writes: the input's fingerprint, the options' and every file of
-/// the complete output (every part's shards included).
-pub fn marker(job: &Job, opts: &ConvertOptions) -> Marker {
+/// The marker of the output `job` writes in `layout`: the input's fingerprint, the options' and
+/// every file of the complete output (every part's shards included).
+pub fn marker(job: &Job, layout: &dyn Layout, opts: &ConvertOptions) -> Marker {
     let mut files: BTreeMap<String, Option<u64>> =
         job.plan.shards.iter().map(|s| (s.file_name.clone(), Some(s.len))).collect();
     let side = job.side_files.iter().map(|(name, _)| name.as_str());
@@ -60,7 +60,7 @@ pub fn marker(job: &Job, opts: &ConvertOptions) -> Marker {
     for name in side.chain(index).chain(config).chain(card).chain(sums).chain([MARKER_FILE]) {
         files.insert(name.to_string(), None);
     }
-    let options = format!("{} {}", opts.format.layout().name(), opts.shaping_flags);
+    let options = format!("{} {}", layout.name(), opts.shaping_flags());
     Marker::new(job.ck.fingerprint(), sha256_hex(options.as_bytes()), files)
 }
 
@@ -73,7 +73,7 @@ pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Optio
     // OUT is named by role: the parts of a split job write to differently named directories. A Hub
     // source is named with its commit, so the command reads the same snapshot again.
     let arg = card::source_arg(&opts.input, opts.hub.as_ref());
-    let command = format!("escha-convert {} OUT {}", shell_word(&arg), opts.shaping_flags);
+    let command = format!("escha-convert {} OUT {}", shell_word(&arg), opts.shaping_flags());
     let mut notes = Vec::new();
     if job.cat.coded.iter().any(|m| m.tensor(Leaf::Bias).is_some()) {
         let bias = if opts.keep_bias && layout.applies_bias() {

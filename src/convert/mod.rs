@@ -29,7 +29,7 @@ use crate::layout::{Encoding, Layout, WidthChoice};
 use crate::output::{checksums, Claim, Destination, Staging, MARKER_FILE};
 use crate::plan::Plan;
 use crate::transform::hadamard::HADAMARD_SIZE;
-use crate::verify::{verify, VerifyOptions, DEFAULT_MAX_RATIO};
+use crate::verify::{verify, VerifyOptions};
 use crate::warning::{Warning, WarningCode};
 use anyhow::{anyhow, Context, Result};
 use job::Job;
@@ -80,7 +80,7 @@ pub fn convert(opts: &ConvertOptions, decoder: &dyn TileDecoder) -> Result<Conve
         return Ok(report);
     }
 
-    let marker = files::marker(&job, opts);
+    let marker = files::marker(&job, layout.as_ref(), opts);
     let claim = claim.expect("Job::new claims OUT before it returns");
     let staging = Staging::prepare(claim, &marker.to_text(), &mut warnings).class(ErrorCode::OutputRefused)?;
     let progress = progress::Progress::new(opts.progress, report.bytes_written);
@@ -143,16 +143,12 @@ fn protected_inputs(ck: &Checkpoint, opts: &ConvertOptions) -> Result<Vec<std::p
 /// Runs verify for `--verify-base`; a failed check is an error, so nothing is moved into place.
 fn prove(opts: &ConvertOptions, request: &VerifyRequest, decoder: &dyn TileDecoder) -> Result<VerifySummary> {
     let verify_opts = VerifyOptions {
-        input: opts.input.clone(),
-        base: request.base.clone(),
         input_hub: opts.hub.clone(),
         base_hub: request.hub.clone(),
         only: opts.only.clone(),
         sample: request.sample,
-        max_ratio: DEFAULT_MAX_RATIO,
-        min_corr: None,
         threads: opts.threads,
-        allow_missing: false,
+        ..VerifyOptions::new(opts.input.clone(), request.base.clone())
     };
     let r = verify(&verify_opts, decoder)
         .context("--verify-base: cannot check the decode")

@@ -1,11 +1,13 @@
-//! What the user asks a conversion for.
+//! What the user asks a conversion for, and the flags that say it again in the output's marker and
+//! model card.
 
 use crate::checkpoint::HubSource;
-use crate::layout::OutputFormat;
+use crate::layout::{AutoBits, DenseDtype, MtpMode, OutputFormat};
 use crate::plan::PartSpec;
+use crate::text::shell_word;
 use std::path::PathBuf;
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ConvertOptions {
     /// IN: a directory or file (a Hub id's cache snapshot once located).
     pub input: PathBuf,
@@ -23,9 +25,6 @@ pub struct ConvertOptions {
     pub part: Option<PartSpec>,
     /// Write `SHA256SUMS` (a part's own `SHA256SUMS.part-I-of-N`).
     pub checksums: bool,
-    /// The options that shape the output bytes, as command-line flags with defaults spelled out:
-    /// the model card records them and the marker fingerprints them.
-    pub shaping_flags: String,
     /// Write the model card (`README.md`).
     pub card: bool,
     /// Prove the decode against a base model before the output is moved into place.
@@ -36,12 +35,200 @@ pub struct ConvertOptions {
     pub progress: bool,
 }
 
+impl ConvertOptions {
+    /// `escha-convert convert IN OUT` with no other flag (dense bf16, a model card, one thread per
+    /// core), except that no progress is drawn: the command line turns it on.
+    pub fn new(input: PathBuf, output: PathBuf) -> ConvertOptions {
+        ConvertOptions {
+            input,
+            hub: None,
+            output,
+            format: OutputFormat::Dense { dtype: DenseDtype::Bf16, mtp: MtpMode::Auto },
+            keep_bias: false,
+            max_shard_size: None,
+            only: Vec::new(),
+            part: None,
+            checksums: false,
+            card: true,
+            verify: None,
+            threads: None,
+            force: false,
+            dry_run: false,
+            progress: false,
+        }
+    }
+
+    /// The options that shape the output bytes, as the command-line flags that ask for them, every
+    /// default spelled out: the model card records them and the marker fingerprints them (with
+    /// the format's name), so the text of an option set never changes. BASE is named by its
+    /// directory name or as `org/name@<commit>` (a card names no path of the machine that ran the
+    /// job). How the run went (-j, --quiet, --json, --force, --backend, --part) changes no byte
+    /// and is left out.
+    pub fn shaping_flags(&self) -> String {
+        let mut w = Words(Vec::new());
+        match self.format {
+            OutputFormat::Dense { dtype, mtp } => {
+                w.value("--format", if dtype == DenseDtype::Bf16 { "bf16" } else { "f16" });
+                w.value("--mtp", mtp.name());
+            }
+            OutputFormat::Mlx(o) => {
+                w.value("--format", "mlx");
+                match o.auto {
+                    Some(auto) => {
+                        w.value("--bits", "auto");
+                        w.budget(auto);
+                    }
+                    None => w.value("--bits", &o.spec.bits.to_string()),
+                }
+                w.value("--group-size", &o.spec.group_size.to_string());
+                w.value("--int8", o.int8.name());
+            }
+            OutputFormat::Exl3 { mtp } => {
+                w.value("--format", "exl3");
+                w.value("--mtp", mtp.name());
+            }
+            OutputFormat::Gguf(o) => {
+                w.value("--format", "gguf");
+                w.value("--gguf-type", o.ty.name());
+                if let Some(auto) = o.auto {
+                    w.budget(auto);
+                }
+                w.value("--gguf-vocab", if o.vocab { "auto" } else { "none" });
+                w.value("--int8", o.int8.name());
+                w.value("--mtp", o.mtp.name());
+            }
+        }
+        w.value("--bias", if self.keep_bias { "keep" } else { "drop" });
+        if let Some(size) = self.max_shard_size {
+            w.value("--max-shard-size", &size.to_string());
+        }
+        for glob in &self.only {
+            // Always quoted: a glob's `*` and `?` are the shell's too.
+            w.quoted("--only", glob, &format!("'{}'", glob.replace('\'', r"'\''")));
+        }
+        if self.checksums {
+            w.switch("--checksums");
+        }
+        if let Some(request) = &self.verify {
+            let name = crate::card::source_arg(&request.base, request.hub.as_ref());
+            w.quoted("--verify-base", &name, &shell_word(&name));
+            match request.sample {
+                None => w.switch("--verify-full"),
+                Some(n) => w.value("--verify-sample", &n.to_string()),
+            }
+        }
+        w.0.join(" ")
+    }
+}
+
+/// The words of a command line, flag by flag.
+struct Words(Vec<String>);
+
+impl Words {
+    fn switch(&mut self, flag: &str) {
+        self.0.push(flag.into());
+    }
+
+    /// `flag value`, for a value no shell treats specially.
+    fn value(&mut self, flag: &str, value: &str) {
+        self.quoted(flag, value, value);
+    }
+
+    /// `flag value`, the value written as `quoted` for a shell; `flag=value` when the value starts
+    /// with `-`, which the command line would otherwise take for a flag.
+    fn quoted(&mut self, flag: &str, value: &str, quoted: &str) {
+        if value.starts_with('-') {
+            self.0.push(format!("{flag}={quoted}"));
+        } else {
+            self.0.push(flag.into());
+            self.0.push(quoted.into());
+        }
+    }
+
+    /// `--max-added-error R` and `--measure-error` of an auto choice.
+    fn budget(&mut self, auto: AutoBits) {
+        self.value("--max-added-error", &auto.max_added_error.to_string());
+        if auto.exact {
+            self.switch("--measure-error");
+        }
+    }
+}
+
 /// `--verify-base BASE`: the base model, and how many 128×128 blocks per tensor to check
 /// (`None`: every block).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct VerifyRequest {
     pub base: PathBuf,
     /// The Hub id BASE was given as, and the commit it resolved to.
     pub hub: Option<HubSource>,
     pub sample: Option<usize>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{GgufOptions, GgufType, Int8Mode, MlxOptions};
+
+    /// Option sets and the flags earlier releases recorded for them: the marker's fingerprint of
+    /// an existing output must not change (`merge` compares them).
+    #[test]
+    fn the_flags_of_an_option_set_never_change() {
+        let plain = ConvertOptions::new("/in/dense".into(), "/out".into());
+        let with = |format| ConvertOptions { format, ..plain.clone() };
+        let auto = |max_added_error, exact| Some(AutoBits { max_added_error, exact });
+        let cases = [
+            (plain.clone(), "--format bf16 --mtp auto --bias drop"),
+            (
+                ConvertOptions { keep_bias: true, max_shard_size: Some(20000), checksums: true, ..plain.clone() },
+                "--format bf16 --mtp auto --bias keep --max-shard-size 20000 --checksums",
+            ),
+            (
+                ConvertOptions { only: vec!["*layers.1.*".into(), "it's".into()], ..plain.clone() },
+                r"--format bf16 --mtp auto --bias drop --only '*layers.1.*' --only 'it'\''s'",
+            ),
+            (with(OutputFormat::Exl3 { mtp: MtpMode::Drop }), "--format exl3 --mtp drop --bias drop"),
+            (
+                with(OutputFormat::Mlx(MlxOptions { auto: auto(0.5, false), ..MlxOptions::DEFAULT })),
+                "--format mlx --bits auto --max-added-error 0.5 --group-size 64 --int8 exact --bias drop",
+            ),
+            (
+                with(OutputFormat::Gguf(GgufOptions {
+                    ty: GgufType::Q4_K_M,
+                    vocab: false,
+                    int8: Int8Mode::Requant,
+                    ..GgufOptions::DEFAULT
+                })),
+                "--format gguf --gguf-type q4_k_m --gguf-vocab none --int8 requant --mtp auto --bias drop",
+            ),
+            (
+                with(OutputFormat::Gguf(GgufOptions {
+                    ty: GgufType::Auto,
+                    mtp: MtpMode::Drop,
+                    auto: auto(0.7, true),
+                    ..GgufOptions::DEFAULT
+                })),
+                "--format gguf --gguf-type auto --max-added-error 0.7 --measure-error --gguf-vocab auto --int8 exact \
+                 --mtp drop --bias drop",
+            ),
+            (
+                ConvertOptions {
+                    format: OutputFormat::Mlx(MlxOptions::DEFAULT),
+                    verify: Some(VerifyRequest { base: "/bases/dense-base".into(), hub: None, sample: Some(2) }),
+                    ..plain.clone()
+                },
+                "--format mlx --bits 4 --group-size 64 --int8 exact --bias drop --verify-base dense-base \
+                 --verify-sample 2",
+            ),
+            (
+                ConvertOptions {
+                    verify: Some(VerifyRequest { base: "/bases/dense-base".into(), hub: None, sample: None }),
+                    ..plain.clone()
+                },
+                "--format bf16 --mtp auto --bias drop --verify-base dense-base --verify-full",
+            ),
+        ];
+        for (options, flags) in cases {
+            assert_eq!(options.shaping_flags(), flags);
+        }
+    }
 }

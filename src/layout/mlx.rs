@@ -25,6 +25,7 @@
 
 use super::mtp;
 use super::names::{natural_key, norm_kind};
+use super::options::{AutoBits, Int8Mode};
 use super::policy::{Chosen, FormatCard, Layout, WeightProbe, WidthChoice};
 use super::tensor::{Adjust, AffineParams, Encoding, Kind, OutputTensor, Recipe, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint, Leaf};
@@ -37,15 +38,6 @@ use anyhow::{bail, Result};
 use safetensors::Dtype;
 use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-
-/// How int8 pairs are written.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Int8Mode {
-    /// Repack int8 weights exactly as 8-bit affine (F32 scales): no new rounding.
-    Exact,
-    /// Quantize their bf16 dequantization at `--bits`/`--group-size` like every other layer.
-    Requant,
-}
 
 /// Options of an MLX-layout conversion.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -61,20 +53,6 @@ impl MlxOptions {
     /// `--format mlx` with no other flag: 4 bits, group size 64, int8 repacked exactly.
     pub const DEFAULT: MlxOptions =
         MlxOptions { spec: AffineSpec { bits: 4, group_size: 64 }, int8: Int8Mode::Exact, auto: None };
-}
-
-/// `--bits auto`: each coded linear gets the smallest width whose added error is at most
-/// `max_added_error · 2^-K`, K its trellis bits.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct AutoBits {
-    pub max_added_error: f64,
-    /// Measure every width's error exactly instead of estimating it.
-    pub exact: bool,
-}
-
-impl AutoBits {
-    /// `--bits auto` with no other flag: R = 0.5 (at most +12% error in total), estimated.
-    pub const DEFAULT: AutoBits = AutoBits { max_added_error: 0.5, exact: false };
 }
 
 /// Scales and biases of exactly repacked int8 modules: F32 keeps the repack exact.

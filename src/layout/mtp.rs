@@ -9,7 +9,7 @@ use serde_json::Value;
 use std::collections::{BTreeSet, HashSet};
 
 /// What to do with an MTP head (`--mtp`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum MtpMode {
     /// Keep a complete head; drop, with a warning, one that cannot be used.
     #[default]
@@ -18,6 +18,17 @@ pub enum MtpMode {
     Keep,
     /// Write no head, and set the config's MTP layer count to 0.
     Drop,
+}
+
+impl MtpMode {
+    /// The value of `--mtp` that asks for this mode.
+    pub fn name(self) -> &'static str {
+        match self {
+            MtpMode::Auto => "auto",
+            MtpMode::Keep => "keep",
+            MtpMode::Drop => "drop",
+        }
+    }
 }
 
 /// Whether an output name belongs to the MTP head.

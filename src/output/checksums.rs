@@ -2,6 +2,7 @@
 //! `sha256sum -c` reads. SHA-256 comes from the `sha2` crate, which uses the CPU's SHA
 //! instructions where there are some (SHA-NI on `x86_64`, the `ARMv8` crypto extension on aarch64).
 
+use crate::text::hex;
 use anyhow::{Context, Result};
 use rayon::prelude::*;
 use sha2::{Digest, Sha256};
@@ -47,12 +48,6 @@ pub fn sha256_file(path: &Path) -> Result<String> {
         hasher.update(&buf[..n]);
     }
     Ok(hex(&hasher.finalize()))
-}
-
-/// Lowercase hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    bytes.iter().flat_map(|b| [DIGITS[usize::from(b >> 4)] as char, DIGITS[usize::from(b & 15)] as char]).collect()
 }
 
 /// Hashes `files` (names in `dir`, in parallel) and writes them as `sums_file` in `dir`; returns

@@ -35,6 +35,23 @@ pub struct VerifyOptions {
 }
 
 impl VerifyOptions {
+    /// `escha-convert verify IN --base BASE` with no other flag: every block of every tensor, the
+    /// default thresholds, one thread per core.
+    pub fn new(input: PathBuf, base: PathBuf) -> VerifyOptions {
+        VerifyOptions {
+            input,
+            base,
+            input_hub: None,
+            base_hub: None,
+            only: Vec::new(),
+            sample: None,
+            max_ratio: DEFAULT_MAX_RATIO,
+            min_corr: None,
+            threads: None,
+            allow_missing: false,
+        }
+    }
+
     /// The correlation a K-bit linear must reach.
     pub fn min_corr(&self, k: u32) -> f64 {
         min_corr_for(self.min_corr, k)

@@ -6,7 +6,6 @@
 
 use crate::synth::*;
 use escha_convert::convert::{convert, ConvertOptions};
-use escha_convert::layout::{DenseDtype, MtpMode, OutputFormat};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -217,24 +216,7 @@ fn apply(dir: &Path, m: &Mutation) {
 }
 
 fn options(input: &Path, output: PathBuf, dry_run: bool) -> ConvertOptions {
-    ConvertOptions {
-        input: input.to_path_buf(),
-        hub: None,
-        output,
-        format: OutputFormat::Dense { dtype: DenseDtype::Bf16, mtp: MtpMode::Auto },
-        keep_bias: false,
-        max_shard_size: None,
-        only: Vec::new(),
-        part: None,
-        checksums: false,
-        shaping_flags: String::new(),
-        card: false,
-        verify: None,
-        threads: Some(1),
-        force: false,
-        dry_run,
-        progress: false,
-    }
+    ConvertOptions { card: false, threads: Some(1), dry_run, ..ConvertOptions::new(input.to_path_buf(), output) }
 }
 
 /// Runs inspect, a dry run and a conversion on `input`; `Err` names what went wrong with the tool.

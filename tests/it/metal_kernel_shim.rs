@@ -30,18 +30,18 @@ mod shim {
     /// threadgroups of 256 (so the out-of-range guard runs too), with the tiles placed
     /// `word_offset` words into the codes buffer.
     fn run_kernel(set: &TileSet, word_offset: usize) -> Vec<f32> {
+        run_kernel_as(set, word_offset, u32::from(set.cb.id()))
+    }
+
+    /// [`run_kernel`] with `codebook` as the id the kernel is given.
+    fn run_kernel_as(set: &TileSet, word_offset: usize, codebook: u32) -> Vec<f32> {
         let tiles = set.tiles();
         let mut codes = vec![0xA5A5_A5A5u32; word_offset];
         codes.extend(set.bytes.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])));
         codes.extend([0x5A5A_5A5Au32; 4]);
         let pad = 64;
         let mut out = vec![f32::from_bits(GUARD); pad + tiles * TILE_LEN + pad];
-        let p = DecodeParams {
-            k: set.k,
-            codebook: set.cb.id() as u32,
-            tiles: tiles as u32,
-            word_offset: word_offset as u32,
-        };
+        let p = DecodeParams { k: set.k, codebook, tiles: tiles as u32, word_offset: word_offset as u32 };
         let threads = (tiles as u32 * THREADS_PER_TILE).div_ceil(256) * 256;
         for gid in 0..threads {
             // SAFETY: the buffers hold `word_offset + tiles·8K` words and `tiles·256` floats past
@@ -76,6 +76,17 @@ mod shim {
     fn every_state_of_every_codebook_decodes_bit_exactly() {
         for set in kernel_cases::all_states() {
             kernel_cases::assert_bit_exact(&set, &run_kernel(&set, 0), "kernel (C++ shim)");
+        }
+    }
+
+    /// An id no codebook has decodes to the kernel's NaN, never to some codebook's values (the CPU
+    /// decoders refuse such an id; the Metal host refuses a dispatch that returns NaN).
+    #[test]
+    fn an_unknown_codebook_id_decodes_to_nan() {
+        let set = &kernel_cases::random(2)[0];
+        for id in [3, 4, 255, u32::MAX] {
+            let out = run_kernel_as(set, 0, id);
+            assert!(out.iter().all(|v| v.to_bits() == 0x7FC0_0000), "codebook id {id}");
         }
     }
 

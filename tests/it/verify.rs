@@ -130,16 +130,9 @@ impl TileDecoder for BrokenStates {
 #[test]
 fn a_broken_state_extractor_fails_the_overlap_check() {
     let opts = VerifyOptions {
-        input: fixture("dense"),
-        base: fixture("dense-base"),
-        input_hub: None,
-        base_hub: None,
         only: vec!["*.mlp.down_proj.weight".into()],
-        sample: None,
-        max_ratio: 2.0,
-        min_corr: None,
         threads: Some(1),
-        allow_missing: false,
+        ..VerifyOptions::new(fixture("dense"), fixture("dense-base"))
     };
     let r = escha_convert::verify::verify(&opts, &BrokenStates).unwrap();
     assert!(!r.passed);

@@ -150,18 +150,8 @@ fn an_unwritable_destination_is_refused_before_checking() {
 #[test]
 fn hostile_names_and_messages_are_escaped() {
     const HOSTILE: &str = "model.language_model.layers.1.mlp.\"'&</script><script>alert(1)</script><img src=x onerror=alert(2)><svg onload=alert(3)>.weight";
-    let opts = VerifyOptions {
-        input: fixture("moe"),
-        base: fixture("moe-base"),
-        input_hub: None,
-        base_hub: None,
-        only: vec![],
-        sample: Some(1),
-        max_ratio: 2.0,
-        min_corr: None,
-        threads: Some(1),
-        allow_missing: false,
-    };
+    let opts =
+        VerifyOptions { sample: Some(1), threads: Some(1), ..VerifyOptions::new(fixture("moe"), fixture("moe-base")) };
     let mut r = verify(&opts, escha_convert::codec::best_decoder()).unwrap();
     r.input = format!("<marquee>{}</marquee>", r.input);
     r.base = format!("</dd><h1>pwned</h1>{}", r.base);

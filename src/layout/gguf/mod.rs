@@ -17,8 +17,8 @@ use types::{choose_by_budget, quantize_as_llama_does};
 mod vocab;
 
 use super::hf::{self, DenseDtype};
-use super::mlx::{AutoBits, Int8Mode};
 use super::mtp::{self, MtpMode};
+use super::options::{AutoBits, Int8Mode};
 use super::policy::{FormatCard, Layout, WeightProbe, WidthChoice};
 use super::tensor::{OutputTensor, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint};
@@ -280,7 +280,7 @@ impl Layout for GgufLayout {
         let mut kv: Metadata = vec![
             ("general.architecture".into(), MetaValue::Str(hp.arch.into())),
             ("general.type".into(), MetaValue::Str("model".into())),
-            ("general.name".into(), MetaValue::Str(crate::card::source_name(&ck.root).0)),
+            ("general.name".into(), MetaValue::Str(crate::checkpoint::source_name(&ck.root).0)),
             ("general.quantization_version".into(), MetaValue::U32(2)),
         ];
         kv.extend(sampling(ck)?);

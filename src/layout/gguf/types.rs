@@ -8,7 +8,7 @@ use super::mixture::{self, Mixture, ModelShape};
 use super::GgufOptions;
 use crate::block_type::BlockType;
 use crate::checkpoint::{Catalog, Checkpoint};
-use crate::layout::mlx::{AutoBits, Int8Mode};
+use crate::layout::{AutoBits, Int8Mode};
 use crate::layout::{Chosen, Encoding, OutputTensor, RowSource, WeightProbe, WidthChoice};
 use crate::quant::budget::{budget, narrowest_within};
 use crate::storage::Storage;
@@ -20,27 +20,21 @@ use safetensors::Dtype;
 /// (`q4_k`, `q5_k`, `q6_k`), llama-quantize's mixtures (`q4_k_m`, `q5_k_m`), or per coded linear
 /// within the error budget (`auto`).
 #[allow(non_camel_case_types)] // llama.cpp's names
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GgufType {
     /// As llama.cpp's converter writes these models by default.
     Bf16,
     F16,
     F32,
     /// As the converter's `--outtype q8_0`, from the exact reconstruction.
-    #[value(name = "q8_0")]
     Q8_0,
     /// `Q4_K` for every tensor llama-quantize quantizes (its fallbacks where rows are not 256-blocks).
-    #[value(name = "q4_k")]
     Q4_K,
-    #[value(name = "q5_k")]
     Q5_K,
-    #[value(name = "q6_k")]
     Q6_K,
     /// llama-quantize's `Q4_K_M` mixture.
-    #[value(name = "q4_k_m")]
     Q4_K_M,
     /// llama-quantize's `Q5_K_M` mixture.
-    #[value(name = "q5_k_m")]
     Q5_K_M,
     /// Per coded linear, the narrowest of `Q4_K`, `Q5_K`, `Q6_K` and `Q8_0` within the error budget
     /// (`--max-added-error`), else BF16.

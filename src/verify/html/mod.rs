@@ -167,16 +167,10 @@ mod tests {
     pub fn crafted() -> VerifyReport {
         let fixture = |name: &str| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name);
         let opts = crate::verify::VerifyOptions {
-            input: fixture("dense"),
-            base: fixture("dense-base"),
-            input_hub: None,
-            base_hub: None,
             only: vec!["*.layers.0.*".into()],
             sample: Some(1),
-            max_ratio: 2.0,
-            min_corr: None,
             threads: Some(1),
-            allow_missing: false,
+            ..crate::verify::VerifyOptions::new(fixture("dense"), fixture("dense-base"))
         };
         let mut r = crate::verify::verify(&opts, crate::codec::best_decoder()).unwrap();
         let hostile = "model.layers.1.mlp.</style></script><script>alert(1)</script>.weight";

@@ -1,0 +1,140 @@
+//! The values of flags that choose a library enum (`--int8`, `--gguf-type`, `--mtp`, `--backend`):
+//! their spelling and help on the command line, each mapped to the library's value here, so clap
+//! stays at the edge.
+
+use crate::backend::BackendKind;
+use crate::layout::{GgufType, Int8Mode, MtpMode};
+use clap::ValueEnum;
+
+/// `--int8`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Int8Arg {
+    /// Repack int8 weights exactly as 8-bit affine (F32 scales): no new rounding.
+    Exact,
+    /// Quantize their bf16 dequantization at `--bits`/`--group-size` like every other layer.
+    Requant,
+}
+
+impl From<Int8Arg> for Int8Mode {
+    fn from(a: Int8Arg) -> Self {
+        match a {
+            Int8Arg::Exact => Int8Mode::Exact,
+            Int8Arg::Requant => Int8Mode::Requant,
+        }
+    }
+}
+
+/// `--gguf-type`: the type of every tensor llama.cpp does not keep in F32: what its converter
+/// writes (`bf16`, `f16`, `f32`, `q8_0`), one K-quant for every tensor llama-quantize quantizes
+/// (`q4_k`, `q5_k`, `q6_k`), llama-quantize's mixtures (`q4_k_m`, `q5_k_m`), or per coded linear
+/// within the error budget (`auto`).
+#[allow(non_camel_case_types)] // llama.cpp's names
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GgufTypeArg {
+    /// As llama.cpp's converter writes these models by default.
+    Bf16,
+    F16,
+    F32,
+    /// As the converter's `--outtype q8_0`, from the exact reconstruction.
+    #[value(name = "q8_0")]
+    Q8_0,
+    /// `Q4_K` for every tensor llama-quantize quantizes (its fallbacks where rows are not 256-blocks).
+    #[value(name = "q4_k")]
+    Q4_K,
+    #[value(name = "q5_k")]
+    Q5_K,
+    #[value(name = "q6_k")]
+    Q6_K,
+    /// llama-quantize's `Q4_K_M` mixture.
+    #[value(name = "q4_k_m")]
+    Q4_K_M,
+    /// llama-quantize's `Q5_K_M` mixture.
+    #[value(name = "q5_k_m")]
+    Q5_K_M,
+    /// Per coded linear, the narrowest of `Q4_K`, `Q5_K`, `Q6_K` and `Q8_0` within the error budget
+    /// (`--max-added-error`), else BF16.
+    Auto,
+}
+
+impl From<GgufTypeArg> for GgufType {
+    fn from(a: GgufTypeArg) -> Self {
+        match a {
+            GgufTypeArg::Bf16 => GgufType::Bf16,
+            GgufTypeArg::F16 => GgufType::F16,
+            GgufTypeArg::F32 => GgufType::F32,
+            GgufTypeArg::Q8_0 => GgufType::Q8_0,
+            GgufTypeArg::Q4_K => GgufType::Q4_K,
+            GgufTypeArg::Q5_K => GgufType::Q5_K,
+            GgufTypeArg::Q6_K => GgufType::Q6_K,
+            GgufTypeArg::Q4_K_M => GgufType::Q4_K_M,
+            GgufTypeArg::Q5_K_M => GgufType::Q5_K_M,
+            GgufTypeArg::Auto => GgufType::Auto,
+        }
+    }
+}
+
+/// `--mtp`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum MtpArg {
+    /// Keep a complete head; drop, with a warning, one that cannot be used.
+    Auto,
+    /// Keep the head as it is, complete or not.
+    Keep,
+    /// Write no head, and set the config's MTP layer count to 0.
+    Drop,
+}
+
+impl From<MtpArg> for MtpMode {
+    fn from(a: MtpArg) -> Self {
+        match a {
+            MtpArg::Auto => MtpMode::Auto,
+            MtpArg::Keep => MtpMode::Keep,
+            MtpArg::Drop => MtpMode::Drop,
+        }
+    }
+}
+
+/// `--backend`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    /// The fastest CPU decoder; the GPU only when asked for.
+    Auto,
+    /// The fastest decoder this CPU supports (bit-identical to the scalar one).
+    Cpu,
+    /// The scalar reference decoder.
+    Scalar,
+    /// The Metal GPU kernel (macOS, a build with `--features metal`; bit-identical too).
+    Metal,
+}
+
+impl From<BackendArg> for BackendKind {
+    fn from(a: BackendArg) -> Self {
+        match a {
+            BackendArg::Auto => BackendKind::Auto,
+            BackendArg::Cpu => BackendKind::Cpu,
+            BackendArg::Scalar => BackendKind::Scalar,
+            BackendArg::Metal => BackendKind::Metal,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each value is spelled on the command line as the library's `name()` writes it into the
+    /// output's flags.
+    #[test]
+    fn spellings_agree_with_the_library_names() {
+        let spelled = |v: Option<clap::builder::PossibleValue>| v.unwrap().get_name().to_string();
+        for a in GgufTypeArg::value_variants() {
+            assert_eq!(spelled(a.to_possible_value()), GgufType::from(*a).name());
+        }
+        for a in Int8Arg::value_variants() {
+            assert_eq!(spelled(a.to_possible_value()), Int8Mode::from(*a).name());
+        }
+        for a in MtpArg::value_variants() {
+            assert_eq!(spelled(a.to_possible_value()), MtpMode::from(*a).name());
+        }
+    }
+}
