@@ -1,6 +1,6 @@
 //! Worker threads: the rayon pool a command runs in, with `-j` kept to a sane bound.
 
-use crate::warning::Warning;
+use crate::warning::{Warning, WarningCode};
 use anyhow::Result;
 
 /// Threads per core beyond which `-j` only costs memory.
@@ -13,9 +13,10 @@ pub fn pool(requested: Option<usize>, notes: &mut Vec<Warning>) -> Result<rayon:
     let cap = MAX_PER_CORE * cores;
     let threads = match requested.filter(|&n| n > 0) {
         Some(n) if n > cap => {
-            notes.push(Warning::threads_capped(format!(
-                "-j {n} is more than {MAX_PER_CORE} per core: using {cap} threads"
-            )));
+            notes.push(Warning::new(
+                WarningCode::ThreadsCapped,
+                format!("-j {n} is more than {MAX_PER_CORE} per core: using {cap} threads"),
+            ));
             cap
         }
         Some(n) => n,

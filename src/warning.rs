@@ -72,54 +72,6 @@ impl Warning {
     pub fn new(code: WarningCode, message: impl Into<String>) -> Warning {
         Warning { code, message: message.into() }
     }
-
-    pub fn unusual_codebook(message: impl Into<String>) -> Warning {
-        Warning::new(WarningCode::UnusualCodebook, message)
-    }
-
-    pub fn vision_dropped(message: impl Into<String>) -> Warning {
-        Warning::new(WarningCode::VisionDropped, message)
-    }
-
-    pub fn threads_capped(message: impl Into<String>) -> Warning {
-        Warning::new(WarningCode::ThreadsCapped, message)
-    }
-
-    pub fn stale_staging_removed(message: impl Into<String>) -> Warning {
-        Warning::new(WarningCode::StaleStagingRemoved, message)
-    }
-
-    pub fn stale_staging_kept(message: impl Into<String>) -> Warning {
-        Warning::new(WarningCode::StaleStagingKept, message)
-    }
-
-    pub fn bias_kept(message: impl Into<String>) -> Warning {
-        Warning::new(WarningCode::BiasKept, message)
-    }
-
-    pub fn bias_dropped(message: impl Into<String>) -> Warning {
-        Warning::new(WarningCode::BiasDropped, message)
-    }
-
-    pub fn mtp_dropped(message: impl Into<String>) -> Warning {
-        Warning::new(WarningCode::MtpDropped, message)
-    }
-
-    pub fn mtp_incomplete_kept(message: impl Into<String>) -> Warning {
-        Warning::new(WarningCode::MtpIncompleteKept, message)
-    }
-
-    pub fn mlx_mtp_dropped(message: impl Into<String>) -> Warning {
-        Warning::new(WarningCode::MlxMtpDropped, message)
-    }
-
-    pub fn tied_head_dropped(message: impl Into<String>) -> Warning {
-        Warning::new(WarningCode::TiedHeadDropped, message)
-    }
-
-    pub fn expert_biases_dropped(message: impl Into<String>) -> Warning {
-        Warning::new(WarningCode::ExpertBiasesDropped, message)
-    }
 }
 
 impl fmt::Display for Warning {
@@ -135,7 +87,7 @@ mod tests {
 
     #[test]
     fn a_warning_serializes_as_its_code_and_text() {
-        let w = Warning::mtp_dropped("dropped the MTP head");
+        let w = Warning::new(WarningCode::MtpDropped, "dropped the MTP head");
         let v = serde_json::to_value(&w).unwrap();
         assert_eq!(v, serde_json::json!({"code": "mtp_dropped", "message": "dropped the MTP head"}));
         assert_eq!(w.to_string(), "dropped the MTP head");

@@ -266,14 +266,17 @@ impl Catalog {
             .iter()
             .filter(|m| m.source == CodedSource::Escha && m.codebook != Codebook::Mcg)
             .map(|m| {
-                crate::warning::Warning::unusual_codebook(format!(
+                crate::warning::Warning::new(
+                    crate::warning::WarningCode::UnusualCodebook,
+                    format!(
                     "{}: escha_config names codebook {} ({}), which no Escha release uses (every release is MCG) and \
                      the vendor runtime rejects; decoded as {} all the same",
                     m.path,
                     m.codebook.name(),
                     m.codebook.id(),
                     m.codebook.name()
-                ))
+                ),
+                )
             })
             .collect()
     }

@@ -9,7 +9,7 @@ use crate::codec::TileDecoder;
 use crate::container::Container;
 use crate::layout::{check_unique_names, Kind, Layout, OutputTensor, WidthChoice};
 use crate::plan::Plan;
-use crate::warning::Warning;
+use crate::warning::{Warning, WarningCode};
 use anyhow::{bail, Result};
 use std::collections::BTreeSet;
 
@@ -51,11 +51,10 @@ impl Job {
         cat.check_convertible(&ck, true)?;
         warnings.extend(cat.notes());
         if !cat.vision.is_empty() {
-            warnings.push(Warning::vision_dropped(format!(
-                "{}: dropped {} vision-tower tensors",
-                ck.root.display(),
-                cat.vision.len()
-            )));
+            warnings.push(Warning::new(
+                WarningCode::VisionDropped,
+                format!("{}: dropped {} vision-tower tensors", ck.root.display(), cat.vision.len()),
+            ));
         }
         let mut all = layout.tensors(&ck, &cat, opts.keep_bias, warnings)?;
         check_unique_names(&all, &cat)?;
@@ -97,11 +96,11 @@ fn bias_notes(
     if keep_bias {
         let kept = tensors.iter().filter(|t| t.kind == Kind::Bias).count();
         if kept > 0 && applied {
-            warnings.push(Warning::bias_kept(format!(
+            warnings.push(Warning::new(WarningCode::BiasKept, format!(
                 "{root}: kept {kept} bias tensors of coded linears, which the output's runtime adds after the matmul (the reference runtime never applies them)"
             )));
         } else if kept > 0 {
-            warnings.push(Warning::bias_kept(format!(
+            warnings.push(Warning::new(WarningCode::BiasKept, format!(
                 "{root}: kept {kept} bias tensors of coded linears: stock Qwen3.5 loaders have no slot for them (a strict load fails, others drop them); loading them needs a patched model"
             )));
         }
@@ -114,7 +113,7 @@ fn bias_notes(
         nonzero += usize::from(cat.coded[m].has_nonzero_bias(ck)?);
     }
     if nonzero > 0 {
-        warnings.push(Warning::bias_dropped(format!(
+        warnings.push(Warning::new(WarningCode::BiasDropped, format!(
             "{root}: dropped {nonzero} non-zero bias tensors of coded linears (the reference runtime never applies them; --bias keep writes them)"
         )));
     }

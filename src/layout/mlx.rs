@@ -33,7 +33,7 @@ use crate::container::{MetaValue, Metadata};
 use crate::quant::affine::{int8_group_size, AffineSpec};
 use crate::quant::budget::budget;
 use crate::select::selected;
-use crate::warning::Warning;
+use crate::warning::{Warning, WarningCode};
 use anyhow::{bail, Result};
 use safetensors::Dtype;
 use serde_json::{json, Map, Value};
@@ -91,19 +91,22 @@ impl Layout for MlxLayout {
         let (tensors, dropped) = tensors(ck, cat, self.opts, keep_bias)?;
         let root = ck.root.display();
         if dropped.mtp > 0 {
-            warnings.push(Warning::mlx_mtp_dropped(format!(
-                "{root}: dropped {} MTP tensors (the MLX layout carries none)",
-                dropped.mtp
-            )));
+            warnings.push(Warning::new(
+                WarningCode::MlxMtpDropped,
+                format!("{root}: dropped {} MTP tensors (the MLX layout carries none)", dropped.mtp),
+            ));
         }
         if dropped.tied_head > 0 {
-            warnings.push(Warning::tied_head_dropped(format!("{root}: dropped lm_head: tie_word_embeddings is set")));
+            warnings.push(Warning::new(
+                WarningCode::TiedHeadDropped,
+                format!("{root}: dropped lm_head: tie_word_embeddings is set"),
+            ));
         }
         if dropped.expert_biases > 0 {
-            warnings.push(Warning::expert_biases_dropped(format!(
-                "{root}: dropped {} bias tensors of stacked experts (no MLX slot)",
-                dropped.expert_biases
-            )));
+            warnings.push(Warning::new(
+                WarningCode::ExpertBiasesDropped,
+                format!("{root}: dropped {} bias tensors of stacked experts (no MLX slot)", dropped.expert_biases),
+            ));
         }
         Ok(tensors)
     }

@@ -4,7 +4,7 @@
 //! needs every tensor of the layer the config announces (`mtp_num_hidden_layers`).
 
 use super::tensor::OutputTensor;
-use crate::warning::Warning;
+use crate::warning::{Warning, WarningCode};
 use serde_json::Value;
 use std::collections::{BTreeSet, HashSet};
 
@@ -132,7 +132,7 @@ pub fn apply(mode: MtpMode, tensors: &mut Vec<OutputTensor>, config: Option<&Val
         )
     };
     match mode {
-        MtpMode::Keep if !lacking.is_empty() => warnings.push(Warning::mtp_incomplete_kept(format!(
+        MtpMode::Keep if !lacking.is_empty() => warnings.push(Warning::new(WarningCode::MtpIncompleteKept, format!(
             "kept an incomplete MTP head ({count} tensors; it lacks {}): clients that build the layer from the config fail on it",
             summary(&lacking)
         ))),
@@ -140,7 +140,7 @@ pub fn apply(mode: MtpMode, tensors: &mut Vec<OutputTensor>, config: Option<&Val
         MtpMode::Auto if lacking.is_empty() => {}
         MtpMode::Auto | MtpMode::Drop => {
             if mode == MtpMode::Auto {
-                warnings.push(Warning::mtp_dropped(format!(
+                warnings.push(Warning::new(WarningCode::MtpDropped, format!(
                     "dropped the MTP head ({count} tensors): it lacks {}, so no client could use it (--mtp keep writes it anyway)",
                     summary(&lacking)
                 )));

@@ -15,7 +15,7 @@ use super::lock::{sibling_name, OutputLock};
 use super::ours::{check_replaceable, first_foreign_entry, MARKER_FILE};
 use crate::paths::{overlaps, physical_destination};
 use crate::signals;
-use crate::warning::Warning;
+use crate::warning::{Warning, WarningCode};
 use anyhow::{bail, Context, Result};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
@@ -245,15 +245,21 @@ fn remove_stale_staging(parent: &Path, own: &str, notes: &mut Vec<Warning>) {
         };
         let path = e.path();
         match first_foreign_entry(&path) {
-            Ok(None) if std::fs::remove_dir_all(&path).is_ok() => notes.push(Warning::stale_staging_removed(format!(
-                "removed {}, a staging directory left by an earlier run (no run holds its lock)",
-                path.display()
-            ))),
-            Ok(Some(foreign)) => notes.push(Warning::stale_staging_kept(format!(
+            Ok(None) if std::fs::remove_dir_all(&path).is_ok() => notes.push(Warning::new(
+                WarningCode::StaleStagingRemoved,
+                format!(
+                    "removed {}, a staging directory left by an earlier run (no run holds its lock)",
+                    path.display()
+                ),
+            )),
+            Ok(Some(foreign)) => notes.push(Warning::new(
+                WarningCode::StaleStagingKept,
+                format!(
                 "kept {}, named like a staging directory of an earlier run: it {foreign}; remove it yourself if it is \
                  not needed",
                 path.display()
-            ))),
+            ),
+            )),
             _ => {}
         }
     }
