@@ -20,7 +20,6 @@ mod units;
 pub use crate::plan::PartSpec;
 pub use options::{ConvertOptions, VerifyRequest};
 pub use report::{render_plan, render_summary, ConvertReport, ShardReport, TensorReport, VerifySummary, WrittenFile};
-pub use rows::round_to_odd;
 
 use crate::checkpoint::Checkpoint;
 use crate::codec::TileDecoder;

@@ -69,7 +69,9 @@ impl Reader<'_> {
                 self.f32_rows(a, span, &mut x)?;
                 self.f32_rows(b, span, &mut y)?;
                 out.clear();
-                out.extend(x.iter().zip(&y).map(|(&x, &y)| round_to_odd(f64::from(x) * f64::from(y))));
+                out.extend(
+                    x.iter().zip(&y).map(|(&x, &y)| crate::quant::dense::round_to_odd(f64::from(x) * f64::from(y))),
+                );
                 Ok(())
             }
             RowSource::Literal { .. } => bail!("a constant is copied as bytes, not read as numbers"),
@@ -217,22 +219,6 @@ impl Reader<'_> {
     }
 }
 
-/// `x` rounded to odd in f32: truncated toward zero, with the last bit set when that dropped
-/// anything. For a 16-bit float (at most 11 significant bits, 24 ≥ 11 + 2), rounding the result to
-/// nearest is rounding `x` itself to nearest: no double rounding.
-pub fn round_to_odd(x: f64) -> f32 {
-    let nearest = x as f32;
-    if f64::from(nearest) == x || !nearest.is_finite() {
-        return nearest;
-    }
-    // Toward zero: one step back when rounding to nearest went away from zero.
-    let mut bits = nearest.to_bits();
-    if f64::from(nearest).abs() > x.abs() {
-        bits -= 1;
-    }
-    f32::from_bits(bits | 1)
-}
-
 fn several_leads() -> anyhow::Error {
     anyhow::anyhow!("a work unit of a coded or stacked source spans several leads")
 }
@@ -249,22 +235,4 @@ fn lead_runs(n: usize, rows: Range<usize>) -> Vec<(usize, Range<usize>)> {
         g = end;
     }
     runs
-}
-
-#[cfg(test)]
-mod tests {
-    use super::round_to_odd;
-    use half::f16;
-
-    #[test]
-    fn rounding_to_odd_then_to_f16_is_one_rounding() {
-        // −0.8477 (f16) × 1.015265 (f32): rounded to nearest f32 first, the product lands on an
-        // f16 tie and a second rounding to nearest goes the wrong way.
-        let x = f64::from(f16::from_bits(0xBAC8).to_f32()) * f64::from(1.015_265_f32);
-        assert_eq!(f16::from_f32(x as f32).to_bits(), 0xBAE2, "the double rounding this avoids");
-        assert_eq!(f16::from_f32(round_to_odd(x)).to_bits(), 0xBAE3);
-        assert_eq!(round_to_odd(0.5), 0.5);
-        assert_eq!(round_to_odd(-1e-60).to_bits(), 0x8000_0001);
-        assert_eq!(round_to_odd(1.0 + 1e-12).to_bits(), 1.0f32.to_bits() | 1);
-    }
 }

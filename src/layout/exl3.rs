@@ -186,7 +186,7 @@ pub fn fold_change(ck: &Checkpoint, cat: &Catalog) -> Result<f64> {
             for (&r, &s) in rv.iter().zip(&sv) {
                 let exact = f64::from(r) * f64::from(s);
                 if exact != 0.0 {
-                    let stored = f64::from(f16::from_f32(crate::convert::round_to_odd(exact)).to_f32());
+                    let stored = f64::from(f16::from_f32(crate::quant::dense::round_to_odd(exact)).to_f32());
                     worst = worst.max((stored - exact).abs() / exact.abs());
                 }
             }

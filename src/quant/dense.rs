@@ -77,6 +77,22 @@ pub(crate) fn bf16_bits(x: f32) -> u16 {
     (if b & 0x7FFF_FFFF > 0x7F80_0000 { quiet_nan } else { rounded }) as u16
 }
 
+/// `x` rounded to odd in f32: truncated toward zero, with the last bit set when that dropped
+/// anything. For a 16-bit float (at most 11 significant bits, 24 ≥ 11 + 2), rounding the result to
+/// nearest is rounding `x` itself to nearest: no double rounding.
+pub fn round_to_odd(x: f64) -> f32 {
+    let nearest = x as f32;
+    if f64::from(nearest) == x || !nearest.is_finite() {
+        return nearest;
+    }
+    // Toward zero: one step back when rounding to nearest went away from zero.
+    let mut bits = nearest.to_bits();
+    if f64::from(nearest).abs() > x.abs() {
+        bits -= 1;
+    }
+    f32::from_bits(bits | 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -109,5 +125,17 @@ mod tests {
         encode(&[1.0 + 1.0 / 256.0, 1.0 + 3.0 / 256.0], Dtype::BF16, &mut out);
         let got: Vec<f32> = out.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect();
         assert_eq!(got, [1.0, 1.0 + 4.0 / 256.0]);
+    }
+
+    #[test]
+    fn rounding_to_odd_then_to_f16_is_one_rounding() {
+        // −0.8477 (f16) × 1.015265 (f32): rounded to nearest f32 first, the product lands on an
+        // f16 tie and a second rounding to nearest goes the wrong way.
+        let x = f64::from(f16::from_bits(0xBAC8).to_f32()) * f64::from(1.015_265_f32);
+        assert_eq!(f16::from_f32(x as f32).to_bits(), 0xBAE2, "the double rounding this avoids");
+        assert_eq!(f16::from_f32(round_to_odd(x)).to_bits(), 0xBAE3);
+        assert_eq!(round_to_odd(0.5), 0.5);
+        assert_eq!(round_to_odd(-1e-60).to_bits(), 0x8000_0001);
+        assert_eq!(round_to_odd(1.0 + 1e-12).to_bits(), 1.0f32.to_bits() | 1);
     }
 }
