@@ -45,6 +45,7 @@ pub mod quant;
 pub mod rng;
 pub(crate) mod select;
 pub(crate) mod signals;
+pub(crate) mod simd;
 pub mod storage;
 pub(crate) mod text;
 pub mod transform;

@@ -1,6 +1,7 @@
 //! Every kernel against the scalar reference, byte for byte, for every K-quant type, on rows built
 //! to hit the edges of the scale searches and on random rows.
 
+use super::reference::{make_qkx2_quants, make_qx_quants, q6_k_header, scale_min_header};
 use super::*;
 use crate::rng::SplitMix64;
 use proptest::prelude::*;
