@@ -46,7 +46,7 @@ fn main() {
                 black_box((&packed, &scales, &biases));
             })
         };
-        let reference = time(Kernel::REFERENCE);
+        let reference = time(Kernel::Reference);
         let fast = time(best);
         println!("{bits:>4}  {reference}  {fast}  {:6.1}×", reference.median / fast.median);
     }

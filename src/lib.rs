@@ -31,6 +31,7 @@ pub mod cli;
 pub mod codec;
 pub(crate) mod container;
 pub mod convert;
+pub(crate) mod cpu;
 pub mod encode;
 pub mod failure;
 pub mod inspect;

@@ -6,13 +6,13 @@ use std::arch::x86_64::*;
 use std::ops::{Add, BitAnd, BitOr, Div, Mul, Neg, Not, Sub};
 
 /// Proof that this CPU has AVX2: made only by [`Avx2::detect`].
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Avx2(());
 
 impl Avx2 {
     /// The token, if this CPU has AVX2.
     pub fn detect() -> Option<Avx2> {
-        is_x86_feature_detected!("avx2").then_some(Avx2(()))
+        crate::cpu::has_avx2().then_some(Avx2(()))
     }
 }
 

@@ -7,13 +7,13 @@ use std::ops::{Add, BitAnd, BitOr, Div, Mul, Neg, Not, Sub};
 
 /// Proof that this CPU has NEON (every aarch64 CPU does; it is detected all the same, so that the
 /// token means one thing everywhere): made only by [`Neon::detect`].
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Neon(());
 
 impl Neon {
     /// The token, if this CPU has NEON.
     pub fn detect() -> Option<Neon> {
-        std::arch::is_aarch64_feature_detected!("neon").then_some(Neon(()))
+        crate::cpu::has_neon().then_some(Neon(()))
     }
 }
 

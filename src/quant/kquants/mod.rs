@@ -16,8 +16,8 @@
 //! `crate::simd`'s lanes, rounding as `rounding.rs` chooses); the few scalar steps per block (the
 //! super-scales, the 6- and 8-bit group scales) are the reference's own code (`finish.rs`).
 
+pub use crate::cpu::Kernel;
 use half::f16;
-use std::sync::OnceLock;
 
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod finish;
@@ -93,8 +93,7 @@ pub fn quantize_row(kind: KQuant, values: &[f32], out: &mut Vec<u8>) {
 ///
 /// # Panics
 ///
-/// If `values` is not whole blocks, or `kernel` is one this CPU cannot run (see
-/// [`Kernel::available`]).
+/// If `values` is not whole blocks.
 pub fn quantize_row_with(kernel: Kernel, kind: KQuant, values: &[f32], out: &mut Vec<u8>) {
     assert_eq!(values.len() % QK_K, 0, "{} rows hold whole blocks of {QK_K} values", kind.name());
     let len = values.len() / QK_K * kind.block_bytes();
@@ -116,66 +115,11 @@ pub fn quantize_row_with(kernel: Kernel, kind: KQuant, values: &[f32], out: &mut
     match kernel {
         Kernel::Reference => unreachable!(),
         #[cfg(target_arch = "x86_64")]
-        Kernel::Avx2 => {
-            let lanes = crate::simd::Avx2::detect().expect("the avx2 K-quant kernel needs a CPU with AVX2");
-            // SAFETY: the token proves AVX2.
-            unsafe { search::quantize_blocks_avx2(lanes, kind, values, blocks) }
-        }
+        // SAFETY: the token proves AVX2.
+        Kernel::Avx2(lanes) => unsafe { search::quantize_blocks_avx2(lanes, kind, values, blocks) },
         #[cfg(target_arch = "aarch64")]
-        Kernel::Neon => {
-            let lanes = crate::simd::Neon::detect().expect("the neon K-quant kernel needs a CPU with NEON");
-            // SAFETY: the token proves NEON.
-            unsafe { search::quantize_blocks_neon(lanes, kind, values, blocks) }
-        }
-    }
-}
-
-/// One implementation of [`quantize_row`]: the scalar reference or a SIMD kernel, all giving the
-/// same bytes. A SIMD variant exists only on its architecture; [`quantize_row_with`] refuses one
-/// the CPU lacks (AVX2 is detected at run time, NEON is part of aarch64).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kernel {
-    /// The block functions of this module, one block at a time.
-    Reference,
-    /// AVX2 (`x86_64`): the groups of a block (`Q6_K`), or of two blocks (`Q4_K`, `Q5_K`), eight
-    /// to a register.
-    #[cfg(target_arch = "x86_64")]
-    Avx2,
-    /// NEON (aarch64): the groups of a block (`Q6_K`), or of two blocks (`Q4_K`, `Q5_K`), four to a
-    /// register.
-    #[cfg(target_arch = "aarch64")]
-    Neon,
-}
-
-impl Kernel {
-    /// Every kernel this CPU runs, the reference first and the fastest last.
-    pub fn available() -> Vec<Kernel> {
-        let mut v = vec![Kernel::Reference];
-        #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") {
-            v.push(Kernel::Avx2);
-        }
-        #[cfg(target_arch = "aarch64")]
-        if std::arch::is_aarch64_feature_detected!("neon") {
-            v.push(Kernel::Neon);
-        }
-        v
-    }
-
-    /// The fastest kernel this CPU runs, detected on the first call.
-    pub fn best() -> Kernel {
-        static BEST: OnceLock<Kernel> = OnceLock::new();
-        *BEST.get_or_init(|| *Kernel::available().last().expect("the reference is always available"))
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Kernel::Reference => "reference",
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => "avx2",
-            #[cfg(target_arch = "aarch64")]
-            Kernel::Neon => "neon",
-        }
+        // SAFETY: the token proves NEON.
+        Kernel::Neon(lanes) => unsafe { search::quantize_blocks_neon(lanes, kind, values, blocks) },
     }
 }
 
