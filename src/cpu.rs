@@ -37,7 +37,7 @@ pub fn has_neon() -> bool {
 
 /// One implementation of an encoder that has several (the K-quants, MLX affine): the scalar
 /// reference or a CPU's vectors, all giving the same bytes. A vector kernel holds its
-/// [`crate::simd`] token, so it can only be had on a CPU that runs it.
+/// `crate::simd` token, so it can only be had on a CPU that runs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kernel {
     /// The scalar reference, one block or group at a time.

@@ -1,7 +1,7 @@
 //! ggml's `Q8_0`: per 32 values an f16 scale `d = max|x| / 127` and `round(x / d)` as i8 (rounded
 //! half away from zero; all zeros when the block is zero), as `quantize_row_q8_0_ref` writes it.
 //!
-//! A block's values are loaded once into vectors ([`crate::simd`]): the largest magnitude is a
+//! A block's values are loaded once into vectors (`crate::simd`): the largest magnitude is a
 //! vector maximum, the quants a product, a rounding and a narrowing per vector, every lane the
 //! reference's one operation. The scale stays scalar, as in the reference. A block holding a NaN or
 //! an infinity, or values so small that `1 / d` overflows, takes the scalar path, which says what
