@@ -1,5 +1,5 @@
-//! The K-quant encoders of `src/quant/kquants.rs` and the legacy ones of `src/quant/legacy.rs`
-//! against ggml's own C: `tests/c/ggml_quants_ref.c` is compiled with the llama.cpp sources named
+//! The K-quant encoders of `src/quant/kquants/`, the legacy ones of `src/quant/legacy.rs` and
+//! `Q8_0` (`src/quant/q8_0.rs`) against ggml's own C: `tests/c/ggml_quants_ref.c` is compiled with the llama.cpp sources named
 //! by `ESCHA_LLAMA_CPP` (the `vendor/llama.cpp` of the llama-cpp-python sdist) and
 //! `quantize_row_q{4,5,6}_K_ref` / `quantize_row_q{4,5}_{0,1}_ref` must write exactly the bytes
 //! `quantize_row` writes, for random rows and for every edge the scale search has (zeros,
@@ -9,6 +9,8 @@
 use crate::common::Rng;
 use escha_convert::quant::kquants::{self, KQuant, QK_K};
 use escha_convert::quant::legacy::{self, Legacy, QK};
+use escha_convert::quant::{blocks, q8_0};
+use escha_convert::storage::BlockType;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -21,6 +23,7 @@ const DECODE: u32 = 256;
 enum Format {
     K(KQuant),
     L(Legacy),
+    Q8,
 }
 
 impl Format {
@@ -28,6 +31,7 @@ impl Format {
         match self {
             Format::K(k) => k.name(),
             Format::L(l) => l.name(),
+            Format::Q8 => "q8_0",
         }
     }
 
@@ -35,6 +39,7 @@ impl Format {
         match self {
             Format::K(k) => k.ggml_type(),
             Format::L(l) => l.ggml_type(),
+            Format::Q8 => 8,
         }
     }
 
@@ -42,6 +47,7 @@ impl Format {
         match self {
             Format::K(k) => k.block_bytes(),
             Format::L(l) => l.block_bytes(),
+            Format::Q8 => q8_0::BLOCK_BYTES,
         }
     }
 
@@ -49,6 +55,7 @@ impl Format {
         match self {
             Format::K(_) => QK_K,
             Format::L(_) => QK,
+            Format::Q8 => q8_0::QK8_0,
         }
     }
 
@@ -57,6 +64,7 @@ impl Format {
         match self {
             Format::K(k) => kquants::quantize_row_with(kquants::Kernel::Reference, k, values, &mut out),
             Format::L(l) => legacy::quantize_row(l, values, &mut out),
+            Format::Q8 => q8_0::quantize_row_reference(values, &mut out),
         }
         out
     }
@@ -66,6 +74,7 @@ impl Format {
         match self {
             Format::K(k) => kquants::dequantize_row(k, blocks, &mut out),
             Format::L(l) => legacy::dequantize_row(l, blocks, &mut out),
+            Format::Q8 => blocks::dequantize(BlockType::Q8_0, blocks, &mut out),
         }
         out
     }
@@ -365,6 +374,12 @@ fn compare(
         let want = harness.quantize(kind, &c.values);
         let got = kind.quantize(&c.values);
         assert_eq!(got.len(), want.len());
+        if let Format::Q8 = kind {
+            // The vectors the conversion uses write the reference's bytes too.
+            let mut vectors = Vec::new();
+            q8_0::quantize_row(&c.values, &mut vectors);
+            assert!(vectors == got, "q8_0 case {:?}: the vectors differ from the reference", c.name);
+        }
         if let Format::K(k) = kind {
             // The kernel the conversion uses writes the reference's bytes too.
             let mut best = Vec::new();
@@ -686,4 +701,24 @@ fn legacy_encoders_match_ggml_byte_for_byte() {
         );
     }
     assert!(failures.is_empty(), "{} mismatches with ggml:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// C converts `roundf(x·id)` to `int8_t`, undefined where it does not fit: for a non-finite value
+/// in the block (`id` is then 0 or NaN, or NaN slips past `MAX`) and where `1/d` overflows.
+fn q8_0_cast_undefined(x: &[f32]) -> bool {
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    x.iter().any(|v| !v.is_finite()) || (amax != 0.0 && !(127.0 / amax).is_finite())
+}
+
+#[test]
+fn q8_0_encoder_matches_ggml_byte_for_byte() {
+    let Some(llama) = llama_cpp_dir() else { return };
+    let harness = Harness::build(&llama);
+    // The K-quant cases (whole multiples of 32 too) and the legacy ones.
+    let mut cases = cases();
+    cases.extend(legacy_cases(&mut Rng(0x0808_0808)));
+    let mut failures = Vec::new();
+    let (blocks, excused) = compare(&harness, Format::Q8, &cases, q8_0_cast_undefined, &mut failures);
+    println!("q8_0: {blocks} blocks, {excused} where C's conversion is undefined");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
