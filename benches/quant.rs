@@ -1,14 +1,16 @@
-//! MLX affine and ggml K-quant quantization speed in ns per weight (median of several runs, and
+//! MLX affine, ggml K-quant and `Q8_0` quantization speed in ns per weight (median of several runs, and
 //! the minimum).
 //!
 //! `cargo bench --bench quant`. One 128×5120 block (one conversion work unit of a 27B-wide
 //! linear) of Gaussian-like weights rounded to bf16, single-threaded: the scalar reference and the
 //! kernel `quantize_rows` / `kquants::quantize_row` dispatches to. Affine: group size 64 with BF16
-//! scales; K-quants: `Q4_K`, `Q5_K` and `Q6_K`, a row (20 super-blocks) at a time.
+//! scales; K-quants: `Q4_K`, `Q5_K` and `Q6_K`, a row (20 super-blocks) at a time; `Q8_0` a row
+//! at a time, beside the bf16 rounding of the same row (what a bf16 output costs there).
 
 use escha_convert::block_type::BlockType;
 use escha_convert::quant::affine::{quantize_rows_with, round_slice, AffineOut, AffineSpec, Kernel};
 use escha_convert::quant::kquants;
+use escha_convert::quant::{dense, q8_0};
 use escha_convert::rng::SplitMix64;
 use safetensors::Dtype;
 use std::hint::black_box;
@@ -47,11 +49,12 @@ fn main() {
                 black_box((&packed, &scales, &biases));
             })
         };
-        let reference = time(Kernel::REFERENCE);
+        let reference = time(Kernel::Reference);
         let fast = time(best);
         println!("{bits:>4}  {reference}  {fast}  {:6.1}×", reference.median / fast.median);
     }
     kquants_section(&values);
+    q8_0_section(&values);
 }
 
 /// `kquants::quantize_row` for each K-quant type, row by row: the reference against the best
@@ -78,4 +81,35 @@ fn kquants_section(values: &[f32]) {
         let fast = ns_per_weight(REPS, values.len(), || run(best, &mut out));
         println!("{:>4}  {reference}  {fast}  {:6.1}×", kind.name(), reference.median / fast.median);
     }
+}
+
+/// `q8_0::quantize_row`, row by row: the scalar reference against the vectors, after checking that
+/// they agree; and the bf16 rounding of the same rows.
+fn q8_0_section(values: &[f32]) {
+    println!();
+    println!(
+        "q8_0::quantize_row and bf16 rounding, {ROWS}×{COLS} block, a row at a time: ns/weight, median (min) of {REPS}"
+    );
+    let run = |quantize: fn(&[f32], &mut Vec<u8>), out: &mut Vec<u8>| {
+        out.clear();
+        for row in black_box(values).chunks_exact(COLS) {
+            quantize(row, out);
+        }
+        black_box(&*out);
+    };
+    let (mut want, mut out) = (Vec::new(), Vec::new());
+    run(q8_0::quantize_row_reference, &mut want);
+    run(q8_0::quantize_row, &mut out);
+    assert!(out == want, "Q8_0 vectors differ from the reference");
+    let reference = ns_per_weight(REPS, values.len(), || run(q8_0::quantize_row_reference, &mut out));
+    let fast = ns_per_weight(REPS, values.len(), || run(q8_0::quantize_row, &mut out));
+    let bf16 = ns_per_weight(REPS, values.len(), || {
+        out.clear();
+        for row in black_box(values).chunks_exact(COLS) {
+            dense::encode(row, Dtype::BF16, &mut out);
+        }
+        black_box(&out);
+    });
+    println!("q8_0 reference {reference}  vectors {fast}  {:6.1}×", reference.median / fast.median);
+    println!("bf16           {bf16}");
 }

@@ -114,7 +114,7 @@ impl TileEncoder {
 /// in `cost[..edges]` and end there (the two halves alternate, and the step count is even).
 fn forward<const K: u32>(values: &[f32], targets: &[f32; TILE_LEN], roll: usize, cost: &mut [f32], back: &mut [u8]) {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
+    if crate::cpu::has_avx2() {
         // SAFETY: the CPU supports AVX2, checked just above.
         return unsafe { forward_avx2::<K>(values, targets, roll, cost, back) };
     }

@@ -21,9 +21,9 @@
 //! each bit-identical to the reference for every input, NaN and infinities included.
 
 use super::dense::bf16_bits;
+pub use crate::cpu::Kernel;
 use half::f16;
 use safetensors::Dtype;
-use std::sync::OnceLock;
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -224,7 +224,7 @@ pub fn quantize_rows_with(
     let groups = rows * spec.groups(cols);
     scales.reserve(groups * el);
     biases.reserve(groups * el);
-    if kernel.0 == KernelKind::Reference {
+    if kernel == Kernel::Reference {
         packed.reserve(rows * spec.packed_cols(cols) * 4);
         let mut codes = vec![0u32; cols];
         for row in values.chunks_exact(cols) {
@@ -248,13 +248,13 @@ pub fn quantize_rows_with(
         let n = chunk.len() / gs;
         let (s, b) = (&mut s[..n], &mut b[..n]);
         let out = &mut packed[start + k * GROUPS_PER_CALL * gs * bits as usize / 8..];
-        match kernel.0 {
-            KernelKind::Reference => unreachable!(),
-            // SAFETY: `Kernel::Avx2` exists only where AVX2 was detected; the kernel checks sizes.
+        match kernel {
+            Kernel::Reference => unreachable!(),
+            // SAFETY: the token proves AVX2; the kernel checks sizes.
             #[cfg(target_arch = "x86_64")]
-            KernelKind::Avx2 => unsafe { avx2::quantize_groups(chunk, gs, bits, out, s, b) },
+            Kernel::Avx2(_) => unsafe { avx2::quantize_groups(chunk, gs, bits, out, s, b) },
             #[cfg(target_arch = "aarch64")]
-            KernelKind::Neon => neon::quantize_groups(chunk, gs, bits, out, s, b),
+            Kernel::Neon(_) => neon::quantize_groups(chunk, gs, bits, out, s, b),
         }
         extend_floats(s, scale_dtype, scales);
         extend_floats(b, scale_dtype, biases);
@@ -284,55 +284,6 @@ const GROUPS_PER_CALL: usize = 64;
 
 /// Bytes past the packed output that a kernel may overwrite (and [`quantize_rows_with`] drops).
 const PACK_SLACK: usize = 16;
-
-/// One implementation of [`quantize_rows`]: the scalar reference or a SIMD kernel. A SIMD kernel
-/// can only be obtained on a CPU that runs it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Kernel(KernelKind);
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum KernelKind {
-    Reference,
-    #[cfg(target_arch = "x86_64")]
-    Avx2,
-    #[cfg(target_arch = "aarch64")]
-    Neon,
-}
-
-impl Kernel {
-    /// [`quantize_group`] and [`pack_row`], one group at a time.
-    pub const REFERENCE: Kernel = Kernel(KernelKind::Reference);
-
-    /// Every kernel this CPU runs, the reference first and the fastest last.
-    pub fn available() -> Vec<Kernel> {
-        let mut v = vec![Kernel::REFERENCE];
-        #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") {
-            v.push(Kernel(KernelKind::Avx2));
-        }
-        #[cfg(target_arch = "aarch64")]
-        if std::arch::is_aarch64_feature_detected!("neon") {
-            v.push(Kernel(KernelKind::Neon));
-        }
-        v
-    }
-
-    /// The fastest kernel this CPU runs, detected on the first call.
-    pub fn best() -> Kernel {
-        static BEST: OnceLock<Kernel> = OnceLock::new();
-        *BEST.get_or_init(|| *Kernel::available().last().expect("the reference is always available"))
-    }
-
-    pub fn name(self) -> &'static str {
-        match self.0 {
-            KernelKind::Reference => "reference",
-            #[cfg(target_arch = "x86_64")]
-            KernelKind::Avx2 => "avx2",
-            #[cfg(target_arch = "aarch64")]
-            KernelKind::Neon => "neon",
-        }
-    }
-}
 
 /// The largest group size MLX accepts that divides `cols` (the exact int8 repack works at any).
 pub fn int8_group_size(cols: usize) -> Option<usize> {

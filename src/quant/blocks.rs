@@ -1,7 +1,7 @@
 //! ggml block encodings of f32 rows, byte for byte what ggml's reference quantizers write (no
 //! importance matrix), and the lossless `Q8_0` repack of int8 rows.
 
-use super::{kquants, legacy};
+use super::{kquants, legacy, q8_0};
 use crate::block_type::BlockType;
 use half::f16;
 
@@ -9,7 +9,7 @@ use half::f16;
 pub fn quantize(block: BlockType, values: &[f32], out: &mut Vec<u8>) {
     debug_assert_eq!(values.len() % block.elements(), 0);
     match block {
-        BlockType::Q8_0 => quantize_q8_0(values, out),
+        BlockType::Q8_0 => q8_0::quantize_row(values, out),
         BlockType::Q4_0 | BlockType::Q4_1 | BlockType::Q5_0 | BlockType::Q5_1 => {
             legacy::quantize_row(block, values, out);
         }
@@ -60,19 +60,6 @@ fn first_non_finite_scale(block: BlockType, blocks: &[u8]) -> Option<usize> {
     blocks
         .chunks_exact(block.bytes())
         .position(|b| scale_offsets(block).iter().any(|&at| !f16::from_le_bytes([b[at], b[at + 1]]).is_finite()))
-}
-
-/// `Q8_0`: per 32 values, an f16 scale `d = max|x| / 127` and `round(x / d)` as i8 (rounded half
-/// away from zero; all zeros when the block is zero).
-fn quantize_q8_0(values: &[f32], out: &mut Vec<u8>) {
-    out.reserve(values.len() / 32 * 34);
-    for block in values.chunks_exact(32) {
-        let amax = block.iter().fold(0.0f32, |m, &x| m.max(x.abs()));
-        let d = amax / 127.0;
-        let inverse = if d == 0.0 { 0.0 } else { 1.0 / d };
-        out.extend_from_slice(&f16::from_f32(d).to_le_bytes());
-        out.extend(block.iter().map(|&x| (x * inverse).round() as i8 as u8));
-    }
 }
 
 /// `Q8_0` blocks holding the int8 `codes` (as stored, two's complement bytes) of a row that shares

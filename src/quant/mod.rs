@@ -8,3 +8,4 @@ pub mod budget;
 pub mod dense;
 pub mod kquants;
 pub mod legacy;
+pub mod q8_0;

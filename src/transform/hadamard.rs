@@ -95,7 +95,7 @@ impl Square {
     ) {
         assert!(stride >= HADAMARD_SIZE && out.len() >= (HADAMARD_SIZE - 1) * stride + HADAMARD_SIZE);
         #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+        if crate::cpu::has_avx2_fma() {
             // SAFETY: the features were detected.
             unsafe { avx2::transform_scaled(self, row_scale, col_scale, out, stride) };
             return;

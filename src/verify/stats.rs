@@ -175,7 +175,7 @@ fn dispatch<Y: Values, const ROW: bool>(
     w: &[f32],
 ) {
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") {
+    if crate::cpu::has_avx2() {
         // SAFETY: the feature was detected.
         unsafe { accumulate_avx2::<Y, ROW>(pair, row, x, y, col_sq, w) };
         return;

@@ -1,5 +1,5 @@
-//! The K-quant encoders of `src/quant/kquants.rs` and the legacy ones of `src/quant/legacy.rs`
-//! against ggml's own C: `tests/c/ggml_quants_ref.c` is compiled with the llama.cpp sources named
+//! The K-quant encoders of `src/quant/kquants/`, the legacy ones of `src/quant/legacy.rs` and
+//! `Q8_0` (`src/quant/q8_0.rs`) against ggml's own C: `tests/c/ggml_quants_ref.c` is compiled with the llama.cpp sources named
 //! by `ESCHA_LLAMA_CPP` (the `vendor/llama.cpp` of the llama-cpp-python sdist) and
 //! `quantize_row_q{4,5,6}_K_ref` / `quantize_row_q{4,5}_{0,1}_ref` must write exactly the bytes
 //! `quantize_row` writes, for random rows and for every edge the scale search has (zeros,
@@ -10,6 +10,7 @@ use crate::common::Rng;
 use escha_convert::block_type::BlockType;
 use escha_convert::quant::kquants::{self, QK_K};
 use escha_convert::quant::legacy::{self, QK};
+use escha_convert::quant::{blocks, q8_0};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -20,25 +21,23 @@ const DECODE: u32 = 256;
 /// The legacy types, those `legacy::quantize_row` encodes.
 const LEGACY: [BlockType; 4] = [BlockType::Q4_0, BlockType::Q4_1, BlockType::Q5_0, BlockType::Q5_1];
 
-/// `kind`'s reference encoding of `values`: for a K-quant the scalar one, which the kernels are
-/// held to separately.
+/// `kind`'s reference encoding of `values`: for a K-quant and `Q8_0` the scalar one, which the
+/// vector kernels are held to separately.
 fn quantize_reference(kind: BlockType, values: &[f32]) -> Vec<u8> {
     let mut out = Vec::new();
     if kind.is_k_quant() {
         kquants::quantize_row_with(kquants::Kernel::Reference, kind, values, &mut out);
+    } else if kind == BlockType::Q8_0 {
+        q8_0::quantize_row_reference(values, &mut out);
     } else {
         legacy::quantize_row(kind, values, &mut out);
     }
     out
 }
 
-fn dequantize(kind: BlockType, blocks: &[u8]) -> Vec<f32> {
+fn dequantize(kind: BlockType, data: &[u8]) -> Vec<f32> {
     let mut out = Vec::new();
-    if kind.is_k_quant() {
-        kquants::dequantize_row(kind, blocks, &mut out);
-    } else {
-        legacy::dequantize_row(kind, blocks, &mut out);
-    }
+    blocks::dequantize(kind, data, &mut out);
     out
 }
 
@@ -336,6 +335,12 @@ fn compare(
         let want = harness.quantize(kind, &c.values);
         let got = quantize_reference(kind, &c.values);
         assert_eq!(got.len(), want.len());
+        if kind == BlockType::Q8_0 {
+            // The vectors the conversion uses write the reference's bytes too.
+            let mut vectors = Vec::new();
+            q8_0::quantize_row(&c.values, &mut vectors);
+            assert!(vectors == got, "q8_0 case {:?}: the vectors differ from the reference", c.name);
+        }
         if kind.is_k_quant() {
             // The kernel the conversion uses writes the reference's bytes too.
             let mut best = Vec::new();
@@ -658,4 +663,24 @@ fn legacy_encoders_match_ggml_byte_for_byte() {
         );
     }
     assert!(failures.is_empty(), "{} mismatches with ggml:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// C converts `roundf(x·id)` to `int8_t`, undefined where it does not fit: for a non-finite value
+/// in the block (`id` is then 0 or NaN, or NaN slips past `MAX`) and where `1/d` overflows.
+fn q8_0_cast_undefined(x: &[f32]) -> bool {
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    x.iter().any(|v| !v.is_finite()) || (amax != 0.0 && !(127.0 / amax).is_finite())
+}
+
+#[test]
+fn q8_0_encoder_matches_ggml_byte_for_byte() {
+    let Some(llama) = llama_cpp_dir() else { return };
+    let harness = Harness::build(&llama);
+    // The K-quant cases (whole multiples of 32 too) and the legacy ones.
+    let mut cases = cases();
+    cases.extend(legacy_cases(&mut Rng(0x0808_0808)));
+    let mut failures = Vec::new();
+    let (blocks, excused) = compare(&harness, BlockType::Q8_0, &cases, q8_0_cast_undefined, &mut failures);
+    println!("q8_0: {blocks} blocks, {excused} where C's conversion is undefined");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

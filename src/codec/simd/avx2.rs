@@ -25,7 +25,7 @@ static AVX2: Avx2Decoder = Avx2Decoder { _private: () };
 impl Avx2Decoder {
     /// The decoder, if this CPU supports AVX2 and F16C.
     pub fn get() -> Option<&'static Avx2Decoder> {
-        (is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c")).then_some(&AVX2)
+        crate::cpu::has_avx2_f16c().then_some(&AVX2)
     }
 }
 

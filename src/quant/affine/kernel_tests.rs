@@ -9,7 +9,7 @@ const DTYPES: [Dtype; 3] = [Dtype::BF16, Dtype::F16, Dtype::F32];
 
 /// The kernels checked against the reference (all but the reference itself).
 fn fast_kernels() -> Vec<Kernel> {
-    Kernel::available().into_iter().filter(|&k| k != Kernel::REFERENCE).collect()
+    Kernel::available().into_iter().filter(|&k| k != Kernel::Reference).collect()
 }
 
 /// Packed bytes, scales and biases from `kernel`, appended after a few bytes already there.
@@ -37,7 +37,7 @@ fn first_difference(a: &[u8], b: &[u8]) -> Option<String> {
 /// Every fast kernel gives the reference's bytes for `values` (rows of `cols`) at this setting.
 fn assert_same(values: &[f32], cols: usize, bits: u32, group_size: usize, dtype: Dtype) {
     let spec = AffineSpec::new(bits, group_size).unwrap();
-    let want = run(Kernel::REFERENCE, values, cols, spec, dtype);
+    let want = run(Kernel::Reference, values, cols, spec, dtype);
     for kernel in fast_kernels() {
         let got = run(kernel, values, cols, spec, dtype);
         for (what, (g, w)) in ["packed", "scales", "biases"].iter().zip(got.iter().zip(&want)) {
@@ -62,12 +62,12 @@ fn assert_same_everywhere(values: &[f32], cols: usize) {
 #[test]
 fn a_simd_kernel_is_chosen_where_the_cpu_has_one() {
     #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") {
+    if crate::cpu::has_avx2() {
         assert_eq!(Kernel::best().name(), "avx2");
     }
     #[cfg(target_arch = "aarch64")]
     assert_eq!(Kernel::best().name(), "neon");
-    assert_eq!(Kernel::available()[0], Kernel::REFERENCE);
+    assert_eq!(Kernel::available()[0], Kernel::Reference);
 }
 
 /// Per setting, what the adversarial groups exercise: `(x − bias)/scale` exactly halfway between
@@ -250,7 +250,7 @@ fn rounding_row_by_row_equals_rounding_then_quantizing() {
             let spec = AffineSpec::new(bits, 128).unwrap();
             let mut rounded = raw.clone();
             round_slice(&mut rounded, dtype);
-            let want = run(Kernel::REFERENCE, &rounded, cols, spec, dtype);
+            let want = run(Kernel::Reference, &rounded, cols, spec, dtype);
             let mut values = raw.clone();
             let (mut p, mut s, mut b) = (vec![0xA5; 3], vec![0x5A; 1], vec![7; 2]);
             let out = &mut AffineOut { packed: &mut p, scales: &mut s, biases: &mut b };

@@ -8,23 +8,31 @@
 //! and rounding to the nearest integer uses ggml's magic-number trick rather than `f32::round`.
 //! `tests/it/kquants_ref.rs` checks all of this against the C code itself.
 //!
-//! The block functions below are the scalar reference. [`quantize_row`] runs the fastest
-//! [`Kernel`] this CPU has (AVX2 on `x86_64`, NEON on aarch64, chosen once per process), each
-//! bit-identical to the reference for every input: a kernel runs the reference's scale searches
-//! for the 8 (`Q4_K`, `Q5_K`) or 16 (`Q6_K`) groups of a block side by side, one group per vector
-//! lane, every lane doing the reference's operations in the reference's order; the few scalar
-//! steps per block (the super-scales, the 6- and 8-bit group scales) are the reference's own code.
+//! `reference.rs` is the scalar reference. [`quantize_row`] runs the fastest [`Kernel`] this CPU
+//! has (AVX2 on `x86_64`, NEON on aarch64, chosen once per process), each bit-identical to the
+//! reference for every input: a kernel runs the reference's scale searches for the 8 (`Q4_K`,
+//! `Q5_K`) or 16 (`Q6_K`) groups of a block side by side, one group per vector lane, every lane
+//! doing the reference's operations in the reference's order (`search.rs`, written once over
+//! `crate::simd`'s lanes, rounding as `rounding.rs` chooses); the few scalar steps per block (the
+//! super-scales, the 6- and 8-bit group scales) are the reference's own code (`finish.rs`).
 
 use crate::block_type::BlockType;
+pub use crate::cpu::Kernel;
 use half::f16;
-use std::sync::OnceLock;
 
-#[cfg(target_arch = "x86_64")]
-mod avx2;
-#[cfg(test)]
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod finish;
+#[cfg(all(test, any(target_arch = "x86_64", target_arch = "aarch64")))]
 mod kernel_tests;
-#[cfg(target_arch = "aarch64")]
-mod neon;
+mod reference;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod rounding;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod search;
+
+use reference::{quantize_q4_k_block, quantize_q5_k_block, quantize_q6_k_block};
+#[cfg(all(test, any(target_arch = "x86_64", target_arch = "aarch64")))]
+use rounding::PASSES;
 
 /// Values per super-block, for every K-quant type.
 pub const QK_K: usize = BlockType::Q4_K.elements();
@@ -37,39 +45,6 @@ pub const Q5_K_BLOCK_BYTES: usize = BlockType::Q5_K.bytes();
 /// scales, f16 `d`.
 pub const Q6_K_BLOCK_BYTES: usize = BlockType::Q6_K.bytes();
 
-/// The K-quant types as the SIMD kernels take them, for their exhaustive matches; everything
-/// else here dispatches on [`BlockType`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum KQuant {
-    Q4K,
-    Q5K,
-    Q6K,
-}
-
-impl KQuant {
-    /// # Panics
-    ///
-    /// If `block` is not a K-quant.
-    fn of(block: BlockType) -> KQuant {
-        match block {
-            BlockType::Q4_K => KQuant::Q4K,
-            BlockType::Q5_K => KQuant::Q5K,
-            BlockType::Q6_K => KQuant::Q6K,
-            other => panic!("{} is not a K-quant", other.name()),
-        }
-    }
-
-    /// Bytes of one super-block of [`QK_K`] values.
-    #[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
-    fn block_bytes(self) -> usize {
-        match self {
-            KQuant::Q4K => Q4_K_BLOCK_BYTES,
-            KQuant::Q5K => Q5_K_BLOCK_BYTES,
-            KQuant::Q6K => Q6_K_BLOCK_BYTES,
-        }
-    }
-}
-
 /// Appends `values` (a whole number of [`QK_K`]-value super-blocks) encoded as `kind` to `out`.
 /// Runs [`Kernel::best`].
 pub fn quantize_row(kind: BlockType, values: &[f32], out: &mut Vec<u8>) {
@@ -80,10 +55,9 @@ pub fn quantize_row(kind: BlockType, values: &[f32], out: &mut Vec<u8>) {
 ///
 /// # Panics
 ///
-/// If `kind` is not a K-quant, `values` is not whole blocks, or `kernel` is one this CPU cannot
-/// run (see [`Kernel::available`]).
+/// If `kind` is not a K-quant or `values` is not whole blocks.
 pub fn quantize_row_with(kernel: Kernel, kind: BlockType, values: &[f32], out: &mut Vec<u8>) {
-    let kernel_kind = KQuant::of(kind);
+    assert!(kind.is_k_quant(), "{} is not a K-quant", kind.name());
     assert_eq!(values.len() % QK_K, 0, "{} rows hold whole blocks of {QK_K} values", kind.name());
     let len = values.len() / QK_K * kind.bytes();
     if kernel == Kernel::Reference {
@@ -94,7 +68,7 @@ pub fn quantize_row_with(kernel: Kernel, kind: BlockType, values: &[f32], out: &
                 BlockType::Q4_K => out.extend_from_slice(&quantize_q4_k_block(x)),
                 BlockType::Q5_K => out.extend_from_slice(&quantize_q5_k_block(x)),
                 BlockType::Q6_K => out.extend_from_slice(&quantize_q6_k_block(x)),
-                _ => unreachable!("KQuant::of refused it"),
+                _ => unreachable!("a K-quant, asserted above"),
             }
         }
         return;
@@ -105,63 +79,11 @@ pub fn quantize_row_with(kernel: Kernel, kind: BlockType, values: &[f32], out: &
     match kernel {
         Kernel::Reference => unreachable!(),
         #[cfg(target_arch = "x86_64")]
-        Kernel::Avx2 => {
-            assert!(is_x86_feature_detected!("avx2"), "the avx2 K-quant kernel needs a CPU with AVX2");
-            // SAFETY: AVX2 was detected just above.
-            unsafe { avx2::quantize_blocks(kernel_kind, values, blocks) }
-        }
+        // SAFETY: the token proves AVX2.
+        Kernel::Avx2(lanes) => unsafe { search::quantize_blocks_avx2(lanes, kind, values, blocks) },
         #[cfg(target_arch = "aarch64")]
-        // SAFETY: NEON is part of the aarch64 base architecture.
-        Kernel::Neon => unsafe { neon::quantize_blocks(kernel_kind, values, blocks) },
-    }
-}
-
-/// One implementation of [`quantize_row`]: the scalar reference or a SIMD kernel, all giving the
-/// same bytes. A SIMD variant exists only on its architecture; [`quantize_row_with`] refuses one
-/// the CPU lacks (AVX2 is detected at run time, NEON is part of aarch64).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Kernel {
-    /// The block functions of this module, one block at a time.
-    Reference,
-    /// AVX2 (`x86_64`): the groups of a block (`Q6_K`), or of two blocks (`Q4_K`, `Q5_K`), eight
-    /// to a register.
-    #[cfg(target_arch = "x86_64")]
-    Avx2,
-    /// NEON (aarch64): the groups of a block (`Q6_K`), or of two blocks (`Q4_K`, `Q5_K`), four to a
-    /// register.
-    #[cfg(target_arch = "aarch64")]
-    Neon,
-}
-
-impl Kernel {
-    /// Every kernel this CPU runs, the reference first and the fastest last.
-    pub fn available() -> Vec<Kernel> {
-        let mut v = vec![Kernel::Reference];
-        #[cfg(target_arch = "x86_64")]
-        if is_x86_feature_detected!("avx2") {
-            v.push(Kernel::Avx2);
-        }
-        #[cfg(target_arch = "aarch64")]
-        if std::arch::is_aarch64_feature_detected!("neon") {
-            v.push(Kernel::Neon);
-        }
-        v
-    }
-
-    /// The fastest kernel this CPU runs, detected on the first call.
-    pub fn best() -> Kernel {
-        static BEST: OnceLock<Kernel> = OnceLock::new();
-        *BEST.get_or_init(|| *Kernel::available().last().expect("the reference is always available"))
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Kernel::Reference => "reference",
-            #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => "avx2",
-            #[cfg(target_arch = "aarch64")]
-            Kernel::Neon => "neon",
-        }
+        // SAFETY: the token proves NEON.
+        Kernel::Neon(lanes) => unsafe { search::quantize_blocks_neon(lanes, kind, values, blocks) },
     }
 }
 
@@ -212,343 +134,6 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     } else {
         ((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
     }
-}
-
-/// ggml's `make_qkx2_quants` for 32 values, squared error: fits `x ≈ scale·L − min` with `L` in
-/// 0..=nmax by trying `nstep + 1` stretched grids and keeping the weighted least-squares fit of the
-/// best one. Writes `l`, returns `(scale, min)` with `min ≥ 0` (the offset subtracted).
-fn make_qkx2_quants(
-    nmax: i32,
-    x: &[f32],
-    weights: &[f32; 32],
-    l: &mut [u8],
-    rmin: f32,
-    rdelta: f32,
-    nstep: i32,
-) -> (f32, f32) {
-    let mut min = x[0];
-    let mut max = x[0];
-    let mut sum_w = weights[0];
-    let mut sum_x = sum_w * x[0];
-    for i in 1..32 {
-        if x[i] < min {
-            min = x[i];
-        }
-        if x[i] > max {
-            max = x[i];
-        }
-        let w = weights[i];
-        sum_w += w;
-        sum_x += w * x[i];
-    }
-    // The grid always holds zero: the offset is never positive.
-    if min > 0.0 {
-        min = 0.0;
-    }
-    if max == min {
-        l[..32].fill(0);
-        return (0.0, -min);
-    }
-    let nmax_f = nmax as f32;
-    let mut iscale = nmax_f / (max - min);
-    let mut scale = 1.0 / iscale;
-    let mut best_error = 0.0f32;
-    for i in 0..32 {
-        let q = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
-        l[i] = q as u8;
-        let diff = scale * q as f32 + min - x[i];
-        best_error += weights[i] * (diff * diff);
-    }
-    let mut laux = [0u8; 32];
-    for is in 0..=nstep {
-        iscale = (rmin + rdelta * is as f32 + nmax_f) / (max - min);
-        let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
-        for i in 0..32 {
-            let q = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
-            laux[i] = q as u8;
-            let w = weights[i];
-            let qf = q as f32;
-            sum_l += w * qf;
-            sum_l2 += w * qf * qf;
-            sum_xl += w * qf * x[i];
-        }
-        let det = sum_w * sum_l2 - sum_l * sum_l;
-        if det > 0.0 {
-            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
-            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
-            // A positive offset is not representable: refit the scale alone through zero.
-            if this_min > 0.0 {
-                this_min = 0.0;
-                this_scale = sum_xl / sum_l2;
-            }
-            let mut cur_error = 0.0f32;
-            for i in 0..32 {
-                let diff = this_scale * laux[i] as f32 + this_min - x[i];
-                cur_error += weights[i] * (diff * diff);
-            }
-            if cur_error < best_error {
-                l[..32].copy_from_slice(&laux);
-                best_error = cur_error;
-                scale = this_scale;
-                min = this_min;
-            }
-        }
-    }
-    (scale, -min)
-}
-
-/// The part `Q4_K` and `Q5_K` share: per 32 values a scale and min (`make_qkx2_quants`, weights
-/// `rms + |x|`), both quantized to 6 bits against f16 super-scales, then the quants recomputed
-/// against the scales as stored. Returns `(d, dmin, scales field, quants in 0..=nmax)`.
-fn quantize_scale_min_block(x: &[f32; QK_K], nmax: i32, rmin: f32, nstep: i32) -> (u16, u16, [u8; 12], [u8; QK_K]) {
-    let mut l = [0u8; QK_K];
-    let mut scales = [0.0f32; 8];
-    let mut mins = [0.0f32; 8];
-    let mut weights = [0.0f32; 32];
-    for j in 0..8 {
-        let sub = &x[32 * j..32 * j + 32];
-        let mut sum_x2 = 0.0f32;
-        for &v in sub {
-            sum_x2 += v * v;
-        }
-        let av_x = (sum_x2 / 32.0).sqrt();
-        for (w, &v) in weights.iter_mut().zip(sub) {
-            *w = av_x + v.abs();
-        }
-        let (scale, min) = make_qkx2_quants(nmax, sub, &weights, &mut l[32 * j..], rmin, 0.1, nstep);
-        scales[j] = scale;
-        mins[j] = min;
-    }
-    let (d, dmin, packed) = scale_min_header(&scales, &mins);
-
-    // Re-quantize against what a decoder will see; a group whose scale came out zero keeps the
-    // quants of its own fit.
-    let d_f = f16::from_bits(d).to_f32();
-    let dmin_f = f16::from_bits(dmin).to_f32();
-    for j in 0..8 {
-        let (sc, m) = scale_min_k4(j, &packed);
-        let dj = d_f * sc as f32;
-        if dj == 0.0 {
-            continue;
-        }
-        let dm = dmin_f * m as f32;
-        for i in 32 * j..32 * j + 32 {
-            l[i] = nearest_int((x[i] + dm) / dj).clamp(0, nmax) as u8;
-        }
-    }
-    (d, dmin, packed, l)
-}
-
-/// The super-scales `d`, `dmin` (f16 bits) and the 12-byte field of 6-bit group scales and mins
-/// for the groups' fitted scales and mins, as `quantize_row_q{4,5}_K_ref` computes them.
-fn scale_min_header(scales: &[f32; 8], mins: &[f32; 8]) -> (u16, u16, [u8; 12]) {
-    let mut max_scale = 0.0f32;
-    let mut max_min = 0.0f32;
-    for (&scale, &min) in scales.iter().zip(mins) {
-        if scale > max_scale {
-            max_scale = scale;
-        }
-        if min > max_min {
-            max_min = min;
-        }
-    }
-    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
-    let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
-    let mut packed = [0u8; 12];
-    for j in 0..8 {
-        // C stores the rounded int in a uint8_t before clamping: out-of-range values wrap first.
-        let ls = (nearest_int(inv_scale * scales[j]) as u8).min(63);
-        let lm = (nearest_int(inv_min * mins[j]) as u8).min(63);
-        if j < 4 {
-            packed[j] = ls;
-            packed[j + 4] = lm;
-        } else {
-            packed[j + 4] = (ls & 0xF) | ((lm & 0xF) << 4);
-            packed[j - 4] |= (ls >> 4) << 6;
-            packed[j] |= (lm >> 4) << 6;
-        }
-    }
-    let d = to_f16_bits(max_scale / 63.0);
-    let dmin = to_f16_bits(max_min / 63.0);
-    (d, dmin, packed)
-}
-
-/// One `Q4_K` super-block: 8 groups of 32 values, `x ≈ d·sc·q − dmin·m`, q in 0..16.
-fn quantize_q4_k_block(x: &[f32; QK_K]) -> [u8; Q4_K_BLOCK_BYTES] {
-    let (d, dmin, scales, l) = quantize_scale_min_block(x, 15, -1.0, 20);
-    let mut out = [0u8; Q4_K_BLOCK_BYTES];
-    write_q4_k(d, dmin, &scales, &l, &mut out);
-    out
-}
-
-/// Writes a `Q4_K` block from its header and quants (0..16).
-#[inline(always)]
-fn write_q4_k(d: u16, dmin: u16, scales: &[u8; 12], l: &[u8; QK_K], out: &mut [u8; Q4_K_BLOCK_BYTES]) {
-    out[0..2].copy_from_slice(&d.to_le_bytes());
-    out[2..4].copy_from_slice(&dmin.to_le_bytes());
-    out[4..16].copy_from_slice(scales);
-    // Each 64 values share 32 bytes: the first 32 in the low nibbles, the next 32 in the high.
-    let qs = &mut out[16..];
-    for (chunk, ls) in qs.chunks_exact_mut(32).zip(l.chunks_exact(64)) {
-        for k in 0..32 {
-            chunk[k] = ls[k] | (ls[k + 32] << 4);
-        }
-    }
-}
-
-/// One `Q5_K` super-block: as `Q4_K` with q in 0..32; the fifth bit of value `64·p + k` (k < 32) is
-/// bit `2p` of byte `k` of `qh`, that of value `64·p + 32 + k` bit `2p + 1`.
-fn quantize_q5_k_block(x: &[f32; QK_K]) -> [u8; Q5_K_BLOCK_BYTES] {
-    let (d, dmin, scales, l) = quantize_scale_min_block(x, 31, -0.5, 15);
-    let mut out = [0u8; Q5_K_BLOCK_BYTES];
-    write_q5_k(d, dmin, &scales, &l, &mut out);
-    out
-}
-
-/// Writes a `Q5_K` block from its header and quants (0..32) into `out`, which is zero.
-#[inline(always)]
-fn write_q5_k(d: u16, dmin: u16, scales: &[u8; 12], l: &[u8; QK_K], out: &mut [u8; Q5_K_BLOCK_BYTES]) {
-    out[0..2].copy_from_slice(&d.to_le_bytes());
-    out[2..4].copy_from_slice(&dmin.to_le_bytes());
-    out[4..16].copy_from_slice(scales);
-    let (qh, qs) = out[16..].split_at_mut(32);
-    for (p, (chunk, ls)) in qs.chunks_exact_mut(32).zip(l.chunks_exact(64)).enumerate() {
-        for k in 0..32 {
-            let (lo, hi) = (ls[k], ls[k + 32]);
-            qh[k] |= ((lo >> 4) << (2 * p)) | ((hi >> 4) << (2 * p + 1));
-            chunk[k] = (lo & 0xF) | ((hi & 0xF) << 4);
-        }
-    }
-}
-
-/// ggml's `make_qx_quants` for 16 values with `rmse_type` 1 (weights x²) and no importance: a
-/// symmetric grid `x ≈ scale·(L − nmax)`, L in 0..2·nmax, the scale chosen among 19 stretches of
-/// the grid by weighted least squares. Writes `l`, returns the scale (its sign that of the
-/// largest-magnitude value's negation, so the extreme value lands on L = 0).
-fn make_qx_quants(nmax: i32, x: &[f32], l: &mut [u8]) -> f32 {
-    let mut max = 0.0f32;
-    let mut amax = 0.0f32;
-    for &v in &x[..16] {
-        let ax = v.abs();
-        if ax > amax {
-            amax = ax;
-            max = v;
-        }
-    }
-    if amax < 1e-15 {
-        l[..16].fill(0);
-        return 0.0;
-    }
-    let nmax_f = nmax as f32;
-    let mut iscale = -nmax_f / max;
-    let mut sumlx = 0.0f32;
-    let mut suml2 = 0.0f32;
-    for i in 0..16 {
-        let q = nearest_int(iscale * x[i]).clamp(-nmax, nmax - 1);
-        l[i] = (q + nmax) as u8;
-        let w = x[i] * x[i];
-        let qf = q as f32;
-        sumlx += w * x[i] * qf;
-        suml2 += w * qf * qf;
-    }
-    // C tests `suml2 ? … : 0`: NaN counts as non-zero.
-    let mut scale = if suml2 == 0.0 { 0.0 } else { sumlx / suml2 };
-    let mut best = scale * sumlx;
-    for is in (-9..=9).filter(|&is| is != 0) {
-        iscale = -(nmax_f + 0.1 * is as f32) / max;
-        sumlx = 0.0;
-        suml2 = 0.0;
-        for &v in &x[..16] {
-            let qf = nearest_int(iscale * v).clamp(-nmax, nmax - 1) as f32;
-            let w = v * v;
-            sumlx += w * v * qf;
-            suml2 += w * qf * qf;
-        }
-        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
-            for i in 0..16 {
-                l[i] = (nearest_int(iscale * x[i]).clamp(-nmax, nmax - 1) + nmax) as u8;
-            }
-            scale = sumlx / suml2;
-            best = scale * sumlx;
-        }
-    }
-    scale
-}
-
-/// One `Q6_K` super-block: 16 groups of 16 values, `x ≈ d·sc·(q − 32)` with an int8 `sc` per group
-/// and q in 0..64 split into a low nibble and a high bit pair.
-fn quantize_q6_k_block(x: &[f32; QK_K]) -> [u8; Q6_K_BLOCK_BYTES] {
-    let mut l = [0u8; QK_K];
-    let mut scales = [0.0f32; 16];
-    for ib in 0..16 {
-        scales[ib] = make_qx_quants(32, &x[16 * ib..16 * ib + 16], &mut l[16 * ib..]);
-    }
-    let mut out = [0u8; Q6_K_BLOCK_BYTES];
-    let Some((d, sc)) = q6_k_header(&scales) else {
-        // ggml zeroes the whole block (d = +0 included).
-        return out;
-    };
-    let d_f = f16::from_bits(d).to_f32();
-    for (j, &s) in sc.iter().enumerate() {
-        let dj = d_f * s as f32;
-        if dj == 0.0 {
-            continue;
-        }
-        for i in 16 * j..16 * j + 16 {
-            l[i] = (nearest_int(x[i] / dj).clamp(-32, 31) + 32) as u8;
-        }
-    }
-
-    write_q6_k(d, &sc, &l, &mut out);
-    out
-}
-
-/// The super-scale `d` (f16 bits) and the int8 group scales for the groups' fitted scales, as
-/// `quantize_row_q6_K_ref` computes them; `None` when every scale is below 1e-15 in magnitude
-/// (ggml then writes a zero block).
-fn q6_k_header(scales: &[f32; 16]) -> Option<(u16, [i8; 16])> {
-    let mut max_scale = 0.0f32;
-    let mut max_abs_scale = 0.0f32;
-    for &scale in scales {
-        let abs_scale = scale.abs();
-        if abs_scale > max_abs_scale {
-            max_abs_scale = abs_scale;
-            max_scale = scale;
-        }
-    }
-    if max_abs_scale < 1e-15 {
-        return None;
-    }
-    // The largest-magnitude group scale maps to −128; the others round into −128..=127 (C clamps
-    // above only, then stores in an int8_t).
-    let iscale = -128.0 / max_scale;
-    let d = to_f16_bits(1.0 / iscale);
-    let mut sc = [0i8; 16];
-    for ib in 0..16 {
-        sc[ib] = nearest_int(iscale * scales[ib]).min(127) as i8;
-    }
-    Some((d, sc))
-}
-
-/// Writes a `Q6_K` block from its super-scale, group scales and quants (0..64).
-#[inline(always)]
-fn write_q6_k(d: u16, sc: &[i8; 16], l: &[u8; QK_K], out: &mut [u8; Q6_K_BLOCK_BYTES]) {
-    // Per 128 values: 64 bytes of nibbles (values k and k + 64 share byte k, k + 32 and k + 96 share
-    // byte 32 + k) and 32 bytes of high bit pairs (k, k + 32, k + 64, k + 96 from the bottom up).
-    let (ql, rest) = out.split_at_mut(128);
-    let (qh, tail) = rest.split_at_mut(64);
-    for ((ql, qh), ls) in ql.chunks_exact_mut(64).zip(qh.chunks_exact_mut(32)).zip(l.chunks_exact(128)) {
-        for k in 0..32 {
-            let (q1, q2, q3, q4) = (ls[k], ls[k + 32], ls[k + 64], ls[k + 96]);
-            ql[k] = (q1 & 0xF) | ((q3 & 0xF) << 4);
-            ql[k + 32] = (q2 & 0xF) | ((q4 & 0xF) << 4);
-            qh[k] = (q1 >> 4) | ((q2 >> 4) << 2) | ((q3 >> 4) << 4) | ((q4 >> 4) << 6);
-        }
-    }
-    for (b, &s) in tail[..16].iter_mut().zip(sc) {
-        *b = s as u8;
-    }
-    tail[16..18].copy_from_slice(&d.to_le_bytes());
 }
 
 fn dequantize_q4_k_block(block: &[u8], out: &mut Vec<f32>) {
@@ -603,146 +188,6 @@ fn dequantize_q6_k_block(block: &[u8], out: &mut Vec<f32>) {
         }
     }
     out.extend_from_slice(&y);
-}
-
-/// How a kernel's pass rounds its values `v` to quants in `lo..=hi`; each gives the reference's
-/// `nearest_int(v).clamp(lo, hi)` for a pass it is chosen for.
-///
-/// Round to nearest even (`vroundps`, `frintn`) equals the reference's magic-number arithmetic for
-/// |v| < 2²², and the clamp below `lo` (an even integer) changes nothing unless some `v < lo − ½`,
-/// the one above `hi` nothing unless some `v ≥ hi + ½`. A kernel knows the range of a pass's `v`
-/// in each group from the `v` of its least and greatest element (`v` is monotonic in the element,
-/// and so is every rounding), provided no element is NaN or infinite. A `v` in `[−½, 0)` rounds to
-/// −0 where the reference's integer is +0 (unless a clamp at 0 applies); no sum or product of the
-/// searches can tell the two apart.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
-enum Rounding {
-    /// The reference's bit arithmetic, for any `v`: NaN, infinities and huge values included.
-    Exact,
-    /// Round to nearest even, then the clamps that some element needs: below `lo`, above `hi`.
-    Round { lo: bool, hi: bool },
-}
-
-impl Rounding {
-    /// Index into `PASSES`: `Exact`, then `Round` without clamps, `lo`, `hi`, both.
-    #[cfg(test)]
-    fn index(self) -> usize {
-        match self {
-            Rounding::Exact => 0,
-            Rounding::Round { lo, hi } => 1 + usize::from(lo) + 2 * usize::from(hi),
-        }
-    }
-}
-
-/// How many passes each [`Rounding`] ran, `Q4_K`/`Q5_K` then `Q6_K`: the tests check that their
-/// rows reach every one.
-#[cfg(all(test, any(target_arch = "x86_64", target_arch = "aarch64")))]
-static PASSES: [[std::sync::atomic::AtomicUsize; 5]; 2] =
-    [const { [const { std::sync::atomic::AtomicUsize::new(0) }; 5] }; 2];
-
-#[cfg(all(test, any(target_arch = "x86_64", target_arch = "aarch64")))]
-fn count(search: usize, r: Rounding) {
-    PASSES[search][r.index()].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-}
-
-/// What a kernel's scale search found for each group ("unit") of the blocks it works on, lane by
-/// lane: at most 32 units (four `Q4_K`/`Q5_K` blocks, or one `Q6_K` block).
-///
-/// `scale` and `min` are what the reference's `make_qkx2_quants` / `make_qx_quants` return.
-/// A unit's quants are kept as the grid they came from instead: `iscale` and `lmin` (the
-/// multiplier and the offset that the winning pass rounded `iscale·(x − lmin)` or `iscale·x`
-/// with), and `zero` (non-zero when the reference returns all-zero quants). The quants are only
-/// needed for a group whose stored scale comes out zero, and are then recomputed from the grid,
-/// with the reference's operations.
-#[derive(Clone, Copy, Default)]
-#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
-struct Fits {
-    scale: [f32; 32],
-    min: [f32; 32],
-    iscale: [f32; 32],
-    lmin: [f32; 32],
-    zero: [u32; 32],
-}
-
-/// The quants of one `make_qkx2_quants` pass: `nearest_int(iscale·(x − min))` in `0..=nmax`.
-#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
-fn qkx2_levels(nmax: i32, x: &[f32], iscale: f32, min: f32, l: &mut [u8]) {
-    for (q, &v) in l.iter_mut().zip(x) {
-        *q = nearest_int(iscale * (v - min)).clamp(0, nmax) as u8;
-    }
-}
-
-/// The quants of one `make_qx_quants` pass: `nearest_int(iscale·x)` in `−nmax..nmax`, plus `nmax`.
-#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
-fn qx_levels(nmax: i32, x: &[f32], iscale: f32, l: &mut [u8]) {
-    for (q, &v) in l.iter_mut().zip(x) {
-        *q = (nearest_int(iscale * v).clamp(-nmax, nmax - 1) + nmax) as u8;
-    }
-}
-
-/// The rest of [`quantize_scale_min_block`] and the packing, for a kernel that has done the
-/// groups' searches: the fits of the block's groups are units `first..first + 8` of `fits`.
-/// Inlined into each kernel, so that its element loops are compiled for that kernel's CPU.
-#[inline(always)]
-#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
-fn finish_scale_min_block(kind: KQuant, x: &[f32], fits: &Fits, first: usize, out: &mut [u8]) {
-    let x: &[f32; QK_K] = x.try_into().unwrap();
-    let nmax = if kind == KQuant::Q4K { 15 } else { 31 };
-    let scales: &[f32; 8] = fits.scale[first..first + 8].try_into().unwrap();
-    let mins: &[f32; 8] = fits.min[first..first + 8].try_into().unwrap();
-    let (d, dmin, packed) = scale_min_header(scales, mins);
-    let d_f = f16::from_bits(d).to_f32();
-    let dmin_f = f16::from_bits(dmin).to_f32();
-    let mut l = [0u8; QK_K];
-    for (j, (xs, ls)) in x.chunks_exact(32).zip(l.chunks_exact_mut(32)).enumerate() {
-        let (sc, m) = scale_min_k4(j, &packed);
-        let dj = d_f * sc as f32;
-        if dj == 0.0 {
-            let u = first + j;
-            if fits.zero[u] == 0 {
-                qkx2_levels(nmax, xs, fits.iscale[u], fits.lmin[u], ls);
-            }
-            continue;
-        }
-        let dm = dmin_f * m as f32;
-        for (q, &v) in ls.iter_mut().zip(xs) {
-            *q = nearest_int((v + dm) / dj).clamp(0, nmax) as u8;
-        }
-    }
-    if kind == KQuant::Q4K {
-        write_q4_k(d, dmin, &packed, &l, out.try_into().unwrap());
-    } else {
-        out[16..48].fill(0);
-        write_q5_k(d, dmin, &packed, &l, out.try_into().unwrap());
-    }
-}
-
-/// The rest of [`quantize_q6_k_block`], for a kernel that has done the 16 groups' searches.
-#[inline(always)]
-#[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64")), allow(dead_code))]
-fn finish_q6_k_block(x: &[f32], fits: &Fits, out: &mut [u8]) {
-    let x: &[f32; QK_K] = x.try_into().unwrap();
-    let out: &mut [u8; Q6_K_BLOCK_BYTES] = out.try_into().unwrap();
-    let Some((d, sc)) = q6_k_header(fits.scale[..16].try_into().unwrap()) else {
-        out.fill(0);
-        return;
-    };
-    let d_f = f16::from_bits(d).to_f32();
-    let mut l = [0u8; QK_K];
-    for (j, (xs, ls)) in x.chunks_exact(16).zip(l.chunks_exact_mut(16)).enumerate() {
-        let dj = d_f * sc[j] as f32;
-        if dj == 0.0 {
-            if fits.zero[j] == 0 {
-                qx_levels(32, xs, fits.iscale[j], ls);
-            }
-            continue;
-        }
-        for (q, &v) in ls.iter_mut().zip(xs) {
-            *q = (nearest_int(v / dj).clamp(-32, 31) + 32) as u8;
-        }
-    }
-    write_q6_k(d, &sc, &l, out);
 }
 
 #[cfg(test)]

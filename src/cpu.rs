@@ -1,0 +1,79 @@
+//! The CPU this process runs on: which instruction sets it has, detected at run time (the one
+//! place that asks), and which [`Kernel`] the encoders that have several take.
+//!
+//! The SIMD paths enter their `#[target_feature]` code only after asking here: through a token of
+//! [`crate::simd`] (made by [`Avx2::detect`](crate::simd::Avx2::detect) and its kin, which ask
+//! here) or, for the code not yet written over those tokens, through the `has_*` answers below.
+
+#[cfg(target_arch = "x86_64")]
+use crate::simd::Avx2;
+#[cfg(target_arch = "aarch64")]
+use crate::simd::Neon;
+use std::sync::OnceLock;
+
+/// Whether this CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+pub fn has_avx2() -> bool {
+    is_x86_feature_detected!("avx2")
+}
+
+/// Whether this CPU has AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+pub fn has_avx2_fma() -> bool {
+    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
+}
+
+/// Whether this CPU has AVX2 and F16C (the f16 conversions).
+#[cfg(target_arch = "x86_64")]
+pub fn has_avx2_f16c() -> bool {
+    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c")
+}
+
+/// Whether this CPU has NEON (every aarch64 CPU that Linux and macOS run on does).
+#[cfg(target_arch = "aarch64")]
+pub fn has_neon() -> bool {
+    std::arch::is_aarch64_feature_detected!("neon")
+}
+
+/// One implementation of an encoder that has several (the K-quants, MLX affine): the scalar
+/// reference or a CPU's vectors, all giving the same bytes. A vector kernel holds its
+/// `crate::simd` token, so it can only be had on a CPU that runs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kernel {
+    /// The scalar reference, one block or group at a time.
+    Reference,
+    /// AVX2 (`x86_64`), eight lanes.
+    #[cfg(target_arch = "x86_64")]
+    Avx2(Avx2),
+    /// NEON (aarch64), four lanes.
+    #[cfg(target_arch = "aarch64")]
+    Neon(Neon),
+}
+
+impl Kernel {
+    /// Every kernel this CPU runs, the reference first and the fastest last.
+    pub fn available() -> Vec<Kernel> {
+        let mut v = vec![Kernel::Reference];
+        #[cfg(target_arch = "x86_64")]
+        v.extend(Avx2::detect().map(Kernel::Avx2));
+        #[cfg(target_arch = "aarch64")]
+        v.extend(Neon::detect().map(Kernel::Neon));
+        v
+    }
+
+    /// The fastest kernel this CPU runs, detected on the first call.
+    pub fn best() -> Kernel {
+        static BEST: OnceLock<Kernel> = OnceLock::new();
+        *BEST.get_or_init(|| *Kernel::available().last().expect("the reference is always available"))
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kernel::Reference => "reference",
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2(_) => "avx2",
+            #[cfg(target_arch = "aarch64")]
+            Kernel::Neon(_) => "neon",
+        }
+    }
+}

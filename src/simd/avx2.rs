@@ -1,0 +1,271 @@
+//! [`Lanes`] for AVX2 (`x86_64`): eight f32 lanes in a `__m256`.
+
+use super::{Lanes, Mask, Vector};
+#[allow(clippy::wildcard_imports)] // the intrinsics
+use std::arch::x86_64::*;
+use std::ops::{Add, BitAnd, BitOr, Div, Mul, Neg, Not, Sub};
+
+/// Proof that this CPU has AVX2: made only by [`Avx2::detect`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Avx2(());
+
+impl Avx2 {
+    /// The token, if this CPU has AVX2.
+    pub fn detect() -> Option<Avx2> {
+        crate::cpu::has_avx2().then_some(Avx2(()))
+    }
+}
+
+/// Eight f32 lanes; made only through an [`Avx2`] token.
+#[derive(Clone, Copy, Debug)]
+pub struct Avx2F32(__m256);
+
+/// Eight lane conditions of an [`Avx2F32`].
+#[derive(Clone, Copy, Debug)]
+pub struct Avx2Mask(__m256);
+
+// SAFETY (every `unsafe` block below): a token or a vector exists, so AVX2 was detected (see the
+// module documentation of `simd`); memory is reached through slices whose length is checked first.
+
+impl Lanes for Avx2 {
+    const LANES: usize = 8;
+    type F32 = Avx2F32;
+
+    #[inline(always)]
+    fn splat(self, v: f32) -> Avx2F32 {
+        Avx2F32(unsafe { _mm256_set1_ps(v) })
+    }
+
+    #[inline(always)]
+    fn load(self, x: &[f32]) -> Avx2F32 {
+        let x = &x[..8];
+        Avx2F32(unsafe { _mm256_loadu_ps(x.as_ptr()) })
+    }
+
+    #[inline(always)]
+    fn load_columns(self, x: &[f32], stride: usize, out: &mut [Avx2F32]) {
+        let mut r = [unsafe { _mm256_setzero_ps() }; 8];
+        for (j, row) in r.iter_mut().enumerate() {
+            *row = self.load(&x[j * stride..]).0;
+        }
+        let out = &mut out[..8];
+        unsafe {
+            let t0 = _mm256_unpacklo_ps(r[0], r[1]);
+            let t1 = _mm256_unpackhi_ps(r[0], r[1]);
+            let t2 = _mm256_unpacklo_ps(r[2], r[3]);
+            let t3 = _mm256_unpackhi_ps(r[2], r[3]);
+            let t4 = _mm256_unpacklo_ps(r[4], r[5]);
+            let t5 = _mm256_unpackhi_ps(r[4], r[5]);
+            let t6 = _mm256_unpacklo_ps(r[6], r[7]);
+            let t7 = _mm256_unpackhi_ps(r[6], r[7]);
+            let s0 = _mm256_shuffle_ps::<0x44>(t0, t2);
+            let s1 = _mm256_shuffle_ps::<0xEE>(t0, t2);
+            let s2 = _mm256_shuffle_ps::<0x44>(t1, t3);
+            let s3 = _mm256_shuffle_ps::<0xEE>(t1, t3);
+            let s4 = _mm256_shuffle_ps::<0x44>(t4, t6);
+            let s5 = _mm256_shuffle_ps::<0xEE>(t4, t6);
+            let s6 = _mm256_shuffle_ps::<0x44>(t5, t7);
+            let s7 = _mm256_shuffle_ps::<0xEE>(t5, t7);
+            out[0] = Avx2F32(_mm256_permute2f128_ps::<0x20>(s0, s4));
+            out[1] = Avx2F32(_mm256_permute2f128_ps::<0x20>(s1, s5));
+            out[2] = Avx2F32(_mm256_permute2f128_ps::<0x20>(s2, s6));
+            out[3] = Avx2F32(_mm256_permute2f128_ps::<0x20>(s3, s7));
+            out[4] = Avx2F32(_mm256_permute2f128_ps::<0x31>(s0, s4));
+            out[5] = Avx2F32(_mm256_permute2f128_ps::<0x31>(s1, s5));
+            out[6] = Avx2F32(_mm256_permute2f128_ps::<0x31>(s2, s6));
+            out[7] = Avx2F32(_mm256_permute2f128_ps::<0x31>(s3, s7));
+        }
+    }
+}
+
+macro_rules! binary_op {
+    ($trait:ident, $method:ident, $intrinsic:ident) => {
+        impl $trait for Avx2F32 {
+            type Output = Avx2F32;
+            #[inline(always)]
+            fn $method(self, other: Avx2F32) -> Avx2F32 {
+                Avx2F32(unsafe { $intrinsic(self.0, other.0) })
+            }
+        }
+    };
+}
+
+binary_op!(Add, add, _mm256_add_ps);
+binary_op!(Sub, sub, _mm256_sub_ps);
+binary_op!(Mul, mul, _mm256_mul_ps);
+binary_op!(Div, div, _mm256_div_ps);
+
+impl Neg for Avx2F32 {
+    type Output = Avx2F32;
+    #[inline(always)]
+    fn neg(self) -> Avx2F32 {
+        Avx2F32(unsafe { _mm256_xor_ps(self.0, _mm256_set1_ps(-0.0)) })
+    }
+}
+
+impl Vector for Avx2F32 {
+    type Mask = Avx2Mask;
+
+    #[inline(always)]
+    fn store(self, to: &mut [f32]) {
+        let to = &mut to[..8];
+        unsafe { _mm256_storeu_ps(to.as_mut_ptr(), self.0) }
+    }
+
+    #[inline(always)]
+    fn sqrt(self) -> Avx2F32 {
+        Avx2F32(unsafe { _mm256_sqrt_ps(self.0) })
+    }
+
+    #[inline(always)]
+    fn abs(self) -> Avx2F32 {
+        Avx2F32(unsafe { _mm256_andnot_ps(_mm256_set1_ps(-0.0), self.0) })
+    }
+
+    // `vminps`/`vmaxps` answer with the second operand unless the comparison holds: exactly C's
+    // `a < b ? a : b`.
+    #[inline(always)]
+    fn min(self, other: Avx2F32) -> Avx2F32 {
+        Avx2F32(unsafe { _mm256_min_ps(self.0, other.0) })
+    }
+
+    #[inline(always)]
+    fn max(self, other: Avx2F32) -> Avx2F32 {
+        Avx2F32(unsafe { _mm256_max_ps(self.0, other.0) })
+    }
+
+    #[inline(always)]
+    fn min_num(self, other: Avx2F32) -> Avx2F32 {
+        self.min(other)
+    }
+
+    #[inline(always)]
+    fn max_num(self, other: Avx2F32) -> Avx2F32 {
+        self.max(other)
+    }
+
+    #[inline(always)]
+    fn lt(self, other: Avx2F32) -> Avx2Mask {
+        Avx2Mask(unsafe { _mm256_cmp_ps::<_CMP_LT_OQ>(self.0, other.0) })
+    }
+
+    #[inline(always)]
+    fn gt(self, other: Avx2F32) -> Avx2Mask {
+        Avx2Mask(unsafe { _mm256_cmp_ps::<_CMP_GT_OQ>(self.0, other.0) })
+    }
+
+    #[inline(always)]
+    fn ge(self, other: Avx2F32) -> Avx2Mask {
+        Avx2Mask(unsafe { _mm256_cmp_ps::<_CMP_GE_OQ>(self.0, other.0) })
+    }
+
+    #[inline(always)]
+    fn eq(self, other: Avx2F32) -> Avx2Mask {
+        Avx2Mask(unsafe { _mm256_cmp_ps::<_CMP_EQ_OQ>(self.0, other.0) })
+    }
+
+    #[inline(always)]
+    fn abs_lt(self, other: Avx2F32) -> Avx2Mask {
+        self.abs().lt(other)
+    }
+
+    #[inline(always)]
+    fn replaced_where(self, mask: Avx2Mask, by: Avx2F32) -> Avx2F32 {
+        Avx2F32(unsafe { _mm256_blendv_ps(self.0, by.0, mask.0) })
+    }
+
+    #[inline(always)]
+    fn zero_where(self, mask: Avx2Mask) -> Avx2F32 {
+        Avx2F32(unsafe { _mm256_andnot_ps(mask.0, self.0) })
+    }
+
+    #[inline(always)]
+    fn round_ties_even(self) -> Avx2F32 {
+        Avx2F32(unsafe { _mm256_round_ps::<{ _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC }>(self.0) })
+    }
+
+    #[inline(always)]
+    fn round_half_away(self) -> Avx2F32 {
+        // Adding the largest float below ½, signed as the value, then truncating: a value ½ or more
+        // past an integer carries to the next one, anything less does not (also where the sum rounds).
+        unsafe {
+            let sign = _mm256_and_ps(self.0, _mm256_set1_ps(-0.0));
+            let nudge = _mm256_or_ps(sign, _mm256_set1_ps(0.5f32.next_down()));
+            Avx2F32(_mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(_mm256_add_ps(self.0, nudge)))
+        }
+    }
+
+    #[inline(always)]
+    fn max_lane_num(self) -> f32 {
+        unsafe {
+            let m = _mm_max_ps(_mm256_castps256_ps128(self.0), _mm256_extractf128_ps::<1>(self.0));
+            let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+            _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps::<0x55>(m, m)))
+        }
+    }
+
+    #[inline(always)]
+    fn store_i8(self, to: &mut [u8]) {
+        let to = &mut to[..8];
+        unsafe {
+            let i = _mm256_cvtps_epi32(self.0);
+            let words = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256::<1>(i));
+            _mm_storel_epi64(to.as_mut_ptr().cast(), _mm_packs_epi16(words, words));
+        }
+    }
+
+    #[inline(always)]
+    fn nearest_int_clamped(self, lo: i32, hi: i32) -> Avx2F32 {
+        unsafe {
+            let bits = _mm256_castps_si256(_mm256_add_ps(self.0, _mm256_set1_ps(12_582_912.0)));
+            let q = _mm256_sub_epi32(
+                _mm256_and_si256(bits, _mm256_set1_epi32(0x007f_ffff)),
+                _mm256_set1_epi32(0x0040_0000),
+            );
+            let q = _mm256_min_epi32(_mm256_max_epi32(q, _mm256_set1_epi32(lo)), _mm256_set1_epi32(hi));
+            Avx2F32(_mm256_cvtepi32_ps(q))
+        }
+    }
+}
+
+impl BitAnd for Avx2Mask {
+    type Output = Avx2Mask;
+    #[inline(always)]
+    fn bitand(self, other: Avx2Mask) -> Avx2Mask {
+        Avx2Mask(unsafe { _mm256_and_ps(self.0, other.0) })
+    }
+}
+
+impl BitOr for Avx2Mask {
+    type Output = Avx2Mask;
+    #[inline(always)]
+    fn bitor(self, other: Avx2Mask) -> Avx2Mask {
+        Avx2Mask(unsafe { _mm256_or_ps(self.0, other.0) })
+    }
+}
+
+impl Not for Avx2Mask {
+    type Output = Avx2Mask;
+    #[inline(always)]
+    fn not(self) -> Avx2Mask {
+        Avx2Mask(unsafe { _mm256_xor_ps(self.0, _mm256_castsi256_ps(_mm256_set1_epi32(-1))) })
+    }
+}
+
+impl Mask for Avx2Mask {
+    #[inline(always)]
+    fn any(self) -> bool {
+        unsafe { _mm256_movemask_ps(self.0) != 0 }
+    }
+
+    #[inline(always)]
+    fn all(self) -> bool {
+        unsafe { _mm256_movemask_ps(self.0) == 0xFF }
+    }
+
+    #[inline(always)]
+    fn store(self, to: &mut [u32]) {
+        let to = &mut to[..8];
+        unsafe { _mm256_storeu_si256(to.as_mut_ptr().cast(), _mm256_castps_si256(self.0)) }
+    }
+}

@@ -1,0 +1,107 @@
+//! f32 vector lanes for kernels written once: a search is a generic `#[inline(always)]` body over
+//! [`Lanes`], and each architecture enters it through one `#[target_feature]` function, which is
+//! where the body is compiled for that CPU. Today's implementations are [`Avx2`] (`x86_64`, eight
+//! lanes) and [`Neon`] (aarch64, four lanes). It sits outside `quant/` because nothing in it is
+//! about quantization: the trellis decoders can use it as well.
+//!
+//! The one convention for `unsafe`: a token ([`Avx2`], [`Neon`]) can only be made by detecting its
+//! CPU features at run time, and a vector ([`Lanes::F32`]) only from a token or from other vectors.
+//! Holding either therefore proves the features are there, and every method calls its intrinsics
+//! in an `unsafe` block on that ground alone (plus bounds checked by slices). The methods are
+//! `#[inline(always)]` so that they land in the caller's `#[target_feature]` function and compile
+//! to single instructions there.
+//!
+//! Every operation is one IEEE operation per lane, as written: no fused multiply-add, no
+//! reassociation. Comparisons are ordered (false when either side is NaN). Where the instructions
+//! of two CPUs differ on NaN or on the sign of zero, the method says which answer it gives; the
+//! answer is the same on every implementation.
+
+use std::ops::{Add, BitAnd, BitOr, Div, Mul, Neg, Not, Sub};
+
+#[cfg(target_arch = "x86_64")]
+mod avx2;
+#[cfg(target_arch = "aarch64")]
+mod neon;
+
+#[cfg(target_arch = "x86_64")]
+pub use avx2::Avx2;
+#[cfg(target_arch = "aarch64")]
+pub use neon::Neon;
+
+/// A CPU's f32 vectors, as a token whose existence proves the CPU runs them (see the module
+/// documentation).
+pub trait Lanes: Copy {
+    /// f32 values per vector.
+    const LANES: usize;
+    type F32: Vector;
+
+    /// `v` in every lane.
+    fn splat(self, v: f32) -> Self::F32;
+
+    /// The first [`Lanes::LANES`] values of `x`.
+    fn load(self, x: &[f32]) -> Self::F32;
+
+    /// `out[i]` (for `i` below [`Lanes::LANES`]) holds in lane `j` the value `x[j·stride + i]`: a
+    /// square of rows `stride` apart, loaded as columns.
+    fn load_columns(self, x: &[f32], stride: usize, out: &mut [Self::F32]);
+}
+
+/// One vector of f32 lanes. The arithmetic operators are one IEEE operation per lane.
+pub trait Vector:
+    Copy + Add<Output = Self> + Sub<Output = Self> + Mul<Output = Self> + Div<Output = Self> + Neg<Output = Self>
+{
+    /// A lane-wise condition: all ones where true, all zeros where false.
+    type Mask: Mask;
+
+    /// Writes the lanes to the start of `to`.
+    fn store(self, to: &mut [f32]);
+    fn sqrt(self) -> Self;
+    /// `|self|`: the sign bit cleared.
+    fn abs(self) -> Self;
+
+    /// `self < other ? self : other`, operand for operand as ggml's `if (x < min) min = x` written
+    /// `min = x.min(min)`: NaN and the sign of zero as that C gives them.
+    fn min(self, other: Self) -> Self;
+    /// `self > other ? self : other`, as [`Vector::min`].
+    fn max(self, other: Self) -> Self;
+    /// The lesser of two values neither of which is NaN, a zero of either sign beside a zero of
+    /// the other giving either: the cheapest instruction, for clamps.
+    fn min_num(self, other: Self) -> Self;
+    /// The greater, as [`Vector::min_num`].
+    fn max_num(self, other: Self) -> Self;
+
+    fn lt(self, other: Self) -> Self::Mask;
+    fn gt(self, other: Self) -> Self::Mask;
+    fn ge(self, other: Self) -> Self::Mask;
+    fn eq(self, other: Self) -> Self::Mask;
+    /// `|self| < other`.
+    fn abs_lt(self, other: Self) -> Self::Mask;
+
+    /// `mask ? by : self`, lane by lane.
+    fn replaced_where(self, mask: Self::Mask, by: Self) -> Self;
+    /// `mask ? +0 : self`, lane by lane.
+    fn zero_where(self, mask: Self::Mask) -> Self;
+
+    /// Rounded to the nearest integer, ties to even (`vroundps`, `frintn`).
+    fn round_ties_even(self) -> Self;
+    /// Rounded to the nearest integer, ties away from zero (C's `roundf`, Rust's `f32::round`).
+    fn round_half_away(self) -> Self;
+    /// ggml's `nearest_int(v)` clamped to `lo..=hi`, as f32: adding 1.5·2²³ and reading the low
+    /// mantissa bits, so any value (NaN and infinities included) gives what the C code gives.
+    fn nearest_int_clamped(self, lo: i32, hi: i32) -> Self;
+
+    /// The greatest lane, of lanes none of which is NaN.
+    fn max_lane_num(self) -> f32;
+    /// Writes the lanes, whole numbers in `-128..=127`, to the start of `to` as int8 bytes.
+    fn store_i8(self, to: &mut [u8]);
+}
+
+/// A lane-wise condition of a [`Vector`].
+pub trait Mask: Copy + BitAnd<Output = Self> + BitOr<Output = Self> + Not<Output = Self> {
+    /// Whether any lane is true.
+    fn any(self) -> bool;
+    /// Whether every lane is true.
+    fn all(self) -> bool;
+    /// Writes the lanes (`u32::MAX` or 0) to the start of `to`.
+    fn store(self, to: &mut [u32]);
+}

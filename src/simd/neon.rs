@@ -1,0 +1,245 @@
+//! [`Lanes`] for NEON (aarch64): four f32 lanes in a `float32x4_t`.
+
+use super::{Lanes, Mask, Vector};
+#[allow(clippy::wildcard_imports)] // the intrinsics
+use std::arch::aarch64::*;
+use std::ops::{Add, BitAnd, BitOr, Div, Mul, Neg, Not, Sub};
+
+/// Proof that this CPU has NEON (every aarch64 CPU does; it is detected all the same, so that the
+/// token means one thing everywhere): made only by [`Neon::detect`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Neon(());
+
+impl Neon {
+    /// The token, if this CPU has NEON.
+    pub fn detect() -> Option<Neon> {
+        crate::cpu::has_neon().then_some(Neon(()))
+    }
+}
+
+/// Four f32 lanes; made only through a [`Neon`] token.
+#[derive(Clone, Copy, Debug)]
+pub struct NeonF32(float32x4_t);
+
+/// Four lane conditions of a [`NeonF32`].
+#[derive(Clone, Copy, Debug)]
+pub struct NeonMask(uint32x4_t);
+
+// SAFETY (every `unsafe` block below): a token or a vector exists, so NEON was detected (see the
+// module documentation of `simd`); memory is reached through slices whose length is checked first.
+
+impl Lanes for Neon {
+    const LANES: usize = 4;
+    type F32 = NeonF32;
+
+    #[inline(always)]
+    fn splat(self, v: f32) -> NeonF32 {
+        NeonF32(unsafe { vdupq_n_f32(v) })
+    }
+
+    #[inline(always)]
+    fn load(self, x: &[f32]) -> NeonF32 {
+        let x = &x[..4];
+        NeonF32(unsafe { vld1q_f32(x.as_ptr()) })
+    }
+
+    #[inline(always)]
+    fn load_columns(self, x: &[f32], stride: usize, out: &mut [NeonF32]) {
+        let mut r = [unsafe { vdupq_n_f32(0.0) }; 4];
+        for (j, row) in r.iter_mut().enumerate() {
+            *row = self.load(&x[j * stride..]).0;
+        }
+        let out = &mut out[..4];
+        unsafe {
+            let t0 = vreinterpretq_f64_f32(vtrn1q_f32(r[0], r[1]));
+            let t1 = vreinterpretq_f64_f32(vtrn2q_f32(r[0], r[1]));
+            let t2 = vreinterpretq_f64_f32(vtrn1q_f32(r[2], r[3]));
+            let t3 = vreinterpretq_f64_f32(vtrn2q_f32(r[2], r[3]));
+            out[0] = NeonF32(vreinterpretq_f32_f64(vtrn1q_f64(t0, t2)));
+            out[1] = NeonF32(vreinterpretq_f32_f64(vtrn1q_f64(t1, t3)));
+            out[2] = NeonF32(vreinterpretq_f32_f64(vtrn2q_f64(t0, t2)));
+            out[3] = NeonF32(vreinterpretq_f32_f64(vtrn2q_f64(t1, t3)));
+        }
+    }
+}
+
+macro_rules! binary_op {
+    ($trait:ident, $method:ident, $intrinsic:ident) => {
+        impl $trait for NeonF32 {
+            type Output = NeonF32;
+            #[inline(always)]
+            fn $method(self, other: NeonF32) -> NeonF32 {
+                NeonF32(unsafe { $intrinsic(self.0, other.0) })
+            }
+        }
+    };
+}
+
+binary_op!(Add, add, vaddq_f32);
+binary_op!(Sub, sub, vsubq_f32);
+binary_op!(Mul, mul, vmulq_f32);
+binary_op!(Div, div, vdivq_f32);
+
+impl Neg for NeonF32 {
+    type Output = NeonF32;
+    #[inline(always)]
+    fn neg(self) -> NeonF32 {
+        NeonF32(unsafe { vnegq_f32(self.0) })
+    }
+}
+
+impl Vector for NeonF32 {
+    type Mask = NeonMask;
+
+    #[inline(always)]
+    fn store(self, to: &mut [f32]) {
+        let to = &mut to[..4];
+        unsafe { vst1q_f32(to.as_mut_ptr(), self.0) }
+    }
+
+    #[inline(always)]
+    fn sqrt(self) -> NeonF32 {
+        NeonF32(unsafe { vsqrtq_f32(self.0) })
+    }
+
+    #[inline(always)]
+    fn abs(self) -> NeonF32 {
+        NeonF32(unsafe { vabsq_f32(self.0) })
+    }
+
+    // `fmin`/`fmax` differ from C's comparisons on NaN and on the sign of zero: compare and select.
+    #[inline(always)]
+    fn min(self, other: NeonF32) -> NeonF32 {
+        other.replaced_where(self.lt(other), self)
+    }
+
+    #[inline(always)]
+    fn max(self, other: NeonF32) -> NeonF32 {
+        other.replaced_where(self.gt(other), self)
+    }
+
+    #[inline(always)]
+    fn min_num(self, other: NeonF32) -> NeonF32 {
+        NeonF32(unsafe { vminq_f32(self.0, other.0) })
+    }
+
+    #[inline(always)]
+    fn max_num(self, other: NeonF32) -> NeonF32 {
+        NeonF32(unsafe { vmaxq_f32(self.0, other.0) })
+    }
+
+    #[inline(always)]
+    fn lt(self, other: NeonF32) -> NeonMask {
+        NeonMask(unsafe { vcltq_f32(self.0, other.0) })
+    }
+
+    #[inline(always)]
+    fn gt(self, other: NeonF32) -> NeonMask {
+        NeonMask(unsafe { vcgtq_f32(self.0, other.0) })
+    }
+
+    #[inline(always)]
+    fn ge(self, other: NeonF32) -> NeonMask {
+        NeonMask(unsafe { vcgeq_f32(self.0, other.0) })
+    }
+
+    #[inline(always)]
+    fn eq(self, other: NeonF32) -> NeonMask {
+        NeonMask(unsafe { vceqq_f32(self.0, other.0) })
+    }
+
+    #[inline(always)]
+    fn abs_lt(self, other: NeonF32) -> NeonMask {
+        NeonMask(unsafe { vcaltq_f32(self.0, other.0) })
+    }
+
+    #[inline(always)]
+    fn replaced_where(self, mask: NeonMask, by: NeonF32) -> NeonF32 {
+        NeonF32(unsafe { vbslq_f32(mask.0, by.0, self.0) })
+    }
+
+    #[inline(always)]
+    fn zero_where(self, mask: NeonMask) -> NeonF32 {
+        NeonF32(unsafe { vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(self.0), mask.0)) })
+    }
+
+    #[inline(always)]
+    fn round_ties_even(self) -> NeonF32 {
+        NeonF32(unsafe { vrndnq_f32(self.0) })
+    }
+
+    #[inline(always)]
+    fn round_half_away(self) -> NeonF32 {
+        NeonF32(unsafe { vrndaq_f32(self.0) })
+    }
+
+    #[inline(always)]
+    fn max_lane_num(self) -> f32 {
+        unsafe { vmaxvq_f32(self.0) }
+    }
+
+    #[inline(always)]
+    fn store_i8(self, to: &mut [u8]) {
+        let to = &mut to[..4];
+        unsafe {
+            let halves = vqmovn_s32(vcvtq_s32_f32(self.0));
+            let bytes = vqmovn_s16(vcombine_s16(halves, halves));
+            let mut eight = [0i8; 8];
+            vst1_s8(eight.as_mut_ptr(), bytes);
+            for (t, &b) in to.iter_mut().zip(&eight) {
+                *t = b as u8;
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn nearest_int_clamped(self, lo: i32, hi: i32) -> NeonF32 {
+        unsafe {
+            let bits = vreinterpretq_s32_f32(vaddq_f32(self.0, vdupq_n_f32(12_582_912.0)));
+            let q = vsubq_s32(vandq_s32(bits, vdupq_n_s32(0x007f_ffff)), vdupq_n_s32(0x0040_0000));
+            NeonF32(vcvtq_f32_s32(vminq_s32(vmaxq_s32(q, vdupq_n_s32(lo)), vdupq_n_s32(hi))))
+        }
+    }
+}
+
+impl BitAnd for NeonMask {
+    type Output = NeonMask;
+    #[inline(always)]
+    fn bitand(self, other: NeonMask) -> NeonMask {
+        NeonMask(unsafe { vandq_u32(self.0, other.0) })
+    }
+}
+
+impl BitOr for NeonMask {
+    type Output = NeonMask;
+    #[inline(always)]
+    fn bitor(self, other: NeonMask) -> NeonMask {
+        NeonMask(unsafe { vorrq_u32(self.0, other.0) })
+    }
+}
+
+impl Not for NeonMask {
+    type Output = NeonMask;
+    #[inline(always)]
+    fn not(self) -> NeonMask {
+        NeonMask(unsafe { vmvnq_u32(self.0) })
+    }
+}
+
+impl Mask for NeonMask {
+    #[inline(always)]
+    fn any(self) -> bool {
+        unsafe { vmaxvq_u32(self.0) != 0 }
+    }
+
+    #[inline(always)]
+    fn all(self) -> bool {
+        unsafe { vminvq_u32(self.0) == u32::MAX }
+    }
+
+    #[inline(always)]
+    fn store(self, to: &mut [u32]) {
+        let to = &mut to[..4];
+        unsafe { vst1q_u32(to.as_mut_ptr(), self.0) }
+    }
+}
