@@ -1,7 +1,6 @@
 //! A tensor's place in a shard, and typed views of its bytes.
 
 use anyhow::{bail, Result};
-use half::{bf16, f16};
 use safetensors::Dtype;
 use std::ops::Range;
 
@@ -49,11 +48,8 @@ pub fn is_float(dtype: Dtype) -> bool {
 
 /// Widens little-endian F16/BF16/F32 bytes to f32 (exact), appending to `out`.
 pub fn floats_to_f32(bytes: &[u8], dtype: Dtype, out: &mut Vec<f32>) -> Result<()> {
-    match dtype {
-        Dtype::F32 => out.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()))),
-        Dtype::F16 => out.extend(bytes.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())),
-        Dtype::BF16 => out.extend(bytes.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())),
-        other => bail!("dtype {other:?} is not a float type"),
+    if !crate::quant::dense::decode(bytes, dtype, out) {
+        bail!("dtype {dtype:?} is not a float type");
     }
     Ok(())
 }

@@ -355,7 +355,11 @@ pub fn dequantize_rows(
     scale_dtype: Dtype,
     out: &mut Vec<f32>,
 ) {
-    let read = |bytes| crate::checkpoint::tensor::to_f32_vec(bytes, scale_dtype).expect("a float dtype");
+    let read = |bytes| {
+        let mut v = Vec::new();
+        assert!(super::dense::decode(bytes, scale_dtype, &mut v), "scales of a float dtype");
+        v
+    };
     let (s, b) = (read(scales), read(biases));
     let row_bytes = spec.packed_cols(cols) * 4;
     out.clear();

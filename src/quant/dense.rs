@@ -1,9 +1,8 @@
-//! Dense output: f32 rounded once to bf16 or f16 (round to nearest, ties to even), or kept f32.
+//! Dense values: f32 rounded once to bf16 or f16 (round to nearest, ties to even) or kept f32, and
+//! such bytes widened back to f32.
 
-#[cfg(test)]
-use half::bf16;
-use half::f16;
 use half::slice::HalfFloatSliceExt;
+use half::{bf16, f16};
 use safetensors::Dtype;
 
 /// Appends `values` encoded as `dtype` (BF16, F16 or F32), little-endian, to `out`.
@@ -32,6 +31,18 @@ pub fn encode(values: &[f32], dtype: Dtype, out: &mut Vec<u8>) {
         Dtype::F32 => out.extend(values.iter().flat_map(|v| v.to_le_bytes())),
         other => panic!("dense encoding to {other:?} is not defined"),
     }
+}
+
+/// Appends little-endian `bytes` of `dtype` widened to f32 (exact), the inverse of [`encode`];
+/// `false` (nothing appended) when `dtype` is not BF16, F16 or F32.
+pub fn decode(bytes: &[u8], dtype: Dtype, out: &mut Vec<f32>) -> bool {
+    match dtype {
+        Dtype::F32 => out.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()))),
+        Dtype::F16 => out.extend(bytes.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())),
+        Dtype::BF16 => out.extend(bytes.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())),
+        _ => return false,
+    }
+    true
 }
 
 /// The first element of encoded `bytes` of `dtype` (a float type; `None` for any other) that is an

@@ -4,6 +4,7 @@ mod common;
 mod kernel_cases;
 mod synth;
 
+mod architecture;
 mod bad_input;
 mod batch;
 mod bits_auto;

@@ -1,0 +1,81 @@
+//! The floors of `docs/ARCHITECTURE.md` hold: every `crate::` path in `src/` names a module on its
+//! own floor or below, and every module of `src/` stands on exactly one floor.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// Module → floor, from the table under `## Floors` (`| 3 | `layout`, `container` |`).
+fn floors() -> BTreeMap<String, usize> {
+    let doc = std::fs::read_to_string(Path::new(ROOT).join("docs/ARCHITECTURE.md")).unwrap();
+    let section = doc.split("\n## Floors").nth(1).expect("docs/ARCHITECTURE.md has a Floors section");
+    let mut out = BTreeMap::new();
+    for line in section.lines().take_while(|l| !l.starts_with("## ")) {
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let Some(floor) = cells.get(1).and_then(|c| c.parse::<usize>().ok()) else { continue };
+        for m in cells[2].split(',').map(|m| m.trim().trim_matches('`')).filter(|m| !m.is_empty()) {
+            assert!(out.insert(m.to_string(), floor).is_none(), "{m} stands on two floors");
+        }
+    }
+    out
+}
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            rust_files(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The top-level module a file of `src/` belongs to (None for the crate roots).
+fn module_of(src: &Path, file: &Path) -> Option<String> {
+    let first = file.strip_prefix(src).unwrap().components().next()?.as_os_str().to_str()?.to_string();
+    let name = first.strip_suffix(".rs").unwrap_or(&first).to_string();
+    (!matches!(name.as_str(), "lib" | "main")).then_some(name)
+}
+
+/// The modules a file's code names as `crate::<module>` (comments left out).
+fn imports(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for line in text.lines().filter(|l| !l.trim_start().starts_with("//")) {
+        for rest in line.split("crate::").skip(1) {
+            let name: String = rest.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect();
+            if !name.is_empty() {
+                out.push(name);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn no_module_imports_one_on_a_higher_floor() {
+    let floors = floors();
+    let src = Path::new(ROOT).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut wrong = Vec::new();
+    for file in &files {
+        let Some(module) = module_of(&src, file) else { continue };
+        let Some(&floor) = floors.get(&module) else {
+            wrong.push(format!("{module} ({}) stands on no floor", file.display()));
+            continue;
+        };
+        for target in imports(&std::fs::read_to_string(file).unwrap()) {
+            match floors.get(&target) {
+                Some(&f) if f > floor => wrong.push(format!(
+                    "{} imports {target} (floor {f}) from floor {floor}",
+                    file.strip_prefix(ROOT).unwrap().display()
+                )),
+                None => wrong.push(format!("{}: crate::{target} stands on no floor", file.display())),
+                _ => {}
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
