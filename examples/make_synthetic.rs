@@ -2,7 +2,11 @@
 //! dense-27B-shaped MLP layers (gate K=2, up and down K=3, 5120×17408) until the codes reach the
 //! requested size.
 //!
-//!     cargo run --release --example make_synthetic -- OUT_DIR [GB_OF_CODES]
+//!     cargo run --release --example make_synthetic -- OUT_DIR [GB_OF_CODES] [--whole]
+//!
+//! `--whole` makes every layer a whole full-attention block (q/k/v/o projections at K=3 and the
+//! four norms) and adds the int8 embeddings and head (a 4096-token vocabulary) and the final norm:
+//! a model llama.cpp's load rules accept, which the GGUF benchmarks need.
 
 use half::f16;
 use serde_json::json;
@@ -10,6 +14,11 @@ use std::io::Write;
 
 const HIDDEN: usize = 5120;
 const INTERMEDIATE: usize = 17408;
+const HEADS: usize = 24;
+const KV_HEADS: usize = 4;
+const HEAD_DIM: usize = 256;
+/// The `--whole` model's vocabulary: enough for a real embedding and head, small beside the layers.
+const VOCAB: usize = 4096;
 
 struct Tensor {
     name: String,
@@ -19,8 +28,12 @@ struct Tensor {
 }
 
 fn main() -> std::io::Result<()> {
-    const USAGE: &str = "usage: make_synthetic OUT_DIR [GB_OF_CODES]";
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    const USAGE: &str = "usage: make_synthetic OUT_DIR [GB_OF_CODES] [--whole]";
+    let mut args: Vec<String> = std::env::args().skip(1).collect();
+    let whole = args.last().is_some_and(|a| a == "--whole");
+    if whole {
+        args.pop();
+    }
     if args.is_empty() || args.len() > 2 || args.iter().any(|a| a.starts_with('-')) {
         eprintln!("{USAGE}");
         std::process::exit(2);
@@ -39,13 +52,32 @@ fn main() -> std::io::Result<()> {
     let mut tensors = Vec::new();
     let mut code_bytes = 0usize;
     let mut layer = 0;
+    let f16_vector = |name: String, n: usize| Tensor { name, dtype: "F16", shape: vec![n], len: 2 * n };
+    let attention: &[(&str, usize, usize, usize)] = if whole {
+        &[
+            ("self_attn.q_proj", HIDDEN, 2 * HEADS * HEAD_DIM, 3),
+            ("self_attn.k_proj", HIDDEN, KV_HEADS * HEAD_DIM, 3),
+            ("self_attn.v_proj", HIDDEN, KV_HEADS * HEAD_DIM, 3),
+            ("self_attn.o_proj", HEADS * HEAD_DIM, HIDDEN, 3),
+        ]
+    } else {
+        &[]
+    };
+    let mlp = [
+        ("mlp.gate_proj", HIDDEN, INTERMEDIATE, 2),
+        ("mlp.up_proj", HIDDEN, INTERMEDIATE, 3),
+        ("mlp.down_proj", INTERMEDIATE, HIDDEN, 3),
+    ];
     while (code_bytes as f64) < gb * 1e9 {
-        for (proj, ic, oc, k) in [
-            ("gate_proj", HIDDEN, INTERMEDIATE, 2),
-            ("up_proj", HIDDEN, INTERMEDIATE, 3),
-            ("down_proj", INTERMEDIATE, HIDDEN, 3),
-        ] {
-            let p = format!("model.language_model.layers.{layer}.mlp.{proj}");
+        let block = format!("model.language_model.layers.{layer}");
+        if whole {
+            tensors.push(f16_vector(format!("{block}.input_layernorm.weight"), HIDDEN));
+            tensors.push(f16_vector(format!("{block}.post_attention_layernorm.weight"), HIDDEN));
+            tensors.push(f16_vector(format!("{block}.self_attn.q_norm.weight"), HEAD_DIM));
+            tensors.push(f16_vector(format!("{block}.self_attn.k_norm.weight"), HEAD_DIM));
+        }
+        for &(proj, ic, oc, k) in attention.iter().chain(&mlp) {
+            let p = format!("{block}.{proj}");
             let code_len = ic * oc * k / 8;
             code_bytes += code_len;
             tensors.push(Tensor {
@@ -59,6 +91,14 @@ fn main() -> std::io::Result<()> {
         }
         layer += 1;
     }
+    if whole {
+        tensors.push(f16_vector("model.language_model.norm.weight".into(), HIDDEN));
+        for p in ["model.language_model.embed_tokens", "lm_head"] {
+            let len = VOCAB * HIDDEN;
+            tensors.push(Tensor { name: format!("{p}.weight_int8"), dtype: "I8", shape: vec![VOCAB, HIDDEN], len });
+            tensors.push(f16_vector(format!("{p}.weight_scale"), VOCAB));
+        }
+    }
 
     // One shard per layer keeps files at a realistic size.
     let mut rng = 0x1234_5678_9ABC_DEF0u64;
@@ -68,7 +108,8 @@ fn main() -> std::io::Result<()> {
         rng ^= rng << 17;
         rng
     };
-    for (l, chunk) in tensors.chunks(9).enumerate() {
+    let per_layer = if whole { 4 } else { 0 } + 3 * (attention.len() + mlp.len());
+    for (l, chunk) in tensors.chunks(per_layer).enumerate() {
         let mut header = serde_json::Map::new();
         let mut offset = 0;
         for t in chunk {
@@ -88,11 +129,19 @@ fn main() -> std::io::Result<()> {
         f.write_all(text.as_bytes())?;
         for t in chunk {
             if t.dtype == "F16" {
-                // Scales of a plausible size: rin ~ 0.01, rout ~ 1, random signs.
-                let base = if t.name.ends_with("rin") { 0.01 } else { 1.0 };
+                // Scales of a plausible size: rin ~ 0.01, rout and norms ~ 1, random signs; int8 row
+                // scales ~ 0.01, positive.
+                let (base, signed) = if t.name.ends_with("rin") {
+                    (0.01, true)
+                } else if t.name.ends_with("weight_scale") {
+                    (0.01, false)
+                } else {
+                    (1.0, true)
+                };
                 for _ in 0..t.len / 2 {
                     let r = next();
-                    let v = base * (0.5 + (r >> 40) as f32 / (1u64 << 24) as f32) * if r & 1 == 0 { 1.0 } else { -1.0 };
+                    let sign = if signed && r & 1 == 1 { -1.0 } else { 1.0 };
+                    let v = base * (0.5 + (r >> 40) as f32 / (1u64 << 24) as f32) * sign;
                     f.write_all(&f16::from_f32(v).to_le_bytes())?;
                 }
             } else {
@@ -110,18 +159,19 @@ fn main() -> std::io::Result<()> {
             }
         }
     }
-    // The 27B's text config with as many layers as were written (MLP only), so that every
-    // format, GGUF included, has the model keys it needs.
+    // The 27B's text config with as many layers as were written, so that every format, GGUF
+    // included, has the model keys it needs.
     let config = json!({
         "architectures": ["Qwen3_5ForConditionalGeneration"],
         "model_type": "qwen3_5",
         "quantization_config": {"quant_method": "escha"},
+        "tie_word_embeddings": false,
         "text_config": {
             "model_type": "qwen3_5_text", "hidden_size": HIDDEN, "intermediate_size": INTERMEDIATE,
             "num_hidden_layers": layer, "layer_types": vec!["full_attention"; layer],
-            "full_attention_interval": 4, "num_attention_heads": 24, "num_key_value_heads": 4, "head_dim": 256,
+            "full_attention_interval": 4, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
             "linear_num_key_heads": 16, "linear_key_head_dim": 128, "linear_num_value_heads": 48,
-            "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "vocab_size": 248320,
+            "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "vocab_size": if whole { VOCAB } else { 248320 },
             "rms_norm_eps": 1e-6, "max_position_embeddings": 262144,
             "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
                                 "mrope_section": [11, 11, 10]},

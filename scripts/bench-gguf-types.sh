@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Every --gguf-type on a small synthetic checkpoint (examples/make_synthetic.rs: by default one
-# 27B-width MLP layer, 0.09 GB of codes, 267 M weights; gate K=2, up and down K=3): file size, bits
+# Every --gguf-type on a small synthetic checkpoint (examples/make_synthetic.rs --whole: by default
+# one 27B-width full-attention layer, 0.13 GB of codes; gate K=2, the other linears K=3): file size, bits
 # per weight over the coded linears and the added error ‖deq(W_q) − W_f32‖ / ‖W_f32‖ of each coded
 # linear and of all of them (scripts/gguf_errors.py, with gguf-py's dequantize), against
 # `--gguf-type f32`, the exact reconstruction. Types: bf16, q8_0, q4_k, q5_k, q6_k, q4_k_m, q5_k_m,
@@ -19,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 GB=${1:-0.08}
 RUNS=${2:-3}
-DIR=${BENCH_DIR:-/tmp/escha-bench}/gguf-types-$GB
+DIR=${BENCH_DIR:-/tmp/escha-bench}/gguf-types-whole-$GB
 cargo build --release --quiet --example make_synthetic
 cargo build --release --quiet
 bash scripts/llama-cpp.sh
@@ -29,7 +29,8 @@ mkdir -p "$DIR"
 BIN=$DIR/escha-convert
 cp target/release/escha-convert "$BIN"
 echo "escha-convert $(git describe --always --dirty 2>/dev/null || echo '?'), $($BIN -V)"
-[ -d "$DIR/synth" ] || target/release/examples/make_synthetic "$DIR/synth" "$GB"
+# --whole: attention blocks, embeddings and head, which llama.cpp's load rules require.
+[ -d "$DIR/synth" ] || target/release/examples/make_synthetic "$DIR/synth" "$GB" --whole
 TIMES=$DIR/times.txt
 : >"$TIMES"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# --format gguf against the bf16 conversion on a synthetic checkpoint (examples/make_synthetic.rs:
-# 27B-width MLP layers), one thread, RUNS runs alternated: bf16 safetensors, and GGUF as bf16,
+# --format gguf against the bf16 conversion on a synthetic checkpoint (examples/make_synthetic.rs
+# --whole: 27B-width full-attention layers, a 4096-token int8 embedding and head), one thread, RUNS runs alternated: bf16 safetensors, and GGUF as bf16,
 # q8_0, q4_k_m and auto (--max-added-error 0.5, the default). Then the two-step path it replaces,
 # also RUNS times (TWO_STEP_RUNS to change that): the bf16 conversion, llama.cpp's
 # convert_hf_to_gguf.py --outtype bf16 on it, and llama-quantize of that to Q4_K_M (one thread).
@@ -10,7 +10,7 @@
 #
 #     bash scripts/bench-gguf.sh [GB_OF_CODES] [RUNS]
 #
-# Defaults: 0.45 GB of codes (6 layers, 1.6 G weights), 3 runs. Needs about 18 GB free under
+# Defaults: 0.45 GB of codes (4 whole layers), 3 runs. Needs about 18 GB free under
 # BENCH_DIR (default /tmp/escha-bench); removes its outputs at the end, keeps the synthetic
 # checkpoint and the timings ($DIR/times.txt). The release binary is copied to $DIR before the
 # runs, so a rebuild elsewhere during the runs does not change what is timed.
@@ -28,7 +28,7 @@ cd "$(dirname "$0")/.."
 GB=${1:-0.45}
 RUNS=${2:-3}
 TWO_STEP_RUNS=${TWO_STEP_RUNS:-$RUNS}
-DIR=${BENCH_DIR:-/tmp/escha-bench}/gguf-$GB
+DIR=${BENCH_DIR:-/tmp/escha-bench}/gguf-whole-$GB
 cargo build --release --quiet --example make_synthetic
 cargo build --release --quiet
 bash scripts/llama-cpp.sh
@@ -38,7 +38,8 @@ mkdir -p "$DIR"
 BIN=$DIR/escha-convert
 cp target/release/escha-convert "$BIN"
 echo "escha-convert $(git describe --always --dirty 2>/dev/null || echo '?'), $($BIN -V)"
-[ -d "$DIR/synth" ] || target/release/examples/make_synthetic "$DIR/synth" "$GB"
+# --whole: attention blocks, embeddings and head, which llama.cpp's load rules require.
+[ -d "$DIR/synth" ] || target/release/examples/make_synthetic "$DIR/synth" "$GB" --whole
 WEIGHTS=$($BIN "$DIR/synth" "$DIR/out" --dry-run --json --force |
     python3 -c 'import json, sys; print(json.load(sys.stdin)["weights"])')
 TIMES="$DIR/times.txt"
