@@ -226,36 +226,12 @@ fn every_k_and_codebook_goes_to_exl3_and_back_unchanged() {
     for k in 1..=8 {
         for codebook in 0..3 {
             let p = format!("model.language_model.layers.{layer}.mlp");
-            let mut ts = crate::synth::coded_linear(
-                &mut rng,
-                &format!("{p}.shared_expert.down_proj"),
-                None,
-                128,
-                256,
-                k,
-                false,
-                false,
-            );
-            ts.extend(crate::synth::coded_linear(
-                &mut rng,
-                &format!("{p}.experts.gate_up_proj"),
-                Some(2),
-                128,
-                256,
-                k,
-                false,
-                false,
-            ));
-            ts.extend(crate::synth::coded_linear(
-                &mut rng,
-                &format!("{p}.experts.down_proj"),
-                Some(2),
-                128,
-                128,
-                k,
-                false,
-                false,
-            ));
+            let mut linear = |leaf: &str, experts, oc| {
+                crate::synth::coded_linear(&mut rng, &format!("{p}.{leaf}"), experts, 128, oc, k, false, false)
+            };
+            let mut ts = linear("shared_expert.down_proj", None, 256);
+            ts.extend(linear("experts.gate_up_proj", Some(2), 256));
+            ts.extend(linear("experts.down_proj", Some(2), 128));
             input.extend(with_codebook(ts, codebook));
             layer += 1;
         }
