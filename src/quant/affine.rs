@@ -25,12 +25,10 @@ pub use crate::cpu::Kernel;
 use half::f16;
 use safetensors::Dtype;
 
-#[cfg(target_arch = "x86_64")]
-mod avx2;
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+mod kernel;
 #[cfg(test)]
 mod kernel_tests;
-#[cfg(target_arch = "aarch64")]
-mod neon;
 
 /// Bit widths MLX's affine mode accepts.
 pub const BITS: [u32; 6] = [2, 3, 4, 5, 6, 8];
@@ -250,11 +248,12 @@ pub fn quantize_rows_with(
         let out = &mut packed[start + k * GROUPS_PER_CALL * gs * bits as usize / 8..];
         match kernel {
             Kernel::Reference => unreachable!(),
-            // SAFETY: the token proves AVX2; the kernel checks sizes.
+            // SAFETY: the token proves AVX2.
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2(_) => unsafe { avx2::quantize_groups(chunk, gs, bits, out, s, b) },
+            Kernel::Avx2(lanes) => unsafe { kernel::quantize_groups_avx2(lanes, chunk, gs, bits, out, s, b) },
+            // SAFETY: the token proves NEON.
             #[cfg(target_arch = "aarch64")]
-            Kernel::Neon(_) => neon::quantize_groups(chunk, gs, bits, out, s, b),
+            Kernel::Neon(lanes) => unsafe { kernel::quantize_groups_neon(lanes, chunk, gs, bits, out, s, b) },
         }
         extend_floats(s, scale_dtype, scales);
         extend_floats(b, scale_dtype, biases);

@@ -24,6 +24,11 @@ pub struct Avx2F32(__m256);
 #[derive(Clone, Copy, Debug)]
 pub struct Avx2Mask(__m256);
 
+/// 32 byte codes in the order two saturating packs leave them: per 128-bit half, dwords hold codes
+/// `0..4, 8..12, 16..20, 24..28`, then `4..8, 12..16, 20..24, 28..32`.
+#[derive(Clone, Copy, Debug)]
+pub struct Avx2Codes(__m256i);
+
 // SAFETY (every `unsafe` block below): a token or a vector exists, so AVX2 was detected (see the
 // module documentation of `simd`); memory is reached through slices whose length is checked first.
 
@@ -76,7 +81,69 @@ impl Lanes for Avx2 {
             out[7] = Avx2F32(_mm256_permute2f128_ps::<0x31>(s3, s7));
         }
     }
+
+    type Codes = Avx2Codes;
+
+    // The clamp to `max` comes first and the rounding (in the default MXCSR mode, nearest even)
+    // after: the two commute for an integer bound. NaN converts to `i32::MIN`, which the unsigned
+    // saturation of the packs sends to 0 with every negative code.
+    #[inline(always)]
+    fn round_to_codes(self, v: &[Avx2F32], max: u32) -> Avx2Codes {
+        let v = &v[..4];
+        unsafe {
+            let max = _mm256_set1_ps(max as f32);
+            let code = |x: Avx2F32| _mm256_cvtps_epi32(_mm256_min_ps(max, x.0));
+            Avx2Codes(_mm256_packus_epi16(
+                _mm256_packus_epi32(code(v[0]), code(v[1])),
+                _mm256_packus_epi32(code(v[2]), code(v[3])),
+            ))
+        }
+    }
+
+    // A multiply-add of byte pairs (`c0 + c1·2^b`), one of u16 pairs (`p0 + p1·2^2b`, below 2^24,
+    // so no saturation) and a 64-bit shift-or leave 8 consecutive codes in the low `b` bytes of
+    // each u64; a byte shuffle per 128-bit half closes the gaps.
+    #[inline(always)]
+    fn pack_codes<const BITS: u32>(self, codes: Avx2Codes, to: &mut [u8]) {
+        let to = &mut to[..2 * BITS as usize + 16];
+        unsafe {
+            let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+            if BITS == 8 {
+                _mm256_storeu_si256(to.as_mut_ptr().cast(), _mm256_permutevar8x32_epi32(codes.0, order));
+                return;
+            }
+            let pairs = _mm256_maddubs_epi16(codes.0, _mm256_set1_epi16((1 | 1 << (8 + BITS)) as i16));
+            let quads = _mm256_madd_epi16(pairs, _mm256_set1_epi32(1 | 1 << (16 + 2 * BITS)));
+            let quads = _mm256_permutevar8x32_epi32(quads, order);
+            let hi = _mm256_sll_epi64(_mm256_srli_epi64::<32>(quads), _mm_cvtsi32_si128(4 * BITS as i32));
+            let octs = _mm256_or_si256(_mm256_and_si256(quads, _mm256_set1_epi64x(0xFFFF_FFFF)), hi);
+            let packed = _mm256_shuffle_epi8(octs, _mm256_loadu_si256(COMPACT[BITS as usize].as_ptr().cast()));
+            // The second half's bytes start where the first half's stream ends.
+            _mm_storeu_si128(to.as_mut_ptr().cast(), _mm256_castsi256_si128(packed));
+            _mm_storeu_si128(to[2 * BITS as usize..].as_mut_ptr().cast(), _mm256_extracti128_si256::<1>(packed));
+        }
+    }
 }
+
+/// Byte shuffles (per 128-bit half) that keep the low `b` bytes of each u64: bytes `0..b` then
+/// `8..8 + b`, zeros after. Indexed by `b`.
+static COMPACT: [[i8; 32]; 9] = {
+    let mut t = [[-128i8; 32]; 9];
+    let mut b = 0;
+    while b <= 8 {
+        let mut j = 0;
+        while j < b {
+            let (lo, hi) = (j as i8, (8 + j) as i8);
+            t[b][j] = lo;
+            t[b][b + j] = hi;
+            t[b][16 + j] = lo;
+            t[b][16 + b + j] = hi;
+            j += 1;
+        }
+        b += 1;
+    }
+    t
+};
 
 macro_rules! binary_op {
     ($trait:ident, $method:ident, $intrinsic:ident) => {
@@ -201,6 +268,15 @@ impl Vector for Avx2F32 {
             let m = _mm_max_ps(_mm256_castps256_ps128(self.0), _mm256_extractf128_ps::<1>(self.0));
             let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
             _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps::<0x55>(m, m)))
+        }
+    }
+
+    #[inline(always)]
+    fn min_lane_num(self) -> f32 {
+        unsafe {
+            let m = _mm_min_ps(_mm256_castps256_ps128(self.0), _mm256_extractf128_ps::<1>(self.0));
+            let m = _mm_min_ps(m, _mm_movehl_ps(m, m));
+            _mm_cvtss_f32(_mm_min_ss(m, _mm_shuffle_ps::<0x55>(m, m)))
         }
     }
 

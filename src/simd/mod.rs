@@ -44,7 +44,25 @@ pub trait Lanes: Copy {
     /// `out[i]` (for `i` below [`Lanes::LANES`]) holds in lane `j` the value `x[j·stride + i]`: a
     /// square of rows `stride` apart, loaded as columns.
     fn load_columns(self, x: &[f32], stride: usize, out: &mut [Self::F32]);
+
+    /// [`PACKED_CODES`] byte-sized codes in registers, in an order of the implementation's own:
+    /// made by [`Lanes::round_to_codes`], read only by [`Lanes::pack_codes`].
+    type Codes: Copy;
+
+    /// The [`PACKED_CODES`] lanes of `v` (`PACKED_CODES / LANES` vectors) rounded to the nearest
+    /// integer, ties to even, and clamped to `0..=max` (`max` at most 255); NaN gives 0.
+    fn round_to_codes(self, v: &[Self::F32], max: u32) -> Self::Codes;
+
+    /// Writes `codes` (each below `2^BITS`, `BITS` at most 8) as one stream of `BITS`-bit fields,
+    /// the first code in the lowest bits of the first byte: the stream's `4·BITS` bytes to the
+    /// start of `to`, and anything to the bytes after them, up to `2·BITS + 16` bytes in all
+    /// (`to` must hold that many).
+    fn pack_codes<const BITS: u32>(self, codes: Self::Codes, to: &mut [u8]);
 }
+
+/// Codes per [`Lanes::pack_codes`]: 32 fields of any width fill whole bytes, so such runs pack
+/// independently.
+pub const PACKED_CODES: usize = 32;
 
 /// One vector of f32 lanes. The arithmetic operators are one IEEE operation per lane.
 pub trait Vector:
@@ -92,6 +110,8 @@ pub trait Vector:
 
     /// The greatest lane, of lanes none of which is NaN.
     fn max_lane_num(self) -> f32;
+    /// The least lane, as [`Vector::max_lane_num`].
+    fn min_lane_num(self) -> f32;
     /// Writes the lanes, whole numbers in `-128..=127`, to the start of `to` as int8 bytes.
     fn store_i8(self, to: &mut [u8]);
 }

@@ -25,6 +25,10 @@ pub struct NeonF32(float32x4_t);
 #[derive(Clone, Copy, Debug)]
 pub struct NeonMask(uint32x4_t);
 
+/// 32 byte codes in order, 16 per register.
+#[derive(Clone, Copy, Debug)]
+pub struct NeonCodes([uint8x16_t; 2]);
+
 // SAFETY (every `unsafe` block below): a token or a vector exists, so NEON was detected (see the
 // module documentation of `simd`); memory is reached through slices whose length is checked first.
 
@@ -61,7 +65,70 @@ impl Lanes for Neon {
             out[3] = NeonF32(vreinterpretq_f32_f64(vtrn2q_f64(t1, t3)));
         }
     }
+
+    type Codes = NeonCodes;
+
+    // `fcvtnu` rounds to nearest even and saturates to u32 (negatives and NaN give 0); after the
+    // `min` every code fits a byte, so the narrowing keeps the low halves.
+    #[inline(always)]
+    fn round_to_codes(self, v: &[NeonF32], max: u32) -> NeonCodes {
+        let v = &v[..8];
+        unsafe {
+            let max = vdupq_n_u32(max);
+            let code = |x: NeonF32| vreinterpretq_u16_u32(vminq_u32(vcvtnq_u32_f32(x.0), max));
+            let halves = |i: usize| vreinterpretq_u8_u16(vuzp1q_u16(code(v[i]), code(v[i + 1])));
+            let bytes = |i: usize| vuzp1q_u8(halves(i), halves(i + 2));
+            NeonCodes([bytes(0), bytes(4)])
+        }
+    }
+
+    // Three shift-ors (`u16`, `u32`, `u64`) leave 8 consecutive codes in the low `b` bytes of each
+    // u64, and a table lookup closes the gaps: the `2·b` bytes of 16 codes, first.
+    #[inline(always)]
+    fn pack_codes<const BITS: u32>(self, codes: NeonCodes, to: &mut [u8]) {
+        let to = &mut to[..2 * BITS as usize + 16];
+        let [low, high] = codes.0;
+        unsafe {
+            if BITS == 8 {
+                vst1q_u8(to.as_mut_ptr(), low);
+                vst1q_u8(to[16..].as_mut_ptr(), high);
+                return;
+            }
+            let ctrl = vld1q_u8(COMPACT[BITS as usize].as_ptr());
+            let b = BITS as i16;
+            let (sh16, sh32, sh64) = (vdupq_n_s16(b), vdupq_n_s32(2 * b as i32), vdupq_n_s64(4 * b as i64));
+            let pack16 = |v: uint8x16_t| {
+                let x = vreinterpretq_u16_u8(v);
+                let x = vorrq_u16(vandq_u16(x, vdupq_n_u16(0xFF)), vshlq_u16(vshrq_n_u16::<8>(x), sh16));
+                let x = vreinterpretq_u32_u16(x);
+                let x = vorrq_u32(vandq_u32(x, vdupq_n_u32(0xFFFF)), vshlq_u32(vshrq_n_u32::<16>(x), sh32));
+                let x = vreinterpretq_u64_u32(x);
+                let x = vorrq_u64(vandq_u64(x, vdupq_n_u64(0xFFFF_FFFF)), vshlq_u64(vshrq_n_u64::<32>(x), sh64));
+                vqtbl1q_u8(vreinterpretq_u8_u64(x), ctrl)
+            };
+            // The second store overwrites the first one's zeros past `2·BITS` bytes.
+            vst1q_u8(to.as_mut_ptr(), pack16(low));
+            vst1q_u8(to[2 * BITS as usize..].as_mut_ptr(), pack16(high));
+        }
+    }
 }
+
+/// Table lookups that keep the low `b` bytes of each u64: bytes `0..b` then `8..8 + b`, zeros
+/// (index 255) after. Indexed by `b`.
+static COMPACT: [[u8; 16]; 9] = {
+    let mut t = [[255u8; 16]; 9];
+    let mut b = 0;
+    while b <= 8 {
+        let mut j = 0;
+        while j < b {
+            t[b][j] = j as u8;
+            t[b][b + j] = (8 + j) as u8;
+            j += 1;
+        }
+        b += 1;
+    }
+    t
+};
 
 macro_rules! binary_op {
     ($trait:ident, $method:ident, $intrinsic:ident) => {
@@ -176,6 +243,11 @@ impl Vector for NeonF32 {
     #[inline(always)]
     fn max_lane_num(self) -> f32 {
         unsafe { vmaxvq_f32(self.0) }
+    }
+
+    #[inline(always)]
+    fn min_lane_num(self) -> f32 {
+        unsafe { vminvq_f32(self.0) }
     }
 
     #[inline(always)]
