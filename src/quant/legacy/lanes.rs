@@ -65,7 +65,7 @@ fn encode_blocks<L: Lanes>(lanes: L, kind: BlockType, values: &[f32], out: &mut 
         }
         let v = &v[..n];
         let encoded = match kind {
-            BlockType::Q4_0 => symmetric_quants(lanes, x, v, 8.0).map(|(d, q)| {
+            BlockType::Q4_0 => symmetric_quants(lanes, v, 8.0).map(|(d, q)| {
                 o[0..2].copy_from_slice(&to_f16_bits(d).to_le_bytes());
                 store_nibbles(lanes, &q[..n], &mut o[2..18]);
             }),
@@ -74,7 +74,7 @@ fn encode_blocks<L: Lanes>(lanes: L, kind: BlockType, values: &[f32], out: &mut 
                 o[2..4].copy_from_slice(&to_f16_bits(min).to_le_bytes());
                 store_nibbles(lanes, &q[..n], &mut o[4..20]);
             }),
-            BlockType::Q5_0 => symmetric_quants(lanes, x, v, 16.0).map(|(d, q)| {
+            BlockType::Q5_0 => symmetric_quants(lanes, v, 16.0).map(|(d, q)| {
                 o[0..2].copy_from_slice(&to_f16_bits(d).to_le_bytes());
                 let (qh, qs) = o[2..22].split_at_mut(4);
                 store_five_bits(lanes, &q[..n], qh, qs);
@@ -98,16 +98,26 @@ fn encode_blocks<L: Lanes>(lanes: L, kind: BlockType, values: &[f32], out: &mut 
 /// A `_0` type's scale `d` (the signed value of largest magnitude over `−levels`) and quants
 /// `min(trunc(x·id + levels + ½), 2·levels − 1)`, or None where the reference must decide.
 #[inline(always)]
-fn symmetric_quants<L: Lanes>(
-    lanes: L,
-    x: &[f32; QK],
-    v: &[L::F32],
-    levels: f32,
-) -> Option<(f32, [L::F32; MAX_VECTORS])> {
+fn symmetric_quants<L: Lanes>(lanes: L, v: &[L::F32], levels: f32) -> Option<(f32, [L::F32; MAX_VECTORS])> {
     let amax = v.iter().fold(lanes.splat(0.0), |m, &vi| m.max_num(vi.abs())).max_lane_num();
-    // The reference keeps the first value of that magnitude (and +0 for a block of zeros); a NaN
-    // in the block finds none here, or a NaN quant argument below.
-    let max = if amax == 0.0 { 0.0 } else { x.iter().copied().find(|v| v.abs() == amax)? };
+    // The reference keeps the first value of that magnitude (and +0 for a block of zeros): the
+    // sign of whichever of ±amax comes first. A NaN in the block may leave neither, or gives a NaN
+    // quant argument below.
+    let (plus, minus) = (lanes.splat(amax), lanes.splat(-amax));
+    let (mut at_plus, mut at_minus) = (0u32, 0u32);
+    for (i, &vi) in v.iter().enumerate() {
+        at_plus |= vi.eq(plus).to_bits() << (i * L::LANES);
+        at_minus |= vi.eq(minus).to_bits() << (i * L::LANES);
+    }
+    let max = if amax == 0.0 {
+        0.0
+    } else if at_plus | at_minus == 0 {
+        return None;
+    } else if at_plus.trailing_zeros() < at_minus.trailing_zeros() {
+        amax
+    } else {
+        -amax
+    };
     let d = max / -levels;
     let (id, offset) = (lanes.splat(inverse(d)), lanes.splat(levels + 0.5));
     let q = quants(lanes, v, |vi| vi * id + offset, 2.0 * levels - 1.0, 128.0)?;
@@ -239,9 +249,9 @@ mod tests {
         }
         let v = &v[..QK / L::LANES];
         [
-            symmetric_quants(lanes, x, v, 8.0).is_none(),
+            symmetric_quants(lanes, v, 8.0).is_none(),
             affine_quants(lanes, x, v, 15.0, 128.0).is_none(),
-            symmetric_quants(lanes, x, v, 16.0).is_none(),
+            symmetric_quants(lanes, v, 16.0).is_none(),
             affine_quants(lanes, x, v, 31.0, 32.0).is_none(),
         ]
     }
