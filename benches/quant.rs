@@ -5,12 +5,13 @@
 //! linear) of Gaussian-like weights rounded to bf16, single-threaded: the scalar reference and the
 //! kernel `quantize_rows` / `kquants::quantize_row` dispatches to. Affine: group size 64 with BF16
 //! scales; K-quants: `Q4_K`, `Q5_K` and `Q6_K`, a row (20 super-blocks) at a time; `Q8_0` a row
-//! at a time, beside the bf16 rounding of the same row (what a bf16 output costs there).
+//! at a time, beside the bf16 rounding of the same row (what a bf16 output costs there); the legacy
+//! types `Q4_0`, `Q4_1`, `Q5_0` and `Q5_1` a row at a time.
 
 use escha_convert::block_type::BlockType;
 use escha_convert::quant::affine::{quantize_rows_with, round_slice, AffineOut, AffineSpec, Kernel};
 use escha_convert::quant::kquants;
-use escha_convert::quant::{dense, q8_0};
+use escha_convert::quant::{dense, legacy, q8_0};
 use escha_convert::rng::SplitMix64;
 use safetensors::Dtype;
 use std::hint::black_box;
@@ -55,6 +56,7 @@ fn main() {
     }
     kquants_section(&values);
     q8_0_section(&values);
+    legacy_section(&values);
 }
 
 /// `kquants::quantize_row` for each K-quant type, row by row: the reference against the best
@@ -112,4 +114,29 @@ fn q8_0_section(values: &[f32]) {
     });
     println!("q8_0 reference {reference}  vectors {fast}  {:6.1}×", reference.median / fast.median);
     println!("bf16           {bf16}");
+}
+
+/// `legacy::quantize_row` for each legacy type, row by row: the scalar reference against the
+/// vectors, after checking that they agree.
+fn legacy_section(values: &[f32]) {
+    println!();
+    println!("legacy::quantize_row, {ROWS}×{COLS} block, a row at a time: ns/weight, median (min) of {REPS}");
+    println!("{:>4}  {:>22}  {:>22}  speed-up", "type", "reference", "vectors");
+    let mut out = Vec::new();
+    for kind in [BlockType::Q4_0, BlockType::Q4_1, BlockType::Q5_0, BlockType::Q5_1] {
+        let run = |quantize: fn(BlockType, &[f32], &mut Vec<u8>), out: &mut Vec<u8>| {
+            out.clear();
+            for row in black_box(values).chunks_exact(COLS) {
+                quantize(kind, row, out);
+            }
+            black_box(&*out);
+        };
+        let mut want = Vec::new();
+        run(legacy::quantize_row_reference, &mut want);
+        run(legacy::quantize_row, &mut out);
+        assert!(out == want, "{} vectors differ from the reference", kind.name());
+        let reference = ns_per_weight(REPS, values.len(), || run(legacy::quantize_row_reference, &mut out));
+        let fast = ns_per_weight(REPS, values.len(), || run(legacy::quantize_row, &mut out));
+        println!("{:>4}  {reference}  {fast}  {:6.1}×", kind.name(), reference.median / fast.median);
+    }
 }

@@ -302,6 +302,30 @@ impl Vector for Avx2F32 {
             Avx2F32(_mm256_cvtepi32_ps(q))
         }
     }
+
+    #[inline(always)]
+    fn trunc(self) -> Avx2F32 {
+        Avx2F32(unsafe { _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(self.0) })
+    }
+
+    #[inline(always)]
+    fn min_lane_num(self) -> f32 {
+        unsafe {
+            let m = _mm_min_ps(_mm256_castps256_ps128(self.0), _mm256_extractf128_ps::<1>(self.0));
+            let m = _mm_min_ps(m, _mm_movehl_ps(m, m));
+            _mm_cvtss_f32(_mm_min_ss(m, _mm_shuffle_ps::<0x55>(m, m)))
+        }
+    }
+
+    #[inline(always)]
+    fn store_u8(self, to: &mut [u8]) {
+        let to = &mut to[..8];
+        unsafe {
+            let i = _mm256_cvtps_epi32(self.0);
+            let words = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256::<1>(i));
+            _mm_storel_epi64(to.as_mut_ptr().cast(), _mm_packus_epi16(words, words));
+        }
+    }
 }
 
 impl BitAnd for Avx2Mask {
@@ -343,5 +367,10 @@ impl Mask for Avx2Mask {
     fn store(self, to: &mut [u32]) {
         let to = &mut to[..8];
         unsafe { _mm256_storeu_si256(to.as_mut_ptr().cast(), _mm256_castps_si256(self.0)) }
+    }
+
+    #[inline(always)]
+    fn to_bits(self) -> u32 {
+        unsafe { _mm256_movemask_ps(self.0) as u32 }
     }
 }

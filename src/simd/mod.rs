@@ -114,6 +114,12 @@ pub trait Vector:
     fn min_lane_num(self) -> f32;
     /// Writes the lanes, whole numbers in `-128..=127`, to the start of `to` as int8 bytes.
     fn store_i8(self, to: &mut [u8]);
+    /// Rounded toward zero (C's float to integer conversion, for values that fit).
+    fn trunc(self) -> Self;
+    /// The least lane, of lanes none of which is NaN.
+    fn min_lane_num(self) -> f32;
+    /// Writes the lanes, whole numbers in `0..=255` (or −0), to the start of `to` as bytes.
+    fn store_u8(self, to: &mut [u8]);
 }
 
 /// A lane-wise condition of a [`Vector`].
@@ -124,4 +130,6 @@ pub trait Mask: Copy + BitAnd<Output = Self> + BitOr<Output = Self> + Not<Output
     fn all(self) -> bool;
     /// Writes the lanes (`u32::MAX` or 0) to the start of `to`.
     fn store(self, to: &mut [u32]);
+    /// Lane `i`'s condition as bit `i`.
+    fn to_bits(self) -> u32;
 }

@@ -272,6 +272,28 @@ impl Vector for NeonF32 {
             NeonF32(vcvtq_f32_s32(vminq_s32(vmaxq_s32(q, vdupq_n_s32(lo)), vdupq_n_s32(hi))))
         }
     }
+
+    #[inline(always)]
+    fn trunc(self) -> NeonF32 {
+        NeonF32(unsafe { vrndq_f32(self.0) })
+    }
+
+    #[inline(always)]
+    fn min_lane_num(self) -> f32 {
+        unsafe { vminvq_f32(self.0) }
+    }
+
+    #[inline(always)]
+    fn store_u8(self, to: &mut [u8]) {
+        let to = &mut to[..4];
+        unsafe {
+            let halves = vqmovn_u32(vcvtq_u32_f32(self.0));
+            let bytes = vqmovn_u16(vcombine_u16(halves, halves));
+            let mut eight = [0u8; 8];
+            vst1_u8(eight.as_mut_ptr(), bytes);
+            to.copy_from_slice(&eight[..4]);
+        }
+    }
 }
 
 impl BitAnd for NeonMask {
@@ -313,5 +335,10 @@ impl Mask for NeonMask {
     fn store(self, to: &mut [u32]) {
         let to = &mut to[..4];
         unsafe { vst1q_u32(to.as_mut_ptr(), self.0) }
+    }
+
+    #[inline(always)]
+    fn to_bits(self) -> u32 {
+        unsafe { vaddvq_u32(vandq_u32(self.0, vld1q_u32([1, 2, 4, 8].as_ptr()))) }
     }
 }

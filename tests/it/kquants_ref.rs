@@ -21,8 +21,8 @@ const DECODE: u32 = 256;
 /// The legacy types, those `legacy::quantize_row` encodes.
 const LEGACY: [BlockType; 4] = [BlockType::Q4_0, BlockType::Q4_1, BlockType::Q5_0, BlockType::Q5_1];
 
-/// `kind`'s reference encoding of `values`: for a K-quant and `Q8_0` the scalar one, which the
-/// vector kernels are held to separately.
+/// `kind`'s reference encoding of `values`: the scalar one, which the vector kernels are held to
+/// separately.
 fn quantize_reference(kind: BlockType, values: &[f32]) -> Vec<u8> {
     let mut out = Vec::new();
     if kind.is_k_quant() {
@@ -30,7 +30,7 @@ fn quantize_reference(kind: BlockType, values: &[f32]) -> Vec<u8> {
     } else if kind == BlockType::Q8_0 {
         q8_0::quantize_row_reference(values, &mut out);
     } else {
-        legacy::quantize_row(kind, values, &mut out);
+        legacy::quantize_row_reference(kind, values, &mut out);
     }
     out
 }
@@ -335,11 +335,11 @@ fn compare(
         let want = harness.quantize(kind, &c.values);
         let got = quantize_reference(kind, &c.values);
         assert_eq!(got.len(), want.len());
-        if kind == BlockType::Q8_0 {
+        if kind == BlockType::Q8_0 || LEGACY.contains(&kind) {
             // The vectors the conversion uses write the reference's bytes too.
             let mut vectors = Vec::new();
-            q8_0::quantize_row(&c.values, &mut vectors);
-            assert!(vectors == got, "q8_0 case {:?}: the vectors differ from the reference", c.name);
+            blocks::quantize(kind, &c.values, &mut vectors);
+            assert!(vectors == got, "{} case {:?}: the vectors differ from the reference", kind.name(), c.name);
         }
         if kind.is_k_quant() {
             // The kernel the conversion uses writes the reference's bytes too.
