@@ -309,15 +309,6 @@ impl Vector for Avx2F32 {
     }
 
     #[inline(always)]
-    fn min_lane_num(self) -> f32 {
-        unsafe {
-            let m = _mm_min_ps(_mm256_castps256_ps128(self.0), _mm256_extractf128_ps::<1>(self.0));
-            let m = _mm_min_ps(m, _mm_movehl_ps(m, m));
-            _mm_cvtss_f32(_mm_min_ss(m, _mm_shuffle_ps::<0x55>(m, m)))
-        }
-    }
-
-    #[inline(always)]
     fn store_u8(self, to: &mut [u8]) {
         let to = &mut to[..8];
         unsafe {

@@ -116,8 +116,6 @@ pub trait Vector:
     fn store_i8(self, to: &mut [u8]);
     /// Rounded toward zero (C's float to integer conversion, for values that fit).
     fn trunc(self) -> Self;
-    /// The least lane, of lanes none of which is NaN.
-    fn min_lane_num(self) -> f32;
     /// Writes the lanes, whole numbers in `0..=255` (or −0), to the start of `to` as bytes.
     fn store_u8(self, to: &mut [u8]);
 }

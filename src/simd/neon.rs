@@ -279,11 +279,6 @@ impl Vector for NeonF32 {
     }
 
     #[inline(always)]
-    fn min_lane_num(self) -> f32 {
-        unsafe { vminvq_f32(self.0) }
-    }
-
-    #[inline(always)]
     fn store_u8(self, to: &mut [u8]) {
         let to = &mut to[..4];
         unsafe {
