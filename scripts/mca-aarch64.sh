@@ -121,9 +121,9 @@ def add(name, loop, weights_per_iteration):
 
 lib, bench = functions(out / "lib.s"), functions(out / "lib-bench.s")
 
-# NEON decoder: the group loop (8 weights; all but the first 2 of a tile's 32 groups), one per
-# K and codebook, told apart by their instructions.
-neon = function(lib, "NeonDecoder", "12decode_tiles")
+# NEON decoder (the vector decoder's aarch64 entry): the group loop (8 weights; all but the first
+# 2 of a tile's 32 groups), one per K and codebook, told apart by their instructions.
+neon = function(lib, "6vector5entry")
 kinds = {"MUL1": lambda l: has(l, "uaddlp"), "3INST": lambda l: has(l, "mla"),
          "MCG": lambda l: has(l, "fcvtn") and not has(l, "uaddlp", "mla")}
 for cb, where in kinds.items():

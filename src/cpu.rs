@@ -11,22 +11,16 @@ use crate::simd::Avx2;
 use crate::simd::Neon;
 use std::sync::OnceLock;
 
-/// Whether this CPU has AVX2.
+/// Whether this CPU has AVX2, and FMA and F16C with it (every AVX2 CPU made has both).
 #[cfg(target_arch = "x86_64")]
 pub fn has_avx2() -> bool {
-    is_x86_feature_detected!("avx2")
+    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
 }
 
 /// Whether this CPU has AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 pub fn has_avx2_fma() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
-}
-
-/// Whether this CPU has AVX2 and F16C (the f16 conversions).
-#[cfg(target_arch = "x86_64")]
-pub fn has_avx2_f16c() -> bool {
-    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c")
 }
 
 /// Whether this CPU has NEON (every aarch64 CPU that Linux and macOS run on does).

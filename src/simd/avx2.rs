@@ -1,16 +1,17 @@
-//! [`Lanes`] for AVX2 (`x86_64`): eight f32 lanes in a `__m256`.
+//! [`Lanes`] for AVX2 (`x86_64`): eight f32 lanes in a `__m256`, eight u32 lanes in a `__m256i`.
+//! The token also proves FMA and F16C, which come with AVX2 on the CPUs that have it.
 
-use super::{Lanes, Mask, Vector};
+use super::{Lanes, Mask, Vector, Words};
 #[allow(clippy::wildcard_imports)] // the intrinsics
 use std::arch::x86_64::*;
-use std::ops::{Add, BitAnd, BitOr, Div, Mul, Neg, Not, Sub};
+use std::ops::{Add, BitAnd, BitOr, BitXor, Div, Mul, Neg, Not, Sub};
 
-/// Proof that this CPU has AVX2: made only by [`Avx2::detect`].
+/// Proof that this CPU has AVX2, FMA and F16C: made only by [`Avx2::detect`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Avx2(());
 
 impl Avx2 {
-    /// The token, if this CPU has AVX2.
+    /// The token, if this CPU has AVX2, FMA and F16C.
     pub fn detect() -> Option<Avx2> {
         crate::cpu::has_avx2().then_some(Avx2(()))
     }
@@ -19,6 +20,14 @@ impl Avx2 {
 /// Eight f32 lanes; made only through an [`Avx2`] token.
 #[derive(Clone, Copy, Debug)]
 pub struct Avx2F32(__m256);
+
+/// Eight u32 lanes; made only through an [`Avx2`] token.
+#[derive(Clone, Copy, Debug)]
+pub struct Avx2U32(__m256i);
+
+/// Sixteen bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct Avx2Bytes(__m128i);
 
 /// Eight lane conditions of an [`Avx2F32`].
 #[derive(Clone, Copy, Debug)]
@@ -35,6 +44,40 @@ pub struct Avx2Codes(__m256i);
 impl Lanes for Avx2 {
     const LANES: usize = 8;
     type F32 = Avx2F32;
+    type U32 = Avx2U32;
+    type U32x8 = [Avx2U32; 1];
+    type Bytes = Avx2Bytes;
+    type Shifts = Avx2U32;
+
+    #[inline(always)]
+    fn splat_u32(self, v: u32) -> Avx2U32 {
+        Avx2U32(unsafe { _mm256_set1_epi32(v as i32) })
+    }
+
+    #[inline(always)]
+    fn load_bytes(self, x: &[u8; 16]) -> Avx2Bytes {
+        Avx2Bytes(unsafe { _mm_loadu_si128(x.as_ptr().cast()) })
+    }
+
+    #[inline(always)]
+    fn join_bytes(self, end: Avx2Bytes, start: Avx2Bytes) -> Avx2Bytes {
+        Avx2Bytes(unsafe { _mm_alignr_epi8::<12>(start.0, end.0) })
+    }
+
+    #[inline(always)]
+    fn shifts(self, right: &[u32; 8]) -> Avx2U32 {
+        Avx2U32(unsafe { _mm256_loadu_si256(right.as_ptr().cast()) })
+    }
+
+    // The bytes are copied to both 128-bit halves, as `pshufb` reads within each half.
+    #[inline(always)]
+    fn gather_u32x8(self, v: Avx2Bytes, table: &[u8; 32], shift: Avx2U32) -> [Avx2U32; 1] {
+        unsafe {
+            let table = _mm256_loadu_si256(table.as_ptr().cast());
+            let w = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(v.0), table);
+            [Avx2U32(_mm256_srlv_epi32(w, shift.0))]
+        }
+    }
 
     #[inline(always)]
     fn splat(self, v: f32) -> Avx2F32 {
@@ -317,6 +360,17 @@ impl Vector for Avx2F32 {
             _mm_storel_epi64(to.as_mut_ptr().cast(), _mm_packus_epi16(words, words));
         }
     }
+
+    // The immediate rounding mode overrides MXCSR's.
+    #[inline(always)]
+    fn round_to_f16(self) -> Avx2F32 {
+        Avx2F32(unsafe { _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(self.0)) })
+    }
+
+    #[inline(always)]
+    fn mul_add_exact(self, by: Avx2F32, plus: Avx2F32) -> Avx2F32 {
+        Avx2F32(unsafe { _mm256_fmadd_ps(self.0, by.0, plus.0) })
+    }
 }
 
 impl BitAnd for Avx2Mask {
@@ -363,5 +417,72 @@ impl Mask for Avx2Mask {
     #[inline(always)]
     fn to_bits(self) -> u32 {
         unsafe { _mm256_movemask_ps(self.0) as u32 }
+    }
+}
+
+macro_rules! words_op {
+    ($trait:ident, $method:ident, $intrinsic:ident) => {
+        impl $trait for Avx2U32 {
+            type Output = Avx2U32;
+            #[inline(always)]
+            fn $method(self, other: Avx2U32) -> Avx2U32 {
+                Avx2U32(unsafe { $intrinsic(self.0, other.0) })
+            }
+        }
+    };
+}
+
+words_op!(Add, add, _mm256_add_epi32);
+words_op!(Mul, mul, _mm256_mullo_epi32);
+words_op!(BitAnd, bitand, _mm256_and_si256);
+words_op!(BitXor, bitxor, _mm256_xor_si256);
+
+/// f32's sign bit.
+const SIGN: i32 = i32::MIN;
+/// A binary16's low two exponent bits and its mantissa, moved to their f32 places (3 bits up).
+const HALF_LOW_BITS: i32 = 0x01FF_E000;
+/// The f32 exponent bits of binary16 exponents `12..=15` (`0b011ab` → `0b0111_11ab`).
+const HALF_HIGH_EXP: i32 = 0x3E00_0000;
+
+impl Words for Avx2U32 {
+    type F32 = Avx2F32;
+
+    // Two multiply-adds: byte pairs, then u16 pairs.
+    #[inline(always)]
+    fn byte_sum(self) -> Avx2U32 {
+        unsafe {
+            let pairs = _mm256_maddubs_epi16(self.0, _mm256_set1_epi8(1));
+            Avx2U32(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+        }
+    }
+
+    #[inline(always)]
+    fn to_f32(self) -> Avx2F32 {
+        Avx2F32(unsafe { _mm256_cvtepi32_ps(self.0) })
+    }
+
+    // Each half is widened by moving bits: an arithmetic shift by 3 puts its sign, exponent and
+    // mantissa in their f32 places, the copies of the sign and the exponent's top bits are masked
+    // off, and the exponent bits of `0b011` are set.
+    #[inline(always)]
+    fn f16_pair_sum(self) -> Avx2F32 {
+        unsafe {
+            let widen = |shifted: __m256i| {
+                let kept = _mm256_and_si256(shifted, _mm256_set1_epi32(SIGN | HALF_LOW_BITS));
+                _mm256_castsi256_ps(_mm256_or_si256(kept, _mm256_set1_epi32(HALF_HIGH_EXP)))
+            };
+            let high = widen(_mm256_srai_epi32::<3>(self.0));
+            let low = widen(_mm256_srai_epi32::<3>(_mm256_slli_epi32::<16>(self.0)));
+            Avx2F32(_mm256_add_ps(low, high))
+        }
+    }
+
+    #[inline(always)]
+    fn store_u16(self, to: &mut [u16]) {
+        let to = &mut to[..8];
+        unsafe {
+            let packed = _mm_packus_epi32(_mm256_castsi256_si128(self.0), _mm256_extracti128_si256::<1>(self.0));
+            _mm_storeu_si128(to.as_mut_ptr().cast(), packed);
+        }
     }
 }

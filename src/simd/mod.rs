@@ -16,7 +16,7 @@
 //! of two CPUs differ on NaN or on the sign of zero, the method says which answer it gives; the
 //! answer is the same on every implementation.
 
-use std::ops::{Add, BitAnd, BitOr, Div, Mul, Neg, Not, Sub};
+use std::ops::{Add, BitAnd, BitOr, BitXor, Div, Mul, Neg, Not, Sub};
 
 #[cfg(target_arch = "x86_64")]
 mod avx2;
@@ -34,6 +34,30 @@ pub trait Lanes: Copy {
     /// f32 values per vector.
     const LANES: usize;
     type F32: Vector;
+    /// u32 lanes, as many as the f32 ones.
+    type U32: Words<F32 = Self::F32>;
+    /// Eight u32 lanes: `8 / LANES` vectors, lanes 0… first.
+    type U32x8: Copy + AsRef<[Self::U32]>;
+    /// Sixteen bytes in a register.
+    type Bytes: Copy;
+    /// Eight right-shift counts, prepared for [`Lanes::gather_u32x8`].
+    type Shifts: Copy;
+
+    /// `v` in every u32 lane.
+    fn splat_u32(self, v: u32) -> Self::U32;
+
+    fn load_bytes(self, x: &[u8; 16]) -> Self::Bytes;
+
+    /// The last four bytes of `end` followed by the first twelve of `start`.
+    fn join_bytes(self, end: Self::Bytes, start: Self::Bytes) -> Self::Bytes;
+
+    /// `right[j]` (below 32) for lane `j` of [`Lanes::gather_u32x8`].
+    fn shifts(self, right: &[u32; 8]) -> Self::Shifts;
+
+    /// Eight u32 lanes built from the bytes of `v`, then each shifted right by its count: byte `b`
+    /// (from the lowest) of lane `j` is byte `table[4j + b]` of `v`, or zero where that index is
+    /// [`ZERO_BYTE`]; every other index is below 16.
+    fn gather_u32x8(self, v: Self::Bytes, table: &[u8; 32], shift: Self::Shifts) -> Self::U32x8;
 
     /// `v` in every lane.
     fn splat(self, v: f32) -> Self::F32;
@@ -63,6 +87,10 @@ pub trait Lanes: Copy {
 /// Codes per [`Lanes::pack_codes`]: 32 fields of any width fill whole bytes, so such runs pack
 /// independently.
 pub const PACKED_CODES: usize = 32;
+
+/// The index of [`Lanes::gather_u32x8`]'s table that gives a zero byte (`pshufb` zeroes on its high
+/// bit, `tbl` on any index past the table).
+pub const ZERO_BYTE: u8 = 0xFF;
 
 /// One vector of f32 lanes. The arithmetic operators are one IEEE operation per lane.
 pub trait Vector:
@@ -118,6 +146,30 @@ pub trait Vector:
     fn trunc(self) -> Self;
     /// Writes the lanes, whole numbers in `0..=255` (or −0), to the start of `to` as bytes.
     fn store_u8(self, to: &mut [u8]);
+    /// Rounded to binary16 (to nearest, ties to even) and widened back to f32, exactly.
+    fn round_to_f16(self) -> Self;
+    /// `self·by + plus`, fused or not, whichever the CPU does faster. Only for operands whose
+    /// product is exact in f32, where the two agree.
+    fn mul_add_exact(self, by: Self, plus: Self) -> Self;
+}
+
+/// One vector of u32 lanes. `+` and `*` wrap, as [`u32::wrapping_add`] and [`u32::wrapping_mul`].
+pub trait Words:
+    Copy + Add<Output = Self> + Mul<Output = Self> + BitAnd<Output = Self> + BitXor<Output = Self>
+{
+    /// The f32 vector of as many lanes.
+    type F32: Vector;
+
+    /// The sum of each lane's four bytes.
+    fn byte_sum(self) -> Self;
+    /// The lanes, each below 2²⁴, as f32 (exactly).
+    fn to_f32(self) -> Self::F32;
+    /// The sum, exact in f32, of the two binary16 values in each lane (bits 0–15 and 16–31), each
+    /// read with the top three bits of its exponent field as `0b011` whatever they hold: normal
+    /// values with magnitudes in [2⁻³, 2), as the trellis codebooks make them.
+    fn f16_pair_sum(self) -> Self::F32;
+    /// Writes the lanes, each below 2¹⁶, to the start of `to` as u16.
+    fn store_u16(self, to: &mut [u16]);
 }
 
 /// A lane-wise condition of a [`Vector`].

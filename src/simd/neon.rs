@@ -1,9 +1,15 @@
-//! [`Lanes`] for NEON (aarch64): four f32 lanes in a `float32x4_t`.
+//! [`Lanes`] for NEON (aarch64): four f32 lanes in a `float32x4_t`, four u32 lanes in a
+//! `uint32x4_t`.
+//!
+//! The binary16 conversions are inline assembly because their intrinsics need the unstable `f16`
+//! type. They are base aarch64 instructions and round to nearest, ties to even, under the default
+//! FPCR, which Rust code may assume.
 
-use super::{Lanes, Mask, Vector};
+use super::{Lanes, Mask, Vector, Words};
 #[allow(clippy::wildcard_imports)] // the intrinsics
 use std::arch::aarch64::*;
-use std::ops::{Add, BitAnd, BitOr, Div, Mul, Neg, Not, Sub};
+use std::arch::asm;
+use std::ops::{Add, BitAnd, BitOr, BitXor, Div, Mul, Neg, Not, Sub};
 
 /// Proof that this CPU has NEON (every aarch64 CPU does; it is detected all the same, so that the
 /// token means one thing everywhere): made only by [`Neon::detect`].
@@ -21,6 +27,18 @@ impl Neon {
 #[derive(Clone, Copy, Debug)]
 pub struct NeonF32(float32x4_t);
 
+/// Four u32 lanes; made only through a [`Neon`] token.
+#[derive(Clone, Copy, Debug)]
+pub struct NeonU32(uint32x4_t);
+
+/// Sixteen bytes.
+#[derive(Clone, Copy, Debug)]
+pub struct NeonBytes(uint8x16_t);
+
+/// Eight left-shift counts, negative (`ushl` shifts right by a negative count).
+#[derive(Clone, Copy, Debug)]
+pub struct NeonShifts([int32x4_t; 2]);
+
 /// Four lane conditions of a [`NeonF32`].
 #[derive(Clone, Copy, Debug)]
 pub struct NeonMask(uint32x4_t);
@@ -35,6 +53,40 @@ pub struct NeonCodes([uint8x16_t; 2]);
 impl Lanes for Neon {
     const LANES: usize = 4;
     type F32 = NeonF32;
+    type U32 = NeonU32;
+    type U32x8 = [NeonU32; 2];
+    type Bytes = NeonBytes;
+    type Shifts = NeonShifts;
+
+    #[inline(always)]
+    fn splat_u32(self, v: u32) -> NeonU32 {
+        NeonU32(unsafe { vdupq_n_u32(v) })
+    }
+
+    #[inline(always)]
+    fn load_bytes(self, x: &[u8; 16]) -> NeonBytes {
+        NeonBytes(unsafe { vld1q_u8(x.as_ptr()) })
+    }
+
+    #[inline(always)]
+    fn join_bytes(self, end: NeonBytes, start: NeonBytes) -> NeonBytes {
+        NeonBytes(unsafe { vextq_u8::<12>(end.0, start.0) })
+    }
+
+    #[inline(always)]
+    fn shifts(self, right: &[u32; 8]) -> NeonShifts {
+        let left = |at: usize| unsafe { vnegq_s32(vreinterpretq_s32_u32(vld1q_u32(right[at..].as_ptr()))) };
+        NeonShifts([left(0), left(4)])
+    }
+
+    #[inline(always)]
+    fn gather_u32x8(self, v: NeonBytes, table: &[u8; 32], shift: NeonShifts) -> [NeonU32; 2] {
+        let half = |h: usize| unsafe {
+            let w = vqtbl1q_u8(v.0, vld1q_u8(table[16 * h..].as_ptr()));
+            NeonU32(vshlq_u32(vreinterpretq_u32_u8(w), shift.0[h]))
+        };
+        [half(0), half(1)]
+    }
 
     #[inline(always)]
     fn splat(self, v: f32) -> NeonF32 {
@@ -289,6 +341,27 @@ impl Vector for NeonF32 {
             to.copy_from_slice(&eight[..4]);
         }
     }
+
+    #[inline(always)]
+    fn round_to_f16(self) -> NeonF32 {
+        let rounded: float32x4_t;
+        unsafe {
+            asm!(
+                "fcvtn {h:v}.4h, {x:v}.4s",
+                "fcvtl {r:v}.4s, {h:v}.4h",
+                x = in(vreg) self.0,
+                h = out(vreg) _,
+                r = out(vreg) rounded,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+        }
+        NeonF32(rounded)
+    }
+
+    #[inline(always)]
+    fn mul_add_exact(self, by: NeonF32, plus: NeonF32) -> NeonF32 {
+        NeonF32(unsafe { vfmaq_f32(plus.0, self.0, by.0) })
+    }
 }
 
 impl BitAnd for NeonMask {
@@ -335,5 +408,62 @@ impl Mask for NeonMask {
     #[inline(always)]
     fn to_bits(self) -> u32 {
         unsafe { vaddvq_u32(vandq_u32(self.0, vld1q_u32([1, 2, 4, 8].as_ptr()))) }
+    }
+}
+
+macro_rules! words_op {
+    ($trait:ident, $method:ident, $intrinsic:ident) => {
+        impl $trait for NeonU32 {
+            type Output = NeonU32;
+            #[inline(always)]
+            fn $method(self, other: NeonU32) -> NeonU32 {
+                NeonU32(unsafe { $intrinsic(self.0, other.0) })
+            }
+        }
+    };
+}
+
+words_op!(Add, add, vaddq_u32);
+words_op!(Mul, mul, vmulq_u32);
+words_op!(BitAnd, bitand, vandq_u32);
+words_op!(BitXor, bitxor, veorq_u32);
+
+impl Words for NeonU32 {
+    type F32 = NeonF32;
+
+    // Two pairwise widening adds.
+    #[inline(always)]
+    fn byte_sum(self) -> NeonU32 {
+        NeonU32(unsafe { vpaddlq_u16(vpaddlq_u8(vreinterpretq_u8_u32(self.0))) })
+    }
+
+    #[inline(always)]
+    fn to_f32(self) -> NeonF32 {
+        NeonF32(unsafe { vcvtq_f32_u32(self.0) })
+    }
+
+    // One bit select sets the exponents' top bits, `fcvtl`/`fcvtl2` widen the eight halves exactly
+    // (lanes 0–1, then 2–3, low half first) and one pairwise add sums each lane's two.
+    #[inline(always)]
+    fn f16_pair_sum(self) -> NeonF32 {
+        let (a, b): (float32x4_t, float32x4_t);
+        unsafe {
+            let h = vbslq_u32(vdupq_n_u32(0x8FFF_8FFF), self.0, vdupq_n_u32(0x3000_3000));
+            asm!(
+                "fcvtl {a:v}.4s, {h:v}.4h",
+                "fcvtl2 {b:v}.4s, {h:v}.8h",
+                h = in(vreg) h,
+                a = out(vreg) a,
+                b = out(vreg) b,
+                options(pure, nomem, nostack, preserves_flags),
+            );
+            NeonF32(vpaddq_f32(a, b))
+        }
+    }
+
+    #[inline(always)]
+    fn store_u16(self, to: &mut [u16]) {
+        let to = &mut to[..4];
+        unsafe { vst1_u16(to.as_mut_ptr(), vmovn_u32(self.0)) }
     }
 }

@@ -12,12 +12,6 @@ use proptest::prelude::*;
 /// the one shipped on `x86_64` without AVX2 and on other targets, so it is tested everywhere.
 fn fast_decoders() -> Vec<&'static dyn TileDecoder> {
     let mut v: Vec<&'static dyn TileDecoder> = vec![&PortableDecoder];
-    #[cfg(target_arch = "x86_64")]
-    if let Some(d) = codec::simd::Avx2Decoder::get() {
-        v.push(d);
-    }
-    #[cfg(target_arch = "aarch64")]
-    v.push(&codec::simd::NeonDecoder);
     let best = codec::best_decoder();
     if !v.iter().any(|d| d.name() == best.name()) {
         v.push(best);

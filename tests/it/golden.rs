@@ -48,12 +48,10 @@ fn golden_tiles() -> Vec<GoldenTile> {
     tiles
 }
 
-/// The reference, the portable decoder, each SIMD decoder this target has, and the one the
-/// converter picks here; each once.
+/// The reference, the portable decoder and the one the converter picks here (the vector decoder
+/// where the CPU has vectors); each once.
 fn all_decoders() -> Vec<&'static dyn TileDecoder> {
     let mut v: Vec<&'static dyn TileDecoder> = vec![&ScalarDecoder, &codec::simd::PortableDecoder];
-    #[cfg(target_arch = "aarch64")]
-    v.push(&codec::simd::NeonDecoder);
     let best = codec::best_decoder();
     if !v.iter().any(|d| d.name() == best.name()) {
         v.push(best);

@@ -70,17 +70,17 @@ fn extract_states(tile: &[u8], k: u32, out: &mut [u16; TILE_LEN]) {
 }
 
 /// f32 sign bit.
-pub(crate) const SIGN: u32 = 0x8000_0000;
+const SIGN: u32 = 0x8000_0000;
 /// A half's low two exponent bits and its mantissa, moved to their f32 places.
-pub(crate) const HALF_LOW_BITS: u32 = 0x01FF_E000;
+const HALF_LOW_BITS: u32 = 0x01FF_E000;
 /// The f32 exponent bits every half shares: after the codebook's mask and xor each half has
 /// exponent field `0b011ab`, i.e. f32 exponent `0b0111_11ab`.
-pub(crate) const HALF_HIGH_EXP: u32 = 0x3E00_0000;
+const HALF_HIGH_EXP: u32 = 0x3E00_0000;
 
 /// 3INST/MCG tail without lookups: both halves widened to f32 by moving bits, summed exactly,
 /// rounded once to fp16.
 #[inline(always)]
-pub(crate) fn halves_sum(y: u32) -> f32 {
+fn halves_sum(y: u32) -> f32 {
     // The codebook's mask only clears bits that are rebuilt from HALF_HIGH_EXP; the xor matters.
     let y = y ^ HALVES_XOR;
     let hi = (y & SIGN) | ((y >> 3) & HALF_LOW_BITS) | HALF_HIGH_EXP;
@@ -90,7 +90,7 @@ pub(crate) fn halves_sum(y: u32) -> f32 {
 
 /// MUL1: byte sum of the hash, one exact multiply-add in f32, rounded once to fp16.
 #[inline(always)]
-pub(crate) fn mul1_value(x: u32) -> f32 {
+fn mul1_value(x: u32) -> f32 {
     let y = x.wrapping_mul(MUL1_MUL);
     let b = (y & 0xFF) + ((y >> 8) & 0xFF) + ((y >> 16) & 0xFF) + (y >> 24);
     round_to_f16((1024 + b) as f32 * MUL1_SCALE + MUL1_BIAS)
@@ -99,7 +99,7 @@ pub(crate) fn mul1_value(x: u32) -> f32 {
 /// Rounds to 11 significant bits, ties to even: fp16 RNE for values in fp16's normal range (all
 /// codebook sums are, or zero), done on the f32 bits.
 #[inline(always)]
-pub(crate) fn round_to_f16(v: f32) -> f32 {
+fn round_to_f16(v: f32) -> f32 {
     let b = v.to_bits();
     f32::from_bits((b + 0x0FFF + ((b >> 13) & 1)) & !0x1FFF)
 }

@@ -1,19 +1,16 @@
 //! Where the SIMD decoders find each state's 16-bit window, as compile-time tables per K.
 //!
 //! Eight consecutive trellis positions span 8K stream bits, exactly K bytes, so one 16-byte load
-//! covers the eight windows of a group. A byte shuffle (`pshufb` on `x86_64`, `tbl` on aarch64) then
+//! covers the eight windows of a group. A byte gather ([`crate::simd::Lanes::gather_u32x8`]) then
 //! puts each window's (up to) three big-endian bytes into a 32-bit lane, and a per-lane right
 //! shift drops the bits behind the window. The tables say where each group's load starts, which
 //! loaded byte goes where, and how far each lane shifts.
 
 use crate::codec::tile::{bytes_per_tile, K_RANGE, TILE_LEN};
+use crate::simd::ZERO_BYTE;
 
 /// Groups of 8 states per tile.
 pub(super) const GROUPS: usize = TILE_LEN / 8;
-
-/// Shuffle index that yields a zero byte: its high bit clears the byte under `pshufb`, and it is
-/// out of range for `tbl`.
-const ZERO: u8 = 0xFF;
 
 /// The tables of one K.
 pub(super) struct WindowLayout {
@@ -24,13 +21,13 @@ pub(super) struct WindowLayout {
     /// the rest: byte `2 − d` of lane `j` takes byte `d` of window `j`; the other bytes are zero.
     pub shuffle: [[u8; 32]; GROUPS],
     /// Right shift of lane `j` that drops the bits behind its window (the same for every group).
-    pub shift: [i32; 8],
+    pub shift: [u32; 8],
 }
 
 const fn layout(k: usize) -> WindowLayout {
     let k = k as isize;
     let n = 32 * k;
-    let mut l = WindowLayout { base: [0; GROUPS], shuffle: [[ZERO; 32]; GROUPS], shift: [0; 8] };
+    let mut l = WindowLayout { base: [0; GROUPS], shuffle: [[ZERO_BYTE; 32]; GROUPS], shift: [0; 8] };
     let mut g = 0;
     while g < GROUPS as isize {
         // Window j of group g covers stream bits [start, start + 16), start = 8gK + (j+1)K − 16,
@@ -54,7 +51,7 @@ const fn layout(k: usize) -> WindowLayout {
                 l.shuffle[g as usize][(4 * j + 2 - d) as usize] = pos as u8;
                 d += 1;
             }
-            l.shift[j as usize] = 8 - start.rem_euclid(8) as i32;
+            l.shift[j as usize] = 8 - start.rem_euclid(8) as u32;
             j += 1;
         }
         g += 1;
