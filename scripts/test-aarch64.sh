@@ -36,7 +36,7 @@ trap 'echo "test-aarch64: FAILED (line $LINENO: $BASH_COMMAND)" >&2' ERR
 start=$SECONDS
 
 step "set-up"
-command -v cargo >/dev/null && command -v rustup >/dev/null || die "needs cargo and rustup"
+{ command -v cargo && command -v rustup; } >/dev/null || die "needs cargo and rustup"
 if rustup target list --installed | grep -qx "$TARGET"; then
     echo "rust target $TARGET: present"
 else
