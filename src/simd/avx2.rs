@@ -130,21 +130,26 @@ impl Lanes for Avx2 {
     #[inline(always)]
     fn load_hadamard_pair(self, x: &[f32]) -> [Avx2F32; 2] {
         let x = &x[..16];
-        let stages = |v: __m256| unsafe {
-            let v = _mm256_add_ps(
-                _mm256_mul_ps(v, _mm256_setr_ps(1., -1., 1., -1., 1., -1., 1., -1.)),
-                _mm256_permute_ps::<0b10_11_00_01>(v),
-            );
-            let v = _mm256_add_ps(
-                _mm256_mul_ps(v, _mm256_setr_ps(1., 1., -1., -1., 1., 1., -1., -1.)),
-                _mm256_permute_ps::<0b01_00_11_10>(v),
-            );
-            _mm256_add_ps(
-                _mm256_mul_ps(v, _mm256_setr_ps(1., 1., 1., 1., -1., -1., -1., -1.)),
-                _mm256_permute2f128_ps::<0x01>(v, v),
-            )
-        };
-        [Avx2F32(stages(self.load(x).0)), Avx2F32(stages(self.load(&x[8..]).0))]
+        [hadamard8(self.load(x).0), hadamard8(self.load(&x[8..]).0)]
+    }
+}
+
+/// [`Lanes::load_hadamard_pair`] of one vector.
+#[inline(always)]
+fn hadamard8(v: __m256) -> Avx2F32 {
+    unsafe {
+        let v = _mm256_add_ps(
+            _mm256_mul_ps(v, _mm256_setr_ps(1., -1., 1., -1., 1., -1., 1., -1.)),
+            _mm256_permute_ps::<0b10_11_00_01>(v),
+        );
+        let v = _mm256_add_ps(
+            _mm256_mul_ps(v, _mm256_setr_ps(1., 1., -1., -1., 1., 1., -1., -1.)),
+            _mm256_permute_ps::<0b01_00_11_10>(v),
+        );
+        Avx2F32(_mm256_add_ps(
+            _mm256_mul_ps(v, _mm256_setr_ps(1., 1., 1., 1., -1., -1., -1., -1.)),
+            _mm256_permute2f128_ps::<0x01>(v, v),
+        ))
     }
 }
 

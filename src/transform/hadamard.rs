@@ -202,17 +202,19 @@ fn transform_scaled_lanes<L: Lanes>(
     out: &mut [f32],
     stride: usize,
 ) {
+    assert!(stride >= HADAMARD_SIZE && out.len() >= (HADAMARD_SIZE - 1) * stride + HADAMARD_SIZE);
+    // Index loops rather than `step_by`, so that the compiler sees every slice in bounds.
     let n = L::LANES;
     let chunk = CHUNK_VECS * n;
     let chunks = HADAMARD_SIZE / chunk;
-    let mut v = [lanes.splat(0.0); CHUNK_VECS];
-    for rows in (0..HADAMARD_SIZE).step_by(8) {
+    for g in 0..HADAMARD_SIZE / 8 {
+        let rows = 8 * g;
         // Pass 1.
         for r in rows..rows + 8 {
-            let row = &mut x[r * SQUARE_STRIDE..][..HADAMARD_SIZE];
-            for part in row.chunks_exact_mut(chunk) {
-                for (i, pair) in v.chunks_exact_mut(2).enumerate() {
-                    pair.copy_from_slice(&lanes.load_hadamard_pair(&part[2 * i * n..]));
+            for part in x[r * SQUARE_STRIDE..][..HADAMARD_SIZE].chunks_exact_mut(chunk) {
+                let mut v = [lanes.splat(0.0); CHUNK_VECS];
+                for i in 0..CHUNK_VECS / 2 {
+                    [v[2 * i], v[2 * i + 1]] = lanes.load_hadamard_pair(&part[2 * i * n..]);
                 }
                 butterflies(&mut v);
                 for (i, w) in v.iter().enumerate() {
@@ -220,33 +222,44 @@ fn transform_scaled_lanes<L: Lanes>(
                 }
             }
         }
-        // Pass 2: `v[chunks·m + k]` is row `rows + m`, chunk `k`, so the stages between chunks
-        // (the row's last) come before those between rows.
-        let v = &mut v[..8 * chunks];
-        for c in (0..chunk).step_by(n) {
-            for (j, w) in v.iter_mut().enumerate() {
-                *w = lanes.load(&x[(rows + j / chunks) * SQUARE_STRIDE + (j % chunks) * chunk + c..]);
-            }
-            butterflies(v);
-            for (j, w) in v.iter().enumerate() {
-                w.store(&mut x[(rows + j / chunks) * SQUARE_STRIDE + (j % chunks) * chunk + c..]);
+        // Pass 2: vector `j` is row `rows + j / chunks`, chunk `j % chunks`, so the stages between
+        // chunks (the row's last) come before those between rows.
+        for cv in 0..CHUNK_VECS {
+            let at = |j: usize| (rows + j / chunks) * SQUARE_STRIDE + (j % chunks) * chunk + cv * n;
+            match chunks {
+                1 => {
+                    butterflies_at::<L, 8>(lanes, x, at);
+                }
+                2 => {
+                    butterflies_at::<L, 16>(lanes, x, at);
+                }
+                _ => unreachable!("no schedule for {} lanes", L::LANES),
             }
         }
     }
     // Pass 3: rows r0, r0 + 8, …, r0 + 120.
     for r0 in 0..8 {
-        for c in (0..HADAMARD_SIZE).step_by(n) {
-            for (m, w) in v.iter_mut().enumerate() {
-                *w = lanes.load(&x[(r0 + 8 * m) * SQUARE_STRIDE + c..]);
-            }
-            butterflies(&mut v);
-            let cs = lanes.load(&col_scale[c..]);
-            for (m, &w) in v.iter().enumerate() {
-                let r = r0 + 8 * m;
-                w.store(&mut x[r * SQUARE_STRIDE + c..]);
-                (w * lanes.splat(row_scale[r]) * cs).store(&mut out[r * stride + c..]);
-            }
+        for cv in 0..HADAMARD_SIZE / n {
+            butterflies_at::<L, 16>(lanes, x, |m| (r0 + 8 * m) * SQUARE_STRIDE + cv * n);
         }
+    }
+    // The scaling, a row at a time: writing 16 rows of `out` far apart at once is much slower.
+    for (r, dst) in out.chunks_mut(stride).take(HADAMARD_SIZE).enumerate() {
+        let (y, dst, rs) =
+            (&x[r * SQUARE_STRIDE..][..HADAMARD_SIZE], &mut dst[..HADAMARD_SIZE], lanes.splat(row_scale[r]));
+        for c in (0..HADAMARD_SIZE / n).map(|cv| cv * n) {
+            (lanes.load(&y[c..]) * rs * lanes.load(&col_scale[c..])).store(&mut dst[c..]);
+        }
+    }
+}
+
+/// Loads the `N` vectors at `x[at(j)..]`, applies [`butterflies`] and stores them back.
+#[inline(always)]
+fn butterflies_at<L: Lanes, const N: usize>(lanes: L, x: &mut [f32], at: impl Fn(usize) -> usize) {
+    let mut v: [L::F32; N] = std::array::from_fn(|j| lanes.load(&x[at(j)..]));
+    butterflies(&mut v);
+    for (j, w) in v.iter().enumerate() {
+        w.store(&mut x[at(j)..]);
     }
 }
 
