@@ -8,14 +8,15 @@
 //! `#[target_feature]` function per CPU ([`Kernel::best`] chooses). Every output is exactly the `a + b`
 //! or `a − b` of the same operands that the portable code computes, and the scaling the same
 //! `(y · row_scale) · col_scale` (two multiplies, no fused multiply-add), so the result is
-//! bit-identical. Three passes, each small enough to stay in registers:
+//! bit-identical. Three passes, each small enough to stay in registers, then the scaling:
 //! 1. each row, in chunks of 16 vectors (the whole row with 8 lanes, half of it with 4): the row
 //!    stages inside a vector from [`Lanes::load_hadamard_pair`], then those between the chunk's
 //!    vectors;
 //! 2. per group of 8 rows and column vector of the first chunk, that column in every chunk: the
 //!    row stages between chunks (none with 8 lanes), then the column stages of strides 1, 2 and 4
 //!    (the rows are still in L1);
-//! 3. per column vector, 16 rows 8 apart: the column stages of strides 8 … 64, then the scaling.
+//! 3. per column vector, 16 rows 8 apart: the column stages of strides 8 … 64;
+//! 4. the scaling into `out`, a row at a time.
 
 use crate::cpu::Kernel;
 #[cfg(target_arch = "x86_64")]
@@ -191,8 +192,7 @@ fn transform_scaled_neon(
 /// and of NEON (32) with room to spare.
 const CHUNK_VECS: usize = 16;
 
-/// [`Square::transform_scaled`] over `lanes`' vectors, in the three passes of the module
-/// documentation.
+/// [`Square::transform_scaled`] over `lanes`' vectors, in the passes of the module documentation.
 #[inline(always)]
 fn transform_scaled_lanes<L: Lanes>(
     lanes: L,
