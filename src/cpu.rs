@@ -29,9 +29,9 @@ pub fn has_neon() -> bool {
     std::arch::is_aarch64_feature_detected!("neon")
 }
 
-/// One implementation of a kernel that has several (the K-quants, MLX affine, the square Hadamard): the scalar
-/// reference or a CPU's vectors, all giving the same bytes. A vector kernel holds its
-/// `crate::simd` token, so it can only be had on a CPU that runs it.
+/// One implementation of a kernel that has several (the K-quants, MLX affine, the square
+/// Hadamard): the scalar reference or a CPU's vectors, all giving the same bytes. A vector kernel
+/// holds its `crate::simd` token, so it can only be had on a CPU that runs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kernel {
     /// The scalar reference, one block or group at a time.

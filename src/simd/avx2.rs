@@ -130,13 +130,13 @@ impl Lanes for Avx2 {
     #[inline(always)]
     fn load_hadamard_pair(self, x: &[f32]) -> [Avx2F32; 2] {
         let x = &x[..16];
-        [hadamard8(self.load(x).0), hadamard8(self.load(&x[8..]).0)]
+        [hadamard8(self.load(x)), hadamard8(self.load(&x[8..]))]
     }
 }
 
 /// [`Lanes::load_hadamard_pair`] of one vector.
 #[inline(always)]
-fn hadamard8(v: __m256) -> Avx2F32 {
+fn hadamard8(Avx2F32(v): Avx2F32) -> Avx2F32 {
     unsafe {
         let v = _mm256_add_ps(
             _mm256_mul_ps(v, _mm256_setr_ps(1., -1., 1., -1., 1., -1., 1., -1.)),
