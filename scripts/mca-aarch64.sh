@@ -143,14 +143,14 @@ add("portable decode, window extraction", state_loop, 1)
 # The scatter into the square (shared): one 32-value block of one tile per iteration.
 add("scatter into the square", pick(function(lib, "reconstruct18scatter_transposed"), "scatter loop", 128)[0], 32)
 
-# NEON square (inlined into finish_square): pass 1 once per row, passes 2 and 3 256 times per
-# square (64 weights each). Per-square set-up (128 row-scale products) is left out.
+# NEON square (inlined into finish_square): pass 1 once per half row, passes 2 and 3 256 times per
+# square (64 weights each), the scaling 4 weights per iteration.
 fin = function(lib, "CodedLinear13finish_square")
-add("NEON square, pass 1", pick(fin, "NEON pass 1", 512, where=lambda l: has(l, "ld2"))[0], SQUARE / 128)
-add("NEON square, pass 2", pick(fin, "NEON pass 2", 256, where=lambda l: has(l, "fadd") and not has(l, "fmul", "ld2"))[0],
-    SQUARE / 256)
-add("NEON square, pass 3 and scaling",
-    pick(fin, "NEON pass 3", 512, where=lambda l: has(l, "fmul") and any(".4s" in x for x in l))[0], SQUARE / 256)
+add("NEON square, pass 1", pick(fin, "NEON pass 1", 256, where=lambda l: has(l, "ld2"))[0], SQUARE / 256)
+pass2, pass3 = pick(fin, "NEON passes 2 and 3", 256, count=2, where=lambda l: has(l, "fadd") and not has(l, "fmul", "ld2"))
+add("NEON square, pass 2", pass2, SQUARE / 256)
+add("NEON square, pass 3", pass3, SQUARE / 256)
+add("NEON square, scaling", pick(fin, "NEON scaling", 16, where=lambda l: has(l, "fmul"))[0], 4)
 
 # Portable square (bench build): fwht128 (one straight block, once per row; it stores the row
 # back after each stage), fwht_across_rows' loop

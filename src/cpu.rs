@@ -17,21 +17,15 @@ pub fn has_avx2() -> bool {
     is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
 }
 
-/// Whether this CPU has AVX2 and FMA.
-#[cfg(target_arch = "x86_64")]
-pub fn has_avx2_fma() -> bool {
-    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma")
-}
-
 /// Whether this CPU has NEON (every aarch64 CPU that Linux and macOS run on does).
 #[cfg(target_arch = "aarch64")]
 pub fn has_neon() -> bool {
     std::arch::is_aarch64_feature_detected!("neon")
 }
 
-/// One implementation of an encoder that has several (the K-quants, MLX affine): the scalar
-/// reference or a CPU's vectors, all giving the same bytes. A vector kernel holds its
-/// `crate::simd` token, so it can only be had on a CPU that runs it.
+/// One implementation of a kernel that has several (the K-quants, MLX affine, the square
+/// Hadamard): the scalar reference or a CPU's vectors, all giving the same bytes. A vector kernel
+/// holds its `crate::simd` token, so it can only be had on a CPU that runs it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kernel {
     /// The scalar reference, one block or group at a time.

@@ -166,6 +166,34 @@ impl Lanes for Avx2 {
             _mm_storeu_si128(to[2 * BITS as usize..].as_mut_ptr().cast(), _mm256_extracti128_si256::<1>(packed));
         }
     }
+
+    // Each stage is `x·(±1) + partner`, the partner one shuffle away: `lower + upper` in the lower
+    // lane and `(−upper) + lower`, which is `lower − upper` exactly, in the upper one. A multiply
+    // and an add, not an FMA: the token proves AVX2 only.
+    #[inline(always)]
+    fn load_hadamard_pair(self, x: &[f32]) -> [Avx2F32; 2] {
+        let x = &x[..16];
+        [hadamard8(self.load(x)), hadamard8(self.load(&x[8..]))]
+    }
+}
+
+/// [`Lanes::load_hadamard_pair`] of one vector.
+#[inline(always)]
+fn hadamard8(Avx2F32(v): Avx2F32) -> Avx2F32 {
+    unsafe {
+        let v = _mm256_add_ps(
+            _mm256_mul_ps(v, _mm256_setr_ps(1., -1., 1., -1., 1., -1., 1., -1.)),
+            _mm256_permute_ps::<0b10_11_00_01>(v),
+        );
+        let v = _mm256_add_ps(
+            _mm256_mul_ps(v, _mm256_setr_ps(1., 1., -1., -1., 1., 1., -1., -1.)),
+            _mm256_permute_ps::<0b01_00_11_10>(v),
+        );
+        Avx2F32(_mm256_add_ps(
+            _mm256_mul_ps(v, _mm256_setr_ps(1., 1., 1., 1., -1., -1., -1., -1.)),
+            _mm256_permute2f128_ps::<0x01>(v, v),
+        ))
+    }
 }
 
 /// Byte shuffles (per 128-bit half) that keep the low `b` bytes of each u64: bytes `0..b` then

@@ -82,6 +82,13 @@ pub trait Lanes: Copy {
     /// start of `to`, and anything to the bytes after them, up to `2·BITS + 16` bytes in all
     /// (`to` must hold that many).
     fn pack_codes<const BITS: u32>(self, codes: Self::Codes, to: &mut [u8]);
+
+    /// The first `2·LANES` values of `x` as two vectors, each put through the butterfly stages of
+    /// strides 1, 2, …, `LANES/2` inside it (lanes `i` and `i + h`, `i` below `h` in its run of
+    /// `2h`, become `x[i] + x[i + h]` and `x[i] − x[i + h]`): the unnormalised natural-order
+    /// Walsh–Hadamard transform of each vector. Every lane is exactly the sum or difference the
+    /// scalar butterflies give (a NaN stays a NaN, its sign and payload unspecified).
+    fn load_hadamard_pair(self, x: &[f32]) -> [Self::F32; 2];
 }
 
 /// Codes per [`Lanes::pack_codes`]: 32 fields of any width fill whole bytes, so such runs pack

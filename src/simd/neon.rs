@@ -163,6 +163,23 @@ impl Lanes for Neon {
             vst1q_u8(to[2 * BITS as usize..].as_mut_ptr(), pack16(high));
         }
     }
+
+    // `ld2` loads `x0..x3, y0..y3` as `[x0 x2 y0 y2]`, `[x1 x3 y1 y3]`, so stride 1 is one add and
+    // one subtract of whole vectors; `uzp1`/`uzp2` pair the stride-2 operands the same way, and a
+    // last `uzp1`/`uzp2` restores the natural order.
+    #[inline(always)]
+    fn load_hadamard_pair(self, x: &[f32]) -> [NeonF32; 2] {
+        let x = &x[..8];
+        unsafe {
+            let v = vld2q_f32(x.as_ptr());
+            // Stride 1: s = [x'0 x'2 y'0 y'2], d = [x'1 x'3 y'1 y'3].
+            let (s, d) = (vaddq_f32(v.0, v.1), vsubq_f32(v.0, v.1));
+            // Stride 2: p = [x''0 y''0 x''1 y''1], q = [x''2 y''2 x''3 y''3].
+            let (e, o) = (vuzp1q_f32(s, d), vuzp2q_f32(s, d));
+            let (p, q) = (vaddq_f32(e, o), vsubq_f32(e, o));
+            [NeonF32(vuzp1q_f32(p, q)), NeonF32(vuzp2q_f32(p, q))]
+        }
+    }
 }
 
 /// Table lookups that keep the low `b` bytes of each u64: bytes `0..b` then `8..8 + b`, zeros

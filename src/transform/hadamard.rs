@@ -3,6 +3,27 @@
 //! `H[i, j] = (−1)^popcount(i & j)`. The in-place butterfly at strides 1, 2, …, 64 computes exactly
 //! this matrix; normalisation (`1/√128` per side) is applied by the caller, once, as `2^−7` for the
 //! two sides together.
+//!
+//! [`Square::transform_scaled`] is written once over [`Lanes`] and entered through one
+//! `#[target_feature]` function per CPU ([`Kernel::best`] chooses). Every output is exactly the `a + b`
+//! or `a − b` of the same operands that the portable code computes, and the scaling the same
+//! `(y · row_scale) · col_scale` (two multiplies, no fused multiply-add), so the result is
+//! bit-identical. Three passes, each small enough to stay in registers, then the scaling:
+//! 1. each row, in chunks of 16 vectors (the whole row with 8 lanes, half of it with 4): the row
+//!    stages inside a vector from [`Lanes::load_hadamard_pair`], then those between the chunk's
+//!    vectors;
+//! 2. per group of 8 rows and column vector of the first chunk, that column in every chunk: the
+//!    row stages between chunks (none with 8 lanes), then the column stages of strides 1, 2 and 4
+//!    (the rows are still in L1);
+//! 3. per column vector, 16 rows 8 apart: the column stages of strides 8 … 64;
+//! 4. the scaling into `out`, a row at a time.
+
+use crate::cpu::Kernel;
+#[cfg(target_arch = "x86_64")]
+use crate::simd::Avx2;
+#[cfg(target_arch = "aarch64")]
+use crate::simd::Neon;
+use crate::simd::{Lanes, Vector};
 
 /// Length of one Hadamard block.
 pub const HADAMARD_SIZE: usize = 128;
@@ -94,22 +115,20 @@ impl Square {
         stride: usize,
     ) {
         assert!(stride >= HADAMARD_SIZE && out.len() >= (HADAMARD_SIZE - 1) * stride + HADAMARD_SIZE);
-        #[cfg(target_arch = "x86_64")]
-        if crate::cpu::has_avx2_fma() {
-            // SAFETY: the features were detected.
-            unsafe { avx2::transform_scaled(self, row_scale, col_scale, out, stride) };
-            return;
+        match Kernel::best() {
+            Kernel::Reference => self.transform_scaled_portable(row_scale, col_scale, out, stride),
+            // SAFETY: the token proves AVX2.
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2(lanes) => unsafe { transform_scaled_avx2(lanes, self, row_scale, col_scale, out, stride) },
+            // SAFETY: the token proves NEON.
+            #[cfg(target_arch = "aarch64")]
+            Kernel::Neon(lanes) => unsafe { transform_scaled_neon(lanes, self, row_scale, col_scale, out, stride) },
         }
-        #[cfg(target_arch = "aarch64")]
-        neon::transform_scaled(self, row_scale, col_scale, out, stride);
-        #[cfg(not(target_arch = "aarch64"))]
-        self.transform_scaled_portable(row_scale, col_scale, out, stride);
     }
 
-    /// [`Self::transform_scaled`] for `x86_64` CPUs without AVX2 and FMA and for targets other
-    /// than `x86_64` and aarch64; on aarch64 only the tests use it, as the reference for NEON.
+    /// [`Self::transform_scaled`] with [`Kernel::Reference`]: CPUs without vector lanes, and the
+    /// tests' reference for those with them.
     // Not inlined, so that scripts/mca-aarch64.sh finds it (one call per square).
-    #[cfg_attr(all(target_arch = "aarch64", not(test)), allow(dead_code))]
     #[inline(never)]
     fn transform_scaled_portable(
         &mut self,
@@ -141,245 +160,122 @@ impl Square {
     }
 }
 
-/// The square transform with 8-wide vectors. Butterflies between vectors are plain adds and
-/// subtracts; within a vector (strides 1, 2, 4 along a row) each is `a ± b` as one FMA with a ±1
-/// factor, which is exact. Rows are done eight at a time, together with the first three column
-/// stages while those rows are in L1.
+/// [`transform_scaled_lanes`] compiled for AVX2.
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
-    use super::{Square, HADAMARD_SIZE, SQUARE_STRIDE};
-    #[allow(clippy::wildcard_imports)] // the intrinsics
-    use std::arch::x86_64::*;
+#[target_feature(enable = "avx2")]
+fn transform_scaled_avx2(
+    lanes: Avx2,
+    square: &mut Square,
+    row_scale: &[f32; HADAMARD_SIZE],
+    col_scale: &[f32; HADAMARD_SIZE],
+    out: &mut [f32],
+    stride: usize,
+) {
+    transform_scaled_lanes(lanes, &mut square.0, row_scale, col_scale, out, stride);
+}
 
-    /// 8-float vectors per 128-float row.
-    const VECS: usize = HADAMARD_SIZE / 8;
+/// [`transform_scaled_lanes`] compiled for NEON.
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+fn transform_scaled_neon(
+    lanes: Neon,
+    square: &mut Square,
+    row_scale: &[f32; HADAMARD_SIZE],
+    col_scale: &[f32; HADAMARD_SIZE],
+    out: &mut [f32],
+    stride: usize,
+) {
+    transform_scaled_lanes(lanes, &mut square.0, row_scale, col_scale, out, stride);
+}
 
-    #[target_feature(enable = "avx2,fma")]
-    pub unsafe fn transform_scaled(
-        square: &mut Square,
-        row_scale: &[f32; HADAMARD_SIZE],
-        col_scale: &[f32; HADAMARD_SIZE],
-        out: &mut [f32],
-        stride: usize,
-    ) {
-        unsafe {
-            transform(&mut square.0);
-            square.scale_into(row_scale, col_scale, out, stride); // inlined, so vectorised with AVX2
-        }
-    }
+/// Vectors per row chunk of pass 1 and per column of pass 3: 16 fit the registers of AVX2 (16)
+/// and of NEON (32) with room to spare.
+const CHUNK_VECS: usize = 16;
 
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn transform(x: &mut [f32; HADAMARD_SIZE * SQUARE_STRIDE]) {
-        unsafe {
-            let x = x.as_mut_ptr();
-            let at = |r: usize, c: usize| x.add(r * SQUARE_STRIDE + c);
-            for rows in (0..HADAMARD_SIZE).step_by(8) {
-                for r in rows..rows + 8 {
-                    let mut v: [__m256; VECS] = std::array::from_fn(|i| _mm256_loadu_ps(at(r, 8 * i)));
-                    for w in &mut v {
-                        *w = within_vector(*w);
-                    }
-                    butterflies(&mut v);
-                    for (i, w) in v.iter().enumerate() {
-                        _mm256_storeu_ps(at(r, 8 * i), *w);
-                    }
+/// [`Square::transform_scaled`] over `lanes`' vectors, in the passes of the module documentation.
+#[inline(always)]
+fn transform_scaled_lanes<L: Lanes>(
+    lanes: L,
+    x: &mut [f32; HADAMARD_SIZE * SQUARE_STRIDE],
+    row_scale: &[f32; HADAMARD_SIZE],
+    col_scale: &[f32; HADAMARD_SIZE],
+    out: &mut [f32],
+    stride: usize,
+) {
+    assert!(stride >= HADAMARD_SIZE && out.len() >= (HADAMARD_SIZE - 1) * stride + HADAMARD_SIZE);
+    // Index loops rather than `step_by`, so that the compiler sees every slice in bounds.
+    let n = L::LANES;
+    let chunk = CHUNK_VECS * n;
+    let chunks = HADAMARD_SIZE / chunk;
+    for g in 0..HADAMARD_SIZE / 8 {
+        let rows = 8 * g;
+        // Pass 1.
+        for r in rows..rows + 8 {
+            for part in x[r * SQUARE_STRIDE..][..HADAMARD_SIZE].chunks_exact_mut(chunk) {
+                let mut v = [lanes.splat(0.0); CHUNK_VECS];
+                for i in 0..CHUNK_VECS / 2 {
+                    [v[2 * i], v[2 * i + 1]] = lanes.load_hadamard_pair(&part[2 * i * n..]);
                 }
-                for c in (0..HADAMARD_SIZE).step_by(8) {
-                    let mut v: [__m256; 8] = std::array::from_fn(|m| _mm256_loadu_ps(at(rows + m, c)));
-                    butterflies(&mut v);
-                    for (m, w) in v.iter().enumerate() {
-                        _mm256_storeu_ps(at(rows + m, c), *w);
-                    }
+                butterflies(&mut v);
+                for (i, w) in v.iter().enumerate() {
+                    w.store(&mut part[i * n..]);
                 }
             }
-            // Column stages of strides 8 … 64.
-            for r0 in 0..8 {
-                for c in (0..HADAMARD_SIZE).step_by(8) {
-                    let mut v: [__m256; VECS] = std::array::from_fn(|m| _mm256_loadu_ps(at(r0 + 8 * m, c)));
-                    butterflies(&mut v);
-                    for (m, w) in v.iter().enumerate() {
-                        _mm256_storeu_ps(at(r0 + 8 * m, c), *w);
-                    }
-                }
-            }
         }
-    }
-
-    /// The butterfly stages between the vectors of `v`, strides 1, 2, 4, … (in vectors).
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    fn butterflies<const N: usize>(v: &mut [__m256; N]) {
-        {
-            let mut h = 1;
-            while h < N {
-                for base in (0..N).step_by(2 * h) {
-                    for i in base..base + h {
-                        let (a, b) = (v[i], v[i + h]);
-                        v[i] = _mm256_add_ps(a, b);
-                        v[i + h] = _mm256_sub_ps(a, b);
-                    }
+        // Pass 2: vector `j` is row `rows + j / chunks`, chunk `j % chunks`, so the stages between
+        // chunks (the row's last) come before those between rows.
+        for cv in 0..CHUNK_VECS {
+            let at = |j: usize| (rows + j / chunks) * SQUARE_STRIDE + (j % chunks) * chunk + cv * n;
+            match chunks {
+                1 => {
+                    butterflies_at::<L, 8>(lanes, x, at);
                 }
-                h *= 2;
+                2 => {
+                    butterflies_at::<L, 16>(lanes, x, at);
+                }
+                _ => unreachable!("no schedule for {} lanes", L::LANES),
             }
         }
     }
-
-    /// The stages of strides 1, 2 and 4 inside one vector: `lower ± upper` as `fma(upper, ±1, lower)`.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    fn within_vector(x: __m256) -> __m256 {
-        {
-            let x = _mm256_fmadd_ps(
-                _mm256_movehdup_ps(x),
-                _mm256_setr_ps(1., -1., 1., -1., 1., -1., 1., -1.),
-                _mm256_moveldup_ps(x),
-            );
-            let x = _mm256_fmadd_ps(
-                _mm256_shuffle_ps::<0b11_10_11_10>(x, x),
-                _mm256_setr_ps(1., 1., -1., -1., 1., 1., -1., -1.),
-                _mm256_shuffle_ps::<0b01_00_01_00>(x, x),
-            );
-            _mm256_fmadd_ps(
-                _mm256_permute2f128_ps::<0x11>(x, x),
-                _mm256_setr_ps(1., 1., 1., 1., -1., -1., -1., -1.),
-                _mm256_permute2f128_ps::<0x00>(x, x),
-            )
+    // Pass 3: rows r0, r0 + 8, …, r0 + 120.
+    for r0 in 0..8 {
+        for cv in 0..HADAMARD_SIZE / n {
+            butterflies_at::<L, 16>(lanes, x, |m| (r0 + 8 * m) * SQUARE_STRIDE + cv * n);
+        }
+    }
+    // The scaling, a row at a time: writing 16 rows of `out` far apart at once is much slower.
+    for (r, dst) in out.chunks_mut(stride).take(HADAMARD_SIZE).enumerate() {
+        let (y, dst, rs) =
+            (&x[r * SQUARE_STRIDE..][..HADAMARD_SIZE], &mut dst[..HADAMARD_SIZE], lanes.splat(row_scale[r]));
+        for c in (0..HADAMARD_SIZE / n).map(|cv| cv * n) {
+            (lanes.load(&y[c..]) * rs * lanes.load(&col_scale[c..])).store(&mut dst[c..]);
         }
     }
 }
 
-/// The square transform with 4-wide NEON vectors (aarch64, where NEON is always present).
-///
-/// Every output is the same `a + b` or `a − b` of the same operands as in the portable code, and
-/// the scaling the same `(y · row_scale) · col_scale` (two multiplies, no fused multiply-add), so
-/// the result is bit-identical. Three passes over the square, each small enough to stay in
-/// registers (32 vectors):
-/// 1. each row, one 64-float half at a time: the row stages of strides 1 … 32. The two stages
-///    inside a vector (strides 1 and 2) work on pairs of vectors: `ld2` splits 8 floats into even
-///    and odd lanes, so stride 1 is one add and one subtract; `uzp1`/`uzp2` pair up the stride-2
-///    operands the same way, and a last `uzp1`/`uzp2` restores the natural order;
-/// 2. per group of 8 rows and column vector, that column and the one 64 floats on: the row stage
-///    of stride 64, then the column stages of strides 1, 2 and 4 (the rows are still in L1);
-/// 3. per column vector, 16 rows 8 apart: the column stages of strides 8 … 64, then the scaling.
-#[cfg(target_arch = "aarch64")]
-mod neon {
-    use super::{Square, HADAMARD_SIZE, SQUARE_STRIDE};
-    #[allow(clippy::wildcard_imports)] // the intrinsics
-    use std::arch::aarch64::*;
-
-    /// Half a row, in 4-float vectors.
-    const HALF_VECS: usize = HADAMARD_SIZE / 8;
-
-    pub fn transform_scaled(
-        square: &mut Square,
-        row_scale: &[f32; HADAMARD_SIZE],
-        col_scale: &[f32; HADAMARD_SIZE],
-        out: &mut [f32],
-        stride: usize,
-    ) {
-        assert!(stride >= HADAMARD_SIZE && out.len() >= (HADAMARD_SIZE - 1) * stride + HADAMARD_SIZE);
-        // SAFETY: NEON is part of the aarch64 base ISA; every access is inside the square, the
-        // scales or `out` (whose size was checked above).
-        unsafe { transform(&mut square.0, row_scale, col_scale, out.as_mut_ptr(), stride) };
+/// Loads the `N` vectors at `x[at(j)..]`, applies [`butterflies`] and stores them back.
+#[inline(always)]
+fn butterflies_at<L: Lanes, const N: usize>(lanes: L, x: &mut [f32], at: impl Fn(usize) -> usize) {
+    let mut v: [L::F32; N] = std::array::from_fn(|j| lanes.load(&x[at(j)..]));
+    butterflies(&mut v);
+    for (j, w) in v.iter().enumerate() {
+        w.store(&mut x[at(j)..]);
     }
+}
 
-    #[inline]
-    unsafe fn transform(
-        x: &mut [f32; HADAMARD_SIZE * SQUARE_STRIDE],
-        row_scale: &[f32; HADAMARD_SIZE],
-        col_scale: &[f32; HADAMARD_SIZE],
-        out: *mut f32,
-        stride: usize,
-    ) {
-        const HALF: usize = HADAMARD_SIZE / 2;
-        unsafe {
-            let x = x.as_mut_ptr();
-            let at = |r: usize, c: usize| x.add(r * SQUARE_STRIDE + c);
-            for rows in (0..HADAMARD_SIZE).step_by(8) {
-                // Pass 1.
-                for r in rows..rows + 8 {
-                    row_half(at(r, 0));
-                    row_half(at(r, HALF));
-                }
-                // Pass 2.
-                for c in (0..HALF).step_by(4) {
-                    let mut a: [float32x4_t; 8] = std::array::from_fn(|m| vld1q_f32(at(rows + m, c)));
-                    let mut b: [float32x4_t; 8] = std::array::from_fn(|m| vld1q_f32(at(rows + m, c + HALF)));
-                    for (p, q) in a.iter_mut().zip(b.iter_mut()) {
-                        (*p, *q) = (vaddq_f32(*p, *q), vsubq_f32(*p, *q));
-                    }
-                    butterflies(&mut a);
-                    butterflies(&mut b);
-                    for m in 0..8 {
-                        vst1q_f32(at(rows + m, c), a[m]);
-                        vst1q_f32(at(rows + m, c + HALF), b[m]);
-                    }
-                }
-            }
-            // Pass 3: rows r0, r0 + 8, …, r0 + 120.
-            for r0 in 0..8 {
-                for c in (0..HADAMARD_SIZE).step_by(4) {
-                    let mut v: [float32x4_t; 16] = std::array::from_fn(|m| vld1q_f32(at(r0 + 8 * m, c)));
-                    butterflies(&mut v);
-                    let cs = vld1q_f32(col_scale.as_ptr().add(c));
-                    for (m, w) in v.iter().enumerate() {
-                        let r = r0 + 8 * m;
-                        vst1q_f32(at(r, c), *w);
-                        vst1q_f32(out.add(r * stride + c), vmulq_f32(vmulq_n_f32(*w, row_scale[r]), cs));
-                    }
-                }
+/// The butterfly stages between the vectors of `v`, strides 1, 2, 4, … (in vectors).
+#[inline(always)]
+fn butterflies<V: Vector>(v: &mut [V]) {
+    let mut h = 1;
+    while h < v.len() {
+        for base in (0..v.len()).step_by(2 * h) {
+            for i in base..base + h {
+                let (a, b) = (v[i], v[i + h]);
+                v[i] = a + b;
+                v[i + h] = a - b;
             }
         }
-    }
-
-    /// Pass 1 on 64 consecutive floats: the row stages of strides 1 … 32.
-    #[inline(always)]
-    unsafe fn row_half(p: *mut f32) {
-        unsafe {
-            let mut v = [vdupq_n_f32(0.0); HALF_VECS];
-            for i in 0..HALF_VECS / 2 {
-                (v[2 * i], v[2 * i + 1]) = within_pair(vld2q_f32(p.add(8 * i)));
-            }
-            butterflies(&mut v);
-            for (i, w) in v.iter().enumerate() {
-                vst1q_f32(p.add(4 * i), *w);
-            }
-        }
-    }
-
-    /// The butterfly stages between the vectors of `v`, strides 1, 2, 4, … (in vectors).
-    #[inline(always)]
-    unsafe fn butterflies<const N: usize>(v: &mut [float32x4_t; N]) {
-        unsafe {
-            let mut h = 1;
-            while h < N {
-                for base in (0..N).step_by(2 * h) {
-                    for i in base..base + h {
-                        let (a, b) = (v[i], v[i + h]);
-                        v[i] = vaddq_f32(a, b);
-                        v[i + h] = vsubq_f32(a, b);
-                    }
-                }
-                h *= 2;
-            }
-        }
-    }
-
-    /// Stages of strides 1 and 2 of 8 consecutive floats `x0..x3, y0..y3`, given as `ld2` loads
-    /// them (`[x0 x2 y0 y2]`, `[x1 x3 y1 y3]`); returns the two vectors in natural order.
-    #[inline(always)]
-    unsafe fn within_pair(v: float32x4x2_t) -> (float32x4_t, float32x4_t) {
-        unsafe {
-            // Stride 1: s = [x'0 x'2 y'0 y'2], d = [x'1 x'3 y'1 y'3].
-            let s = vaddq_f32(v.0, v.1);
-            let d = vsubq_f32(v.0, v.1);
-            // Stride 2: p = [x''0 y''0 x''1 y''1], q = [x''2 y''2 x''3 y''3].
-            let (e, o) = (vuzp1q_f32(s, d), vuzp2q_f32(s, d));
-            let p = vaddq_f32(e, o);
-            let q = vsubq_f32(e, o);
-            (vuzp1q_f32(p, q), vuzp2q_f32(p, q))
-        }
+        h *= 2;
     }
 }
 
@@ -447,7 +343,9 @@ mod tests {
         {
             let mut neon = vec![0f32; HADAMARD_SIZE * stride];
             let mut y = square.clone();
-            neon::transform_scaled(&mut y, &row_scale, &col_scale, &mut neon, stride);
+            let lanes = Neon::detect().unwrap();
+            // SAFETY: the token proves NEON.
+            unsafe { transform_scaled_neon(lanes, &mut y, &row_scale, &col_scale, &mut neon, stride) };
             assert_eq!(bits(&neon), bits(&portable), "NEON path differs from the portable one");
             let mut y_portable = square.clone();
             y_portable.transform_scaled_portable(&row_scale, &col_scale, &mut portable, stride);
