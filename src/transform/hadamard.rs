@@ -4,13 +4,13 @@
 //! this matrix; normalisation (`1/√128` per side) is applied by the caller, once, as `2^−7` for the
 //! two sides together.
 //!
-//! [`Square::transform_scaled`] is written once over [`Lanes`] and entered through one
+//! `Square::transform_scaled` is written once over the crate's `simd::Lanes` and entered through one
 //! `#[target_feature]` function per CPU ([`Kernel::best`] chooses). Every output is exactly the `a + b`
 //! or `a − b` of the same operands that the portable code computes, and the scaling the same
 //! `(y · row_scale) · col_scale` (two multiplies, no fused multiply-add), so the result is
 //! bit-identical. Three passes, each small enough to stay in registers, then the scaling:
 //! 1. each row, in chunks of 16 vectors (the whole row with 8 lanes, half of it with 4): the row
-//!    stages inside a vector from [`Lanes::load_hadamard_pair`], then those between the chunk's
+//!    stages inside a vector from `Lanes::load_hadamard_pair`, then those between the chunk's
 //!    vectors;
 //! 2. per group of 8 rows and column vector of the first chunk, that column in every chunk: the
 //!    row stages between chunks (none with 8 lanes), then the column stages of strides 1, 2 and 4

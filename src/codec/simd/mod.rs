@@ -1,6 +1,6 @@
 //! Fast tile decoders, chosen at run time; all bit-identical to the scalar reference.
 //!
-//! A CPU with vectors ([`crate::simd`]: AVX2 on `x86_64`, NEON on aarch64) gets [`VectorDecoder`];
+//! A CPU with vectors (the crate's `simd` lanes: AVX2 on `x86_64`, NEON on aarch64) gets [`VectorDecoder`];
 //! every other gets [`PortableDecoder`], plain integer code that the compiler vectorises. The
 //! portable decoder is built and tested everywhere.
 
