@@ -96,11 +96,13 @@ fn run<L: Lanes, const BITS: u32>(
 ) {
     let n_bins = ((1u32 << BITS) - 1) as f32;
     let group_bytes = group_size * BITS as usize / 8;
-    for (b, batch) in values.chunks(BATCH * group_size).enumerate() {
+    let mut packed = packed;
+    let batches = values.chunks(BATCH * group_size).zip(scales.chunks_mut(BATCH).zip(biases.chunks_mut(BATCH)));
+    for (batch, (scales, biases)) in batches {
         // Unused lanes of a short last batch quantize a zero group, and are dropped.
         let (mut his, mut los) = ([0f32; BATCH], [0f32; BATCH]);
-        for (j, g) in batch.chunks_exact(group_size).enumerate() {
-            (his[j], los[j]) = max_min(lanes, g);
+        for ((g, hi), lo) in batch.chunks_exact(group_size).zip(&mut his).zip(&mut los) {
+            (*hi, *lo) = max_min(lanes, g);
         }
         let (mut s, mut o) = ([0f32; BATCH], [0f32; BATCH]);
         for k in (0..BATCH).step_by(L::LANES) {
@@ -108,17 +110,18 @@ fn run<L: Lanes, const BITS: u32>(
             scale.store(&mut s[k..]);
             bias.store(&mut o[k..]);
         }
-        for (j, g) in batch.chunks_exact(group_size).enumerate() {
-            let i = b * BATCH + j;
-            codes::<L, BITS>(lanes, g, s[j], o[j], &mut packed[i * group_bytes..]);
-            scales[i] = s[j];
-            biases[i] = o[j];
+        for (((g, scale), bias), (&s, &o)) in
+            batch.chunks_exact(group_size).zip(scales).zip(biases).zip(s.iter().zip(&o))
+        {
+            codes::<L, BITS>(lanes, g, s, o, packed);
+            packed = &mut packed[group_bytes..];
+            (*scale, *bias) = (s, o);
         }
     }
 }
 
-/// The maximum and minimum of a group (a multiple of [`BATCH`] values), NaNs ignored as in the
-/// reference: its eight lanes (see the module comment), then a tree over them, which can only
+/// The maximum and minimum of a group (a multiple of [`PACKED_CODES`] values), NaNs ignored as in
+/// the reference: its eight lanes (see the module comment), then a tree over them, which can only
 /// differ from the reference's in-order fold in the sign of a zero result, on which the scale and
 /// bias do not depend.
 #[inline(always)]
@@ -126,11 +129,14 @@ fn max_min<L: Lanes>(lanes: L, g: &[f32]) -> (f32, f32) {
     // Enough vectors for the reference's eight lanes at four lanes a vector, the fewest there are.
     let (mut hi, mut lo) = ([lanes.splat(f32::NEG_INFINITY); BATCH / 4], [lanes.splat(f32::INFINITY); BATCH / 4]);
     let n = BATCH / L::LANES;
-    for x in g.chunks_exact(BATCH) {
-        for (k, (hi, lo)) in hi[..n].iter_mut().zip(&mut lo[..n]).enumerate() {
-            let x = lanes.load(&x[k * L::LANES..]);
-            *hi = x.max(*hi);
-            *lo = x.min(*lo);
+    // A run of codes at a time (groups are whole runs), so that its steps of eight unroll.
+    for run in g.chunks_exact(PACKED_CODES) {
+        for x in run.chunks_exact(BATCH) {
+            for (k, (hi, lo)) in hi[..n].iter_mut().zip(&mut lo[..n]).enumerate() {
+                let x = lanes.load(&x[k * L::LANES..]);
+                *hi = x.max(*hi);
+                *lo = x.min(*lo);
+            }
         }
     }
     // No lane holds a NaN, so the order of these max/min does not matter.
