@@ -168,8 +168,8 @@ impl Lanes for Avx2 {
     }
 
     // Each stage is `x·(±1) + partner`, the partner one shuffle away: `lower + upper` in the lower
-    // lane and `(−upper) + lower`, which is `lower − upper` exactly, in the upper one. A multiply
-    // and an add, not an FMA: the token proves AVX2 only.
+    // lane and `(−upper) + lower`, which is `lower − upper` exactly, in the upper one. The product
+    // is exact, so a multiply and an add give what an FMA would.
     #[inline(always)]
     fn load_hadamard_pair(self, x: &[f32]) -> [Avx2F32; 2] {
         let x = &x[..16];
