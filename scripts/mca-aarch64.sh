@@ -2,10 +2,8 @@
 # Static throughput estimates for the aarch64 decode and reconstruction loops, with llvm-mca
 # (docs/PERFORMANCE.md, section "aarch64 (NEON)", explains the method and the figures).
 #
-#   1. compiles the library for aarch64-unknown-linux-gnu to assembly: once as shipped (release
-#      optimisation, one codegen unit, no LTO so that the library's own assembly is emitted) and
-#      once in `cargo bench` mode, the only build in which the portable square transform exists on
-#      aarch64 (there it is the reference of a unit test);
+#   1. compiles the library for aarch64-unknown-linux-gnu to assembly as shipped (release
+#      optimisation, one codegen unit, no LTO so that the library's own assembly is emitted);
 #   2. cuts the innermost loops (label … backward branch) out of the functions below, checks each
 #      loop's shape (how many bytes it stores per iteration, outside the stack), and runs
 #      `llvm-mca -mcpu=apple-m1` on each as a loop body;
@@ -23,11 +21,9 @@ out=$PWD/target/mca
 mkdir -p "$out"
 command -v llvm-mca >/dev/null || { echo "mca-aarch64: llvm-mca not found (Debian: apt-get install llvm)" >&2; exit 1; }
 
-echo "== assembly ($target): the library as shipped, then in bench mode" >&2
+echo "== assembly ($target): the library as shipped" >&2
 CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=1 CARGO_TARGET_DIR=$out \
     cargo rustc --quiet --locked --release --target $target --lib -- --emit "asm=$out/lib.s"
-CARGO_PROFILE_BENCH_LTO=false CARGO_PROFILE_BENCH_CODEGEN_UNITS=1 CARGO_TARGET_DIR=$out \
-    cargo rustc --quiet --locked --profile bench --target $target --lib -- --emit "asm=$out/lib-bench.s"
 
 echo "== llvm-mca -mcpu=$cpu ($(llvm-mca --version | grep -o 'LLVM version [0-9.]*'))" >&2
 python3 - "$out" "$cpu" "$ghz" <<'EOF'
@@ -119,7 +115,7 @@ def add(name, loop, weights_per_iteration):
     rthr, sim, n = mca(loop)
     measured[name] = (n, rthr, sim, weights_per_iteration)
 
-lib, bench = functions(out / "lib.s"), functions(out / "lib-bench.s")
+lib = functions(out / "lib.s")
 
 # NEON decoder (the vector decoder's aarch64 entry): the group loop (8 weights; all but the first
 # 2 of a tile's 32 groups), one per K and codebook, told apart by their instructions.
@@ -152,17 +148,17 @@ add("NEON square, pass 2", pass2, SQUARE / 256)
 add("NEON square, pass 3", pass3, SQUARE / 256)
 add("NEON square, scaling", pick(fin, "NEON scaling", 16, where=lambda l: has(l, "fmul"))[0], 4)
 
-# Portable square (bench build): fwht128 (one straight block, once per row; it stores the row
-# back after each stage), fwht_across_rows' loop
-# (16 values of two rows per iteration; 7 stages x 64 row pairs x 136/8 iterations per square,
-# padding columns included) and the scaling loop (8 values per iteration).
-f128 = function(bench, "hadamard7fwht128")
+# Portable square (the vector-less CPUs' path): fwht128 (one straight block, once per row; it
+# stores the row back after each stage), fwht_across_rows' loop (16 values of two rows per
+# iteration; 7 stages x 64 row pairs x 136/8 iterations per square, padding columns included) and
+# the scaling loop (8 values per iteration).
+f128 = function(lib, "hadamard7fwht128")
 if loops(f128) or stored_bytes(f128) % 512:
     sys.exit("mca-aarch64: fwht128 is no longer one straight block over 128 floats; update this script")
 add("portable square, fwht128 (per row)", f128, 128)
-add("portable square, fwht_across_rows", pick(function(bench, "hadamard16fwht_across_rows"), "fwht_across_rows loop", 64,
+add("portable square, fwht_across_rows", pick(function(lib, "hadamard16fwht_across_rows"), "fwht_across_rows loop", 64,
     where=lambda l: has(l, "fadd") and any(".4s" in x for x in l))[0], SQUARE / (7 * 64 * 17))
-add("portable square, scaling", pick(function(bench, "transform_scaled_portable"), "portable scale loop", 32,
+add("portable square, scaling", pick(function(lib, "transform_scaled_portable"), "portable scale loop", 32,
     where=lambda l: any(".4s" in x for x in l))[0], 8)
 
 per_weight = lambda name, i: measured[name][i] / measured[name][3]  # cycles per weight; i = 1 or 2
