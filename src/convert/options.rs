@@ -19,6 +19,9 @@ pub struct ConvertOptions {
     pub keep_bias: bool,
     /// Largest shard in tensor bytes; the format's default when `None`.
     pub max_shard_size: Option<u64>,
+    /// `--max-size`: the model files' total in bytes; every quantized tensor's encoding is chosen
+    /// to fit it.
+    pub max_size: Option<u64>,
     /// `--only` globs over output names (empty: everything).
     pub only: Vec<String>,
     /// Write only this part's shards of the full plan (and every file around them).
@@ -46,6 +49,7 @@ impl ConvertOptions {
             format: OutputFormat::Dense { dtype: DenseDtype::Bf16, mtp: MtpMode::Auto },
             keep_bias: false,
             max_shard_size: None,
+            max_size: None,
             only: Vec::new(),
             part: None,
             checksums: false,
@@ -71,6 +75,11 @@ impl ConvertOptions {
                 w.value("--format", if dtype == DenseDtype::Bf16 { "bf16" } else { "f16" });
                 w.value("--mtp", mtp.name());
             }
+            OutputFormat::Mlx(o) if self.max_size.is_some() => {
+                w.value("--format", "mlx");
+                w.value("--max-size", &self.max_size.unwrap_or_default().to_string());
+                w.value("--int8", o.int8.name());
+            }
             OutputFormat::Mlx(o) => {
                 w.value("--format", "mlx");
                 match o.auto {
@@ -89,7 +98,10 @@ impl ConvertOptions {
             }
             OutputFormat::Gguf(o) => {
                 w.value("--format", "gguf");
-                w.value("--gguf-type", o.ty.name());
+                match self.max_size {
+                    Some(size) => w.value("--max-size", &size.to_string()),
+                    None => w.value("--gguf-type", o.ty.name()),
+                }
                 if let Some(auto) = o.auto {
                     w.budget(auto);
                 }

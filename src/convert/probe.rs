@@ -80,6 +80,25 @@ impl WeightProbe for Probe<'_> {
         )
     }
 
+    fn affine_errors_at(
+        &self,
+        source: &RowSource,
+        adjust: Adjust,
+        group_sizes: &[usize],
+        scale_dtype: Dtype,
+    ) -> Result<Vec<WidthErrors>> {
+        self.fold_rows(
+            source,
+            adjust,
+            || vec![WidthErrors::default(); group_sizes.len()],
+            |errors, values, width| {
+                round_slice(values, scale_dtype);
+                WidthErrors::add_estimates_at(errors, values, width, group_sizes);
+            },
+            |a, b| a.into_iter().zip(b).map(|(x, y)| x.merge(y)).collect(),
+        )
+    }
+
     fn storage_errors(
         &self,
         source: &RowSource,

@@ -113,6 +113,10 @@ pub struct ConvertReport {
     /// makes (0: exact).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scale_fold_change: Option<f64>,
+    /// `--max-size`: the size asked for, the bytes of the model files, and the largest and mean
+    /// added-error ratios of the coded linears.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<super::fit::BudgetReport>,
     pub warnings: Vec<crate::warning::Warning>,
     pub tensors: Vec<TensorReport>,
 }

@@ -16,6 +16,7 @@ pub use types::GgufType;
 use types::{choose_by_budget, quantize_as_llama_does};
 mod vocab;
 
+use super::fit::FitTensor;
 use super::hf::{self, DenseDtype};
 use super::mtp::{self, MtpMode};
 use super::options::{AutoBits, Int8Mode};
@@ -258,6 +259,20 @@ impl Layout for GgufLayout {
             Some(auto) => choose_by_budget(auto, tensors, cat, probe),
             None => Ok(Vec::new()),
         }
+    }
+
+    fn fit_menu(
+        &self,
+        _ck: &Checkpoint,
+        tensors: &[OutputTensor],
+        cat: &Catalog,
+        probe: &dyn WeightProbe,
+    ) -> Result<Vec<FitTensor>> {
+        types::fit_menu(tensors, cat, probe)
+    }
+
+    fn fit_apply(&self, tensors: &mut [OutputTensor], fit: &FitTensor, option: usize) {
+        types::fit_apply(tensors, fit, option);
     }
 
     fn config(&self, _input: &Value, _tensors: &[OutputTensor]) -> Option<String> {

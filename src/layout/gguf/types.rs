@@ -9,7 +9,7 @@ use super::GgufOptions;
 use crate::block_type::BlockType;
 use crate::checkpoint::{Catalog, Checkpoint};
 use crate::layout::{AutoBits, Int8Mode};
-use crate::layout::{Chosen, Encoding, OutputTensor, RowSource, WeightProbe, WidthChoice};
+use crate::layout::{Chosen, Encoding, FitOption, FitTensor, OutputTensor, RowSource, WeightProbe, WidthChoice};
 use crate::quant::budget::{budget, narrowest_within};
 use crate::storage::Storage;
 use anyhow::{Context, Result};
@@ -209,9 +209,84 @@ pub(super) fn choose_by_budget(
             predicted: error_of(&estimate),
             actual: exact.as_ref().map(error_of),
             estimate: exact.map(|_| Chosen::GgufType(estimated.name())),
+            group_size: None,
+            bytes: None,
+            ratio: None,
         });
     }
     Ok(choices)
+}
+
+/// The types `--max-size` chooses among, narrowest first. The legacy 32-value types serve rows
+/// that are not whole 256-value K-quant blocks (as llama-quantize falls back to them).
+pub(super) const FIT_TYPES: [BlockType; 8] = [
+    BlockType::Q4_0,
+    BlockType::Q4_K,
+    BlockType::Q4_1,
+    BlockType::Q5_0,
+    BlockType::Q5_K,
+    BlockType::Q5_1,
+    BlockType::Q6_K,
+    BlockType::Q8_0,
+];
+
+/// `--max-size`: every tensor the converter writes in BF16 that llama.cpp quantizes, and every
+/// exact `Q8_0` int8 table, at each of [`FIT_TYPES`] whose blocks divide its rows (an exact table
+/// also as its exact `Q8_0`, which adds nothing).
+pub(super) fn fit_menu(tensors: &[OutputTensor], cat: &Catalog, probe: &dyn WeightProbe) -> Result<Vec<FitTensor>> {
+    let mut menu = Vec::new();
+    for (index, t) in tensors.iter().enumerate() {
+        let Some(recipe) = &t.recipe else { continue };
+        let exact = recipe.encoding == Encoding::Int8Blocks;
+        let float_bf16 = recipe.encoding == Encoding::Float && t.storage == Storage::Element(Dtype::BF16);
+        if !(exact || float_bf16) || t.shape.len() < 2 {
+            continue;
+        }
+        let cols = t.shape.last().copied().unwrap_or(1);
+        let candidates: Vec<Storage> = FIT_TYPES
+            .into_iter()
+            .filter(|b| cols % b.elements() == 0 && !(exact && *b == BlockType::Q8_0))
+            .map(Storage::Block)
+            .collect();
+        if candidates.is_empty() {
+            continue;
+        }
+        let mut options = Vec::new();
+        if exact {
+            options.push(FitOption {
+                chosen: Chosen::GgufType(t.storage.name()),
+                group_size: None,
+                storage: t.storage,
+                lossless: true,
+                bytes: t.byte_len() as u64,
+                error: 0.0,
+            });
+        }
+        let (estimate, _) = probe.storage_errors(&recipe.source, recipe.adjust, &candidates, false)?;
+        for (storage, error) in estimate.relative() {
+            options.push(FitOption {
+                chosen: Chosen::GgufType(storage.name()),
+                group_size: None,
+                storage,
+                lossless: false,
+                bytes: storage.byte_len(t.numel()) as u64,
+                error,
+            });
+        }
+        let k = recipe.source.coded_modules().first().map(|&m| cat.coded[m].k);
+        menu.push(FitTensor { index, name: t.name.clone(), k, weights: t.weights(), options });
+    }
+    Ok(menu)
+}
+
+/// Gives `tensors[fit.index]` option `option`: a block type from its rows, or the exact `Q8_0`.
+pub(super) fn fit_apply(tensors: &mut [OutputTensor], fit: &FitTensor, option: usize) {
+    let o = &fit.options[option];
+    let t = &mut tensors[fit.index];
+    t.storage = o.storage;
+    if let Some(recipe) = t.recipe.as_mut() {
+        recipe.encoding = if o.lossless { Encoding::Int8Blocks } else { Encoding::Float };
+    }
 }
 
 /// `general.file_type`: the type's, or for `auto` the one llama.cpp would give the file from the
