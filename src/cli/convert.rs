@@ -330,7 +330,12 @@ fn checked_format(a: &ConvertArgs) -> Result<OutputFormat, clap::Error> {
             };
             let spec = AffineSpec::new(fixed, a.group_size.unwrap_or(default.spec.group_size)).map_err(usage)?;
             let auto = (a.bits == Some(Bits::Auto)).then(|| auto_budget(a));
-            OutputFormat::Mlx(MlxOptions { spec, int8: a.int8.map_or(default.int8, Into::into), auto })
+            OutputFormat::Mlx(MlxOptions {
+                spec,
+                int8: a.int8.map_or(default.int8, Into::into),
+                auto,
+                fitted: a.max_size.is_some(),
+            })
         }
         FormatArg::Gguf => {
             let default = GgufOptions::DEFAULT;
@@ -342,6 +347,7 @@ fn checked_format(a: &ConvertArgs) -> Result<OutputFormat, clap::Error> {
                 vocab: a.gguf_vocab.map_or(default.vocab, |v| v == VocabArg::Auto),
                 mtp: a.mtp.into(),
                 auto: (ty == GgufType::Auto && a.max_size.is_none()).then(|| auto_budget(a)),
+                fitted: a.max_size.is_some(),
             })
         }
     })
@@ -466,11 +472,18 @@ mod tests {
             .prop_map(|(bits, group_size, int8, auto)| {
                 // Under --bits auto the fixed width (of layers that are not coded linears) is the default.
                 let bits = if auto.is_some() { MlxOptions::DEFAULT.spec.bits } else { bits };
-                OutputFormat::Mlx(MlxOptions { spec: AffineSpec { bits, group_size }, int8, auto })
+                OutputFormat::Mlx(MlxOptions { spec: AffineSpec { bits, group_size }, int8, auto, fitted: false })
             });
         let types = proptest::sample::select(GgufTypeArg::value_variants()).prop_map(GgufType::from);
         let gguf = (types, int8(), any::<bool>(), mtp(), budget()).prop_map(|(ty, int8, vocab, mtp, budget)| {
-            OutputFormat::Gguf(GgufOptions { ty, int8, vocab, mtp, auto: (ty == GgufType::Auto).then_some(budget) })
+            OutputFormat::Gguf(GgufOptions {
+                ty,
+                int8,
+                vocab,
+                mtp,
+                auto: (ty == GgufType::Auto).then_some(budget),
+                fitted: false,
+            })
         });
         prop_oneof![dense, exl3, mlx, gguf]
     }
@@ -489,14 +502,28 @@ mod tests {
             proptest::collection::vec(glob, 0..3),
             any::<bool>(),
             verify,
+            proptest::option::of(1u64..=1 << 53),
         )
-            .prop_map(|(input, format, keep_bias, max_shard_size, only, checksums, verify)| {
+            .prop_map(|(input, format, keep_bias, max_shard_size, only, checksums, verify, max_size)| {
                 let base = verify.as_ref().map(|(base, _)| base.clone());
+                // --max-size chooses every width (MLX) or type (GGUF) itself.
+                let (format, max_size) = match (format, max_size) {
+                    (OutputFormat::Mlx(o), Some(size)) => (
+                        OutputFormat::Mlx(MlxOptions { int8: o.int8, fitted: true, ..MlxOptions::DEFAULT }),
+                        Some(size),
+                    ),
+                    (OutputFormat::Gguf(o), Some(size)) => (
+                        OutputFormat::Gguf(GgufOptions { ty: GgufType::Auto, auto: None, fitted: true, ..o }),
+                        Some(size),
+                    ),
+                    (format, _) => (format, None),
+                };
                 let options = ConvertOptions {
                     hub: input.hub.clone(),
                     format,
                     keep_bias,
                     max_shard_size,
+                    max_size,
                     only,
                     checksums,
                     verify: verify.map(|(base, sample)| VerifyRequest { base: base.path, hub: base.hub, sample }),

@@ -23,6 +23,25 @@ pub struct BudgetReport {
     pub max_table_ratio: f64,
 }
 
+impl BudgetReport {
+    /// The budget in words, for the model card.
+    pub fn words(&self) -> String {
+        let tables = if self.max_table_ratio == 0.0 {
+            "int8 tables kept exact".to_string()
+        } else {
+            format!("no table more than {:.2}× 2^-8", self.max_table_ratio)
+        };
+        format!(
+            "the model files take {} of the {} asked for (`--max-size`); no coded layer's re-quantization adds more \
+             than {:.2}× the error its trellis quantization already had ({:.2}× on average, by weight); {tables}",
+            human_bytes(self.bytes),
+            human_bytes(self.max_size),
+            self.max_added_error_ratio,
+            self.mean_added_error_ratio
+        )
+    }
+}
+
 /// Per menu entry, the index of its option that costs the fewest bytes (the lower error on a tie).
 pub fn cheapest(menu: &[FitTensor]) -> Vec<usize> {
     menu.iter().map(|t| best_within(t, f64::INFINITY).expect("a menu entry has options")).collect()

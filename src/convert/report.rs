@@ -148,10 +148,42 @@ pub fn render_plan(r: &ConvertReport) -> String {
         human_bytes(r.peak_memory_estimate),
         count(r.threads, "thread")
     );
+    if let Some(b) = &r.budget {
+        render_budget(&mut s, b, &r.width_choices);
+    }
     if let Some(why) = &r.would_refuse {
         let _ = writeln!(s, "the real run would refuse: {}", escape_controls(why));
     }
     s
+}
+
+/// `--max-size`: every chosen tensor's encoding, bytes and predicted ratio, then the totals.
+fn render_budget(s: &mut String, b: &super::fit::BudgetReport, choices: &[WidthChoice]) {
+    let _ =
+        writeln!(s, "size budget: per quantized tensor, its encoding, bytes and added error over 2^-K (K=8: a table)");
+    for c in choices {
+        let group = c.group_size.map_or(String::new(), |g| format!(", group {g}"));
+        let _ = writeln!(
+            s,
+            "  {:<64} K={} → {}{group:<10} {:>10}  ratio {:.3}",
+            escape_controls(&c.tensor),
+            c.k,
+            c.chosen,
+            human_bytes(c.bytes.unwrap_or(0)),
+            c.ratio.unwrap_or(0.0)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "model files {} ({} bytes) of --max-size {} ({} bytes); largest ratio of a coded linear {:.3}, mean {:.3} (by weight); largest of a table {:.3}",
+        human_bytes(b.bytes),
+        b.bytes,
+        human_bytes(b.max_size),
+        b.max_size,
+        b.max_added_error_ratio,
+        b.mean_added_error_ratio,
+        b.max_table_ratio
+    );
 }
 
 /// The closing summary of a finished conversion.
@@ -194,6 +226,9 @@ pub fn render_summary(r: &ConvertReport) -> String {
                 c.budget
             );
         }
+    }
+    if let Some(b) = &r.budget {
+        let _ = writeln!(s, "size budget: {}", b.words().replace('`', ""));
     }
     if let Some(bpw) = r.affine_bits_per_weight {
         let _ = writeln!(s, "quantized tensors: {bpw:.3} bits per weight, scales and biases included");

@@ -49,12 +49,14 @@ pub struct MlxOptions {
     pub int8: Int8Mode,
     /// `--bits auto`: each coded linear at its own width.
     pub auto: Option<AutoBits>,
+    /// `--max-size`: every quantized tensor at the width and group size the size budget chose.
+    pub fitted: bool,
 }
 
 impl MlxOptions {
     /// `--format mlx` with no other flag: 4 bits, group size 64, int8 repacked exactly.
     pub const DEFAULT: MlxOptions =
-        MlxOptions { spec: AffineSpec { bits: 4, group_size: 64 }, int8: Int8Mode::Exact, auto: None };
+        MlxOptions { spec: AffineSpec { bits: 4, group_size: 64 }, int8: Int8Mode::Exact, auto: None, fitted: false };
 }
 
 /// Scales and biases of exactly repacked int8 modules: F32 keeps the repack exact.
@@ -287,12 +289,15 @@ impl Layout for MlxLayout {
             Int8Mode::Exact => "int8 layers repacked exactly as 8-bit affine",
             Int8Mode::Requant => "int8 layers requantized",
         };
+        let (tag, setting) = if self.opts.fitted {
+            ("mixed-bit".to_string(), "at the width and group size the size budget chose per tensor".to_string())
+        } else {
+            (format!("{bits}-bit"), format!("at {bits} bits, group size {group_size}"))
+        };
         FormatCard {
             library: "mlx",
-            tags: vec!["mlx".into(), format!("{bits}-bit")],
-            description: format!(
-                "MLX layout, affine-quantized at {bits} bits, group size {group_size} (routers at 8 bits); {int8}"
-            ),
+            tags: vec!["mlx".into(), tag],
+            description: format!("MLX layout, affine-quantized {setting} (routers at 8 bits); {int8}"),
             how_to_load: "mlx-lm:\n\n```python\nfrom mlx_lm import load, generate\n\
                           model, tokenizer = load(\"path/to/model\")\n\
                           print(generate(model, tokenizer, prompt=\"Hello\"))\n```\n"

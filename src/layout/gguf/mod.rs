@@ -40,11 +40,19 @@ pub struct GgufOptions {
     pub mtp: MtpMode,
     /// The budget of `--gguf-type auto`.
     pub auto: Option<AutoBits>,
+    /// `--max-size`: every quantized tensor at the type the size budget chose.
+    pub fitted: bool,
 }
 
 impl GgufOptions {
-    pub const DEFAULT: GgufOptions =
-        GgufOptions { ty: GgufType::Bf16, int8: Int8Mode::Exact, vocab: true, mtp: MtpMode::Auto, auto: None };
+    pub const DEFAULT: GgufOptions = GgufOptions {
+        ty: GgufType::Bf16,
+        int8: Int8Mode::Exact,
+        vocab: true,
+        mtp: MtpMode::Auto,
+        auto: None,
+        fitted: false,
+    };
 }
 
 /// What every tensor's conversion needs to know of the model.
@@ -333,13 +341,18 @@ impl Layout for GgufLayout {
     }
 
     fn card(&self, mtp: bool) -> FormatCard {
-        let ty = self.opts.ty.name();
+        let ty = if self.opts.fitted { "mixed" } else { self.opts.ty.name() };
         let draft = if mtp { " (add `--spec-type draft-mtp` to use its MTP head)" } else { "" };
         FormatCard {
             library: "gguf",
             tags: vec!["gguf".into(), ty.into(), "llama.cpp".into()],
             description: format!(
-                "GGUF for llama.cpp (`--gguf-type {ty}`){}",
+                "GGUF for llama.cpp ({}){}",
+                if self.opts.fitted {
+                    "each tensor's block type chosen by the size budget".to_string()
+                } else {
+                    format!("`--gguf-type {ty}`")
+                },
                 if self.opts.int8 == Int8Mode::Exact { ", int8 layers as exact Q8_0" } else { "" }
             ),
             how_to_load: format!(
