@@ -241,7 +241,7 @@ pub fn fit(
     let overhead = least_bytes - bytes(menu, &least);
     let mut allowance = max_size - overhead;
     let (mut choice, mut total) = (least.clone(), least_bytes);
-    for _ in 0..8 {
+    for _ in 0..16 {
         let Some(c) = choose(menu, allowance) else { break };
         set(tensors, &c);
         let b = model_bytes(tensors)?;
@@ -249,7 +249,8 @@ pub fn fit(
             (choice, total) = (c, b);
             break;
         }
-        allowance = allowance.saturating_sub(b - max_size);
+        // This assignment's own overhead, taken off its tensors' bytes: the next one is smaller.
+        allowance = bytes(menu, &c).saturating_sub(b - max_size);
     }
     set(tensors, &choice);
     let level = largest_ratio(menu, &choice);
