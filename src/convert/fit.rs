@@ -117,7 +117,7 @@ pub fn choose(menu: &[FitTensor], allowance: u64) -> Option<Vec<usize>> {
     let fits = |level: f64| at_level(menu, level).filter(|c| bytes(menu, c) <= allowance);
     let (mut lo, mut hi) = (0, levels.len());
     while lo < hi {
-        let mid = (lo + hi) / 2;
+        let mid = usize::midpoint(lo, hi);
         if fits(levels[mid]).is_some() {
             hi = mid;
         } else {
@@ -153,56 +153,6 @@ fn spend(menu: &[FitTensor], choice: &mut [usize], allowance: u64) {
         let Some((_, n, i)) = best else { return };
         left = left + menu[n].options[choice[n]].bytes - menu[n].options[i].bytes;
         choice[n] = i;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::layout::{Chosen, FitOption};
-    use crate::storage::Storage;
-    use safetensors::Dtype;
-
-    fn entry(k: Option<u32>, weights: u64, options: &[(u64, f64)]) -> FitTensor {
-        let options = options
-            .iter()
-            .map(|&(bytes, error)| FitOption {
-                chosen: Chosen::Bits(0),
-                group_size: None,
-                storage: Storage::Element(Dtype::BF16),
-                lossless: false,
-                bytes,
-                error,
-            })
-            .collect();
-        FitTensor { index: 0, name: String::new(), k, weights, options }
-    }
-
-    #[test]
-    fn the_largest_ratio_falls_first_then_the_rest_goes_where_it_helps_most() {
-        // Two coded linears at K=2 (ratios are errors over 0.25) and one table.
-        let menu = [
-            entry(Some(2), 100, &[(10, 0.5), (20, 0.2), (30, 0.1)]),
-            entry(Some(2), 100, &[(10, 0.3), (20, 0.25), (30, 0.1)]),
-            entry(None, 100, &[(5, 0.01), (8, 0.0)]),
-        ];
-        assert_eq!(smallest(&menu), vec![0, 0, 1], "the table stays exact at any ratio the layers reach");
-        assert_eq!(choose(&menu, 27), None);
-        assert_eq!(choose(&menu, 28), Some(vec![0, 0, 1]));
-        // 38 bytes: the first linear's 0.5 is the largest error; it moves first.
-        assert_eq!(choose(&menu, 38), Some(vec![1, 0, 1]));
-        // 48: both at 20 bytes would leave the largest at 0.25; 30 + 10 leaves 0.3.
-        assert_eq!(choose(&menu, 48), Some(vec![1, 1, 1]));
-        assert_eq!(choose(&menu, 1000), Some(vec![2, 2, 1]));
-    }
-
-    #[test]
-    fn a_table_takes_the_cheapest_option_within_the_layers_ratio() {
-        let menu = [entry(Some(2), 10, &[(10, 0.5)]), entry(None, 10, &[(5, 0.0079), (8, 0.0)])];
-        // 0.0079 / 2^-8 ≈ 2.02 > 0.5 / 0.25 = 2: the table may not take it.
-        assert_eq!(smallest(&menu), vec![0, 1]);
-        let menu = [entry(Some(2), 10, &[(10, 0.5)]), entry(None, 10, &[(5, 0.0078), (8, 0.0)])];
-        assert_eq!(smallest(&menu), vec![0, 0]);
     }
 }
 
@@ -282,4 +232,54 @@ pub fn fit(
         max_table_ratio: largest_table_ratio(menu, &choice),
     };
     Ok((widths, report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{Chosen, FitOption};
+    use crate::storage::Storage;
+    use safetensors::Dtype;
+
+    fn entry(k: Option<u32>, weights: u64, options: &[(u64, f64)]) -> FitTensor {
+        let options = options
+            .iter()
+            .map(|&(bytes, error)| FitOption {
+                chosen: Chosen::Bits(0),
+                group_size: None,
+                storage: Storage::Element(Dtype::BF16),
+                lossless: false,
+                bytes,
+                error,
+            })
+            .collect();
+        FitTensor { index: 0, name: String::new(), k, weights, options }
+    }
+
+    #[test]
+    fn the_largest_ratio_falls_first_then_the_rest_goes_where_it_helps_most() {
+        // Two coded linears at K=2 (ratios are errors over 0.25) and one table.
+        let menu = [
+            entry(Some(2), 100, &[(10, 0.5), (20, 0.2), (30, 0.1)]),
+            entry(Some(2), 100, &[(10, 0.3), (20, 0.25), (30, 0.1)]),
+            entry(None, 100, &[(5, 0.01), (8, 0.0)]),
+        ];
+        assert_eq!(smallest(&menu), vec![0, 0, 1], "the table stays exact at any ratio the layers reach");
+        assert_eq!(choose(&menu, 27), None);
+        assert_eq!(choose(&menu, 28), Some(vec![0, 0, 1]));
+        // 38 bytes: the first linear's 0.5 is the largest error; it moves first.
+        assert_eq!(choose(&menu, 38), Some(vec![1, 0, 1]));
+        // 48: both at 20 bytes would leave the largest at 0.25; 30 + 10 leaves 0.3.
+        assert_eq!(choose(&menu, 48), Some(vec![1, 1, 1]));
+        assert_eq!(choose(&menu, 1000), Some(vec![2, 2, 1]));
+    }
+
+    #[test]
+    fn a_table_takes_the_cheapest_option_within_the_layers_ratio() {
+        let menu = [entry(Some(2), 10, &[(10, 0.5)]), entry(None, 10, &[(5, 0.0079), (8, 0.0)])];
+        // 0.0079 / 2^-8 ≈ 2.02 > 0.5 / 0.25 = 2: the table may not take it.
+        assert_eq!(smallest(&menu), vec![0, 1]);
+        let menu = [entry(Some(2), 10, &[(10, 0.5)]), entry(None, 10, &[(5, 0.0078), (8, 0.0)])];
+        assert_eq!(smallest(&menu), vec![0, 0]);
+    }
 }

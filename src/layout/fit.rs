@@ -4,7 +4,7 @@
 use super::policy::Chosen;
 use crate::storage::Storage;
 
-/// The bits an int8 table (an embedding, lm_head, any other int8 or plain weight a format
+/// The bits an int8 table (an embedding, `lm_head`, any other int8 or plain weight a format
 /// quantizes) counts as: its added error is weighed against `2^-8`, as a coded linear's is
 /// against its trellis error `2^-K`, so a table is held to the same ratio as the coded linears.
 pub const TABLE_BITS: u32 = 8;

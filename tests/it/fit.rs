@@ -60,10 +60,7 @@ fn the_model_files_fit_the_size_exactly_and_come_close_to_it() {
                 assert_eq!(code, 0, "{format} {name} {size}: {stderr}");
                 let written = model_bytes(&out);
                 assert!(written <= size, "{format} {name}: {written} bytes written for --max-size {size}");
-                assert!(
-                    written as f64 >= 0.9 * size as f64,
-                    "{format} {name}: only {written} of {size} bytes used"
-                );
+                assert!(written as f64 >= 0.9 * size as f64, "{format} {name}: only {written} of {size} bytes used");
                 let budget = &report["budget"];
                 assert_eq!(budget["bytes"].as_u64(), Some(written), "{format} {name}: the report's bytes");
                 assert_eq!(report["bytes_written"].as_u64(), Some(written));
