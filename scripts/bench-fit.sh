@@ -37,10 +37,10 @@ for i in $(seq "$RUNS"); do
     MLX_SIZE=$(size_of); rm -rf "$OUT"
     measure "mlx --max-size $MLX_SIZE" $BIN "$SYN" "$OUT" --format mlx --max-size "$MLX_SIZE" --force --quiet --json
     cp "$DIR/last.json" "$DIR/mlx-fit.json"; rm -rf "$OUT"
-    measure "gguf --gguf-type q4_k" $BIN "$SYN" "$OUT" --format gguf --gguf-type q4_k --force --quiet --json
+    measure "gguf --gguf-type q4_k" $BIN "$SYN" "$OUT" --format gguf --gguf-vocab none --gguf-type q4_k --force --quiet --json
     cp "$DIR/last.json" "$DIR/gguf-fixed.json"
     GGUF_SIZE=$(size_of); rm -rf "$OUT"
-    measure "gguf --max-size $GGUF_SIZE" $BIN "$SYN" "$OUT" --format gguf --max-size "$GGUF_SIZE" --force --quiet --json
+    measure "gguf --max-size $GGUF_SIZE" $BIN "$SYN" "$OUT" --format gguf --gguf-vocab none --max-size "$GGUF_SIZE" --force --quiet --json
     cp "$DIR/last.json" "$DIR/gguf-fit.json"; rm -rf "$OUT"
 done
 
