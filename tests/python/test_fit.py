@@ -18,8 +18,9 @@ mx = require("mlx.core")
 mlx_lm_utils = require("mlx_lm.utils")
 gguf = require("gguf")
 
-# The estimate reads each group's or block's range; the bytes are rounded: agreement within this.
-AGREEMENT = 0.3
+# The estimate reads each group's or block's range, the bytes are rounded: on the fixtures they agree
+# within 5%.
+AGREEMENT = 0.1
 
 
 def convert_json(binary, name, out, *args):
