@@ -1,5 +1,5 @@
 """`--max-size`: the model files fit SIZE, and what the tool reports of each choice is what the
-clients read back. MLX: mlx-lm loads the output strictly, and each coded linear's added error
+clients read back. llama.cpp runs the GGUF output. MLX: mlx-lm loads the output strictly, and each coded linear's added error
 measured with `mx.dequantize` against this tool's bf16 export of the same input agrees with the
 ratio reported; at the size of a uniform 3-bit conversion the budget beats it (largest ratio
 lower, mean no higher). GGUF: the same through gguf-py's `dequantize`."""
@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from testenv import require
+from test_gguf import llama_bin, logits  # noqa: F401
 from test_mlx_output import FIXTURES, _cpu, binary, fixture_dir, load_dir, reference_weight, run, spec_of  # noqa: F401
 
 mx = require("mlx.core")
@@ -108,7 +109,7 @@ def dequantized(t):
 
 
 @pytest.mark.parametrize("name", FIXTURES)
-def test_gguf_fits_and_agrees(binary, run, tmp_path, name):
+def test_gguf_fits_loads_and_agrees(binary, run, tmp_path, llama_bin, name):
     least = None
     p = subprocess.run([str(binary), str(fixture_dir(name)), str(tmp_path / "no"), "-q", "--format", "gguf",
                         "--max-size", "1"], capture_output=True, text=True)
@@ -118,6 +119,9 @@ def test_gguf_fits_and_agrees(binary, run, tmp_path, name):
     out = tmp_path / "fit"
     report = convert_json(binary, name, out, "--format", "gguf", "--max-size", str(size))
     assert model_bytes(out) <= size
+    y = logits(llama_bin, out / "model.gguf", tmp_path)
+    assert not isinstance(y, str), y
+    assert np.isfinite(y).all()
     ours = gguf_tensors(out / "model.gguf")
     reference = gguf_tensors(run(name, "--format", "gguf", "--gguf-type", "bf16") / "model.gguf")
     choices = coded_choices(report)
