@@ -19,7 +19,9 @@ fn main() -> Result<()> {
     let [input, format, size] = args.as_slice() else { bail!("usage: fit_sampling CHECKPOINT FORMAT SIZE") };
     let format = match format.as_str() {
         "mlx" => OutputFormat::Mlx(MlxOptions { fitted: true, ..MlxOptions::DEFAULT }),
-        "gguf" => OutputFormat::Gguf(GgufOptions { ty: GgufType::Auto, fitted: true, vocab: false, ..GgufOptions::DEFAULT }),
+        "gguf" => {
+            OutputFormat::Gguf(GgufOptions { ty: GgufType::Auto, fitted: true, vocab: false, ..GgufOptions::DEFAULT })
+        }
         other => bail!("FORMAT {other}: mlx or gguf"),
     };
     let opts = ConvertOptions {

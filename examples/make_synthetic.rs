@@ -8,7 +8,7 @@
 //! `--whole` makes every layer a whole full-attention block (q/k/v/o projections at K=3 and the
 //! four norms) and adds the int8 embeddings and head (a 4096-token vocabulary, or `--vocab N`) and
 //! the final norm: a model llama.cpp's load rules accept, which the GGUF benchmarks need.
-//! `--layers N` writes exactly N layers, whatever GB_OF_CODES says.
+//! `--layers N` writes exactly N layers, whatever `GB_OF_CODES` says.
 
 use half::f16;
 use serde_json::json;

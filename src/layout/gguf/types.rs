@@ -289,7 +289,7 @@ pub(super) fn fit_apply(tensors: &mut [OutputTensor], fit: &FitTensor, option: u
     }
 }
 
-/// `general.file_type`: the type's, or for `auto` the one llama.cpp would give the file from the
+/// `general.file_type`: the type's, or for `auto` (and `--max-size`) the one llama.cpp would give the file from the
 /// type that holds the most weights (its `llama_model_loader` guess, by weights rather than by
 /// tensor count so that the many small F32 norms do not decide).
 pub(super) fn file_type(ty: GgufType, tensors: &[OutputTensor]) -> u32 {
@@ -304,6 +304,18 @@ pub(super) fn file_type(ty: GgufType, tensors: &[OutputTensor]) -> u32 {
         }
     }
     let most = weights.iter().max_by_key(|(_, n)| *n).map(|(s, _)| *s);
+    // llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_0, _Q4_1, _Q5_0, _Q5_1 (a --max-size file may hold most
+    // of its weights in a legacy type).
+    let legacy = match most {
+        Some(Storage::Block(BlockType::Q4_0)) => Some(2),
+        Some(Storage::Block(BlockType::Q4_1)) => Some(3),
+        Some(Storage::Block(BlockType::Q5_0)) => Some(8),
+        Some(Storage::Block(BlockType::Q5_1)) => Some(9),
+        _ => None,
+    };
+    if let Some(ftype) = legacy {
+        return ftype;
+    }
     let named = match most {
         Some(Storage::Element(Dtype::F16)) => GgufType::F16,
         Some(Storage::Block(BlockType::Q8_0)) => GgufType::Q8_0,
