@@ -198,3 +198,19 @@ fn the_report_config_and_card_say_what_was_chosen() {
     assert!(card.contains(&words), "{card}");
     assert!(card.contains(&format!("--max-size {}", least + least / 3)), "{card}");
 }
+
+#[test]
+fn every_shard_of_a_split_output_counts() {
+    for format in FORMATS {
+        let least = smallest("moe", format);
+        let size = least + least / 3;
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let (code, report, stderr) = fit("moe", &out, format, size, &["--max-shard-size", "200KB"]);
+        assert_eq!(code, 0, "{stderr}");
+        assert!(report["shards"].as_array().unwrap().len() > 1, "{format}: split");
+        let written = model_bytes(&out);
+        assert!(written <= size && written as f64 >= 0.95 * size as f64, "{format}: {written} of {size}");
+        assert_eq!(report["budget"]["bytes"].as_u64(), Some(written));
+    }
+}
