@@ -239,7 +239,29 @@ mod tests {
                 "--format bf16 --mtp auto --bias drop --verify-base dense-base --verify-full",
             ),
         ];
-        for (options, flags) in cases {
+        let fitted = [
+            (
+                ConvertOptions {
+                    format: OutputFormat::Mlx(MlxOptions { fitted: true, ..MlxOptions::DEFAULT }),
+                    max_size: Some(11_000_000_000),
+                    ..plain.clone()
+                },
+                "--format mlx --max-size 11000000000 --int8 exact --bias drop",
+            ),
+            (
+                ConvertOptions {
+                    format: OutputFormat::Gguf(GgufOptions {
+                        ty: GgufType::Auto,
+                        fitted: true,
+                        ..GgufOptions::DEFAULT
+                    }),
+                    max_size: Some(10_000_000_000),
+                    ..plain.clone()
+                },
+                "--format gguf --max-size 10000000000 --gguf-vocab auto --int8 exact --mtp auto --bias drop",
+            ),
+        ];
+        for (options, flags) in cases.into_iter().chain(fitted) {
             assert_eq!(options.shaping_flags(), flags);
         }
     }
