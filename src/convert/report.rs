@@ -212,7 +212,12 @@ pub fn render_summary(r: &ConvertReport) -> String {
         let _ = writeln!(s, "beside the shards: {}", r.copied_files.join(", "));
     }
     if !r.width_choices.is_empty() {
-        let _ = writeln!(s, "chosen from the weights: added error ‖deq(Q(W)) − W‖/‖W‖ against the budget R·2^-K");
+        let against = if r.budget.is_some() {
+            "the largest ratio times 2^-K (K=8: a table), for --max-size"
+        } else {
+            "the budget R·2^-K"
+        };
+        let _ = writeln!(s, "chosen from the weights: added error ‖deq(Q(W)) − W‖/‖W‖ against {against}");
         for c in &r.width_choices {
             let actual = c.actual.map_or(String::new(), |a| format!(", measured {a:.4}"));
             let _ = writeln!(
