@@ -68,7 +68,8 @@ impl Job {
         let (widths, budget) = match opts.max_size {
             Some(max_size) => {
                 let probe = Probe { reader: &reader, sample: Some(sample.unwrap_or(fit::SAMPLE_BLOCKS)) };
-                let menu = layout.fit_menu(&ck, &all, &cat, &probe)?;
+                let mut menu = layout.fit_menu(&ck, &all, &cat, &probe)?;
+                menu.retain(|t| !t.options.is_empty());
                 let container = layout.container();
                 // The model files exactly as the plan will lay them out (for the whole model,
                 // whatever `--only` or `--part` leave to other runs).

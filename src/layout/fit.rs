@@ -43,9 +43,14 @@ impl FitTensor {
         0.5f64.powi(self.k.unwrap_or(TABLE_BITS) as i32)
     }
 
-    /// Option `i`'s added error over the reference.
+    /// Option `i`'s added error over the reference (infinite when the error is not a number).
     pub fn ratio(&self, i: usize) -> f64 {
-        self.options[i].error / self.reference()
+        let ratio = self.options[i].error / self.reference();
+        if ratio.is_nan() {
+            f64::INFINITY
+        } else {
+            ratio
+        }
     }
 
     /// Whether it is a coded linear (the tensors the largest ratio is minimized over).
