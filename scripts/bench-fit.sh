@@ -29,7 +29,9 @@ measure() { # label, command...: stdout to $DIR/last.json; appends label, wall, 
     printf "%s\t%s\n" "$label" "$(tr ' ' '\t' < "$DIR/time.txt")" >> "$TIMES"
 }
 
-size_of() { du -cb "$OUT"/*.safetensors "$OUT"/*.gguf 2>/dev/null | tail -1 | cut -f1; }
+size_of() { # bytes of the model files in OUT
+    find "$OUT" -maxdepth 1 \( -name '*.safetensors' -o -name '*.gguf' \) -printf '%s\n' | awk '{s += $1} END {print s}'
+}
 
 for i in $(seq "$RUNS"); do
     measure "mlx --bits 3" $BIN "$SYN" "$OUT" --format mlx --bits 3 --force --quiet --json
