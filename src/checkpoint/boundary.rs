@@ -27,6 +27,7 @@ pub struct Boundary {
 impl Boundary {
     /// The boundary of the checkpoint directory `dir`.
     pub fn of_dir(dir: &Path) -> Result<Boundary> {
+        super::hub::check_snapshot_path(dir)?;
         let root = dir.canonicalize().with_context(|| format!("{}: cannot resolve", dir.display()))?;
         let (mut blobs, mut blobs_refused) = (None, None);
         if let Some(repo) = hub_repository(&root) {
