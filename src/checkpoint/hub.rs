@@ -149,7 +149,7 @@ pub fn resolve(id: &HubId, cache: &Path) -> Result<Located> {
     match std::fs::symlink_metadata(&repo) {
         Ok(m) if m.file_type().is_symlink() => return Err(linked_entry(&repo)),
         Ok(m) if m.is_dir() => {}
-        Ok(m) => bail!("{}: {} where a repository directory belongs; refusing to read it", repo.display(), kind(&m)),
+        Ok(_) => bail!("{}: not a directory, where the repository belongs; refusing to read it", repo.display()),
         Err(_) => bail!(
             "{}: not a local path, and the Hugging Face cache {} does not hold {} (no {}){}; nothing is downloaded: \
              download it first ({}) and run this again",
@@ -184,7 +184,7 @@ pub fn resolve(id: &HubId, cache: &Path) -> Result<Located> {
         if !meta.is_file() {
             bail!("{}: {} is not a regular file; refusing to read it", reference.display(), kind(&meta));
         }
-        read_ref(&reference)?
+        read_ref(&reference, &meta)?
     };
     let snapshot = match entry_without_links(&repo, &Path::new("snapshots").join(&commit))? {
         Some((path, meta)) if meta.is_dir() => path,
@@ -202,13 +202,19 @@ const MAX_REF_BYTES: u64 = 256;
 /// The characters of a ref file's content quoted in an error, at most.
 const QUOTED_REF_CHARS: usize = 48;
 
-/// The commit the ref file `reference` names, read without following a final link and never more
-/// than [`MAX_REF_BYTES`] (a file of junk is quoted by a short, escaped prefix).
-fn read_ref(reference: &Path) -> Result<String> {
+/// The commit the ref file `reference` (found as `found`) names, read without following a final
+/// link and never more than [`MAX_REF_BYTES`] (a file of junk is quoted by a short, escaped
+/// prefix). The file opened must be the one found, so a directory on the way swapped for a link
+/// in between is caught.
+fn read_ref(reference: &Path, found: &Metadata) -> Result<String> {
     use std::io::Read;
+    let file = open_regular(reference)?;
+    let opened = file.metadata().with_context(|| format!("{}: cannot read", reference.display()))?;
+    if !same_file(&opened, found) {
+        bail!("{}: changed while being read; refusing to read it", reference.display());
+    }
     let mut bytes = Vec::new();
-    open_regular(reference)?
-        .take(MAX_REF_BYTES + 1)
+    file.take(MAX_REF_BYTES + 1)
         .read_to_end(&mut bytes)
         .with_context(|| format!("{}: cannot read", reference.display()))?;
     let text = String::from_utf8_lossy(&bytes);
@@ -243,7 +249,8 @@ fn entry_without_links(dir: &Path, relative: &Path) -> Result<Option<(PathBuf, M
             bail!("{}: {} is not a plain name below {}", relative.display(), step.as_os_str().display(), dir.display())
         };
         if !meta.is_dir() {
-            bail!("{}: {} where a directory belongs; refusing to read it", path.display(), kind(&meta));
+            // `refs/main/x` when `refs/main` is a file: no such ref.
+            return Ok(None);
         }
         path.push(name);
         meta = match std::fs::symlink_metadata(&path) {
@@ -268,14 +275,29 @@ fn linked_entry(path: &Path) -> anyhow::Error {
     )
 }
 
+/// Whether two metadata describe one file (device and inode; on other systems, trusted).
+fn same_file(a: &Metadata, b: &Metadata) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        a.dev() == b.dev() && a.ino() == b.ino()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (a, b);
+        true
+    }
+}
+
 /// The characters of a link's target quoted in an error, at most.
 const MAX_QUOTED_PATH: usize = 256;
 
-/// Refuses a directory given as IN by its path in a Hugging Face cache
-/// (`…/models--org--name/snapshots/<commit>`) when the repository directory, `snapshots/` or the
-/// snapshot is a link: the same rule as for a Hub id, so that a path that names a repository reads
-/// that repository. The directories above the repository (the cache) may be links.
-pub fn check_snapshot_path(dir: &Path) -> Result<()> {
+/// Where a directory given as IN by its path in a Hugging Face cache
+/// (`…/models--org--name/snapshots/<commit>`) physically is; `None` for a directory not named so.
+/// Refused when the repository directory, `snapshots/` or the snapshot is a link: the same rule
+/// as for a Hub id, so that a path that names a repository reads that repository. The directories
+/// above the repository (the cache) may be links.
+pub fn snapshot_by_path(dir: &Path) -> Result<Option<PathBuf>> {
     // A relative path is taken from the working directory, so that `snapshots/<rev>` given from
     // inside a repository is checked too.
     let absolute;
@@ -286,18 +308,20 @@ pub fn check_snapshot_path(dir: &Path) -> Result<()> {
         &absolute
     };
     let name = |p: Option<&Path>| p.and_then(Path::file_name).map(ToOwned::to_owned);
-    let Some(commit) = name(Some(dir)) else { return Ok(()) };
+    let Some(commit) = name(Some(dir)) else { return Ok(None) };
     let snapshots = dir.parent().filter(|p| p.file_name().is_some_and(|n| n == "snapshots"));
     let Some(repo) = snapshots
         .and_then(Path::parent)
         .filter(|r| r.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("models--")))
     else {
-        return Ok(());
+        return Ok(None);
     };
     let folder = name(Some(repo)).unwrap_or_default();
     let relative: PathBuf = [folder.as_os_str(), "snapshots".as_ref(), commit.as_os_str()].iter().collect();
-    entry_without_links(crate::paths::parent_dir(repo), &relative)?;
-    Ok(())
+    let cache = crate::paths::parent_dir(repo);
+    entry_without_links(cache, &relative)?;
+    let cache = cache.canonicalize().with_context(|| format!("{}: cannot resolve", cache.display()))?;
+    Ok(Some(cache.join(relative)))
 }
 
 /// A repository the cache holds whose id differs from `id` only in case (`Org/Name` for

@@ -518,3 +518,57 @@ fn a_cache_that_is_itself_a_link_is_read() {
     let by_path = link.join("models--org--name/snapshots").join(C1);
     json(&dry_run(&mut cmd(&[]), by_path.to_str().unwrap(), tmp.path()));
 }
+
+#[test]
+fn in_and_out_the_wrong_way_round_are_called_swapped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    dense_cache(&cache);
+    let model = tmp.path().join("dense");
+    crate::common::copy_tree(&fixture("dense"), &model);
+    let before = snapshot(&model);
+    for new in ["out/new-x", "./out/new-x"] {
+        let o =
+            cmd(&[("HF_HUB_CACHE", &cache)]).current_dir(tmp.path()).args([new, "dense", "--json"]).output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{new}: {err}");
+        assert!(err.contains("look swapped") && err.contains(&format!("escha-convert dense {new}")), "{new}: {err}");
+        assert!(!err.contains("hf download"), "{new}: {err}");
+        let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(doc["error"]["code"], "input_refused");
+    }
+    assert!(snapshot(&model) == before && !tmp.path().join("out").exists());
+    // An earlier output of this tool as OUT, or a missing OUT, is no sign of a swap.
+    let converted = tmp.path().join("converted");
+    let o = cmd(&[]).arg(&model).arg(&converted).arg("--quiet").output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = cmd(&[("HF_HUB_CACHE", &cache)]).current_dir(tmp.path()).args(["out/new-x", "converted"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(!stderr(&o).contains("swapped") && stderr(&o).contains("hf download out/new-x"), "{}", stderr(&o));
+    // A Hub id the cache holds is an IN that exists.
+    let o = cmd(&[("HF_HUB_CACHE", &cache)]).current_dir(tmp.path()).args(["org/name", "dense", "--dry-run"]).output();
+    let o = o.unwrap();
+    assert!(!stderr(&o).contains("swapped"), "{}", stderr(&o));
+}
+
+#[test]
+fn an_id_in_the_wrong_case_is_told_the_cached_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    add_snapshot(&cache, "EschaTest/Dense-W2", C1, &fixture("dense"));
+    set_ref(&cache, "EschaTest/Dense-W2", "main", C1);
+    for (arg, pass) in
+        [("eschatest/dense-w2", "pass EschaTest/Dense-W2)"), ("ESCHATEST/dense-W2@v1", "pass EschaTest/Dense-W2@v1)")]
+    {
+        let o = cmd(&[("HF_HUB_CACHE", &cache)]).arg(arg).arg(tmp.path().join("out")).output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{arg}: {err}");
+        assert!(err.contains("it holds EschaTest/Dense-W2") && err.contains(pass), "{arg}: {err}");
+        let o = cmd(&[("HF_HUB_CACHE", &cache)]).args(["inspect", arg]).output().unwrap();
+        assert!(stderr(&o).contains(pass), "{arg}: {}", stderr(&o));
+    }
+    // The id as cached reads it; another id gets no hint.
+    json(&dry_run(&mut cmd(&[("HF_HUB_CACHE", &cache)]), "EschaTest/Dense-W2", tmp.path()));
+    let o = cmd(&[("HF_HUB_CACHE", &cache)]).arg("eschatest/other").arg(tmp.path().join("out")).output().unwrap();
+    assert!(!stderr(&o).contains("it holds"), "{}", stderr(&o));
+}
