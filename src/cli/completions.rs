@@ -42,18 +42,18 @@ pub fn completion_script(shell: Shell) -> Vec<u8> {
     }
 }
 
-/// clap_complete's bash script names each subcommand's state twice, and for a program name with a
+/// `clap_complete`'s bash script names each subcommand's state twice, and for a program name with a
 /// `-` the two disagree: the loop over the words sets `escha__convert__subcmd__verify`, while the
 /// case arm that completes verify's flags reads `escha__subcmd__convert__subcmd__verify` (the `-`
 /// spelled as the subcommand separator), so no arm below the top level ever matched (as of
-/// clap_complete 4.6.12). The arms are renamed to the loop's spelling; a script that already
+/// `clap_complete` 4.6.12). The arms are renamed to the loop's spelling; a script that already
 /// agrees is left as it is.
 fn bash_states_agree(script: &str) -> String {
     let below = |program: String| format!("{program}__subcmd__");
     script.replace(&below(BIN.replace('-', "__subcmd__")), &below(BIN.replace('-', "__")))
 }
 
-/// clap_complete's fish script completes subcommands and flags but not the values of positional
+/// `clap_complete`'s fish script completes subcommands and flags but not the values of positional
 /// arguments (`completions SHELL` offered files): one line per value, under the same condition as
 /// the subcommand's flags.
 fn fish_positional_values() -> String {

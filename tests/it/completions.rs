@@ -9,6 +9,7 @@
 use crate::common::escha_convert;
 use clap::CommandFactory;
 use escha_convert::cli::Cli;
+use std::fmt::Write;
 use std::path::Path;
 use std::process::Command;
 
@@ -124,7 +125,7 @@ fn bash_completes_every_subcommand_flag_and_value() {
     );
     for q in &queries {
         let words: Vec<String> = q.words.iter().map(|w| quoted(w)).collect();
-        driver.push_str(&format!("ask {}\n", words.join(" ")));
+        let _ = writeln!(driver, "ask {}", words.join(" "));
     }
     let o = Command::new("bash").arg("-c").arg(&driver).current_dir(tmp.path()).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -145,7 +146,7 @@ fn fish_completes_every_subcommand_flag_and_value() {
     // description); a line of its own separates the answers.
     let mut driver = format!("source {}\n", quoted(&path.to_string_lossy()));
     for q in &queries {
-        driver.push_str(&format!("complete -C {}\necho '<end>'\n", quoted(&q.words.join(" "))));
+        let _ = writeln!(driver, "complete -C {}\necho '<end>'", quoted(&q.words.join(" ")));
     }
     let o = Command::new("fish")
         .args(["--no-config", "-c", &driver])
