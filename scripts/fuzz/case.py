@@ -38,6 +38,7 @@ class Result:
     signature: str = ""
     seconds: float = 0.0  # the conversion
     client_seconds: float = 0.0  # the judge, as the client measured it
+    client_cpu: float = 0.0  # the CPU time the client's worker spent on it
     judge_seconds: float = 0.0  # the judge, wall clock in the driver (reference conversions included)
 
 

@@ -2,6 +2,7 @@
 
 import argparse
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -114,6 +115,14 @@ def start_workers(args, ctx, formats):
             say(f"{f} worker ready in {pool.startup_seconds[0]:.1f} s")
 
 
+def cpu_since(start):
+    """CPU seconds of the driver and of its reaped children (conversions, llama_logits), since
+    `start` (another such dict) or in all."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    now = {"driver": own.ru_utime + own.ru_stime, "children": children.ru_utime + children.ru_stime}
+    return {k: v - (start[k] if start else 0.0) for k, v in now.items()}
+
+
 def run(args, ctx, formats, cases):
     if args.keep:
         say(f"case directories kept in {ctx.work}")
@@ -125,7 +134,7 @@ def run(args, ctx, formats, cases):
         say(f"cannot judge: {e}")
         return 2
     say(f"workers started in {time.monotonic() - t0:.0f} s")
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), cpu_since(None)
     results, timeouts = [], []
     lock = threading.Lock()
 
@@ -161,6 +170,6 @@ def run(args, ctx, formats, cases):
             print(report.case_report(r, report.reproduce(r, args.seed, formats, FORMATS)) + "\n")
     if len(results) < len(cases):
         print(f"fuzz: stopped after {len(timeouts)} timeouts (cases {report.ids(timeouts)}): {len(cases) - len(results)} cases not run")
-    for line in report.summary(results, ctx.work, formats, time.monotonic() - t0):
+    for line in report.summary(results, ctx.work, formats, time.monotonic() - t0, cpu_since(cpu0)):
         print(line)
     return 1 if failed or len(results) < len(cases) else 0

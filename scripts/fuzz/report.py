@@ -45,7 +45,7 @@ def ids(xs, n=12):
     return ", ".join(map(str, xs[:n])) + (" …" if len(xs) > n else "")
 
 
-def summary(results, work, formats, elapsed):
+def summary(results, work, formats, elapsed, cpu):
     """The lines after the failing cases: classes, tables, listed-apart cases, costs."""
     lines = []
     failed = [r for r in results if r.problems]
@@ -83,13 +83,18 @@ def summary(results, work, formats, elapsed):
         judged = [r for r in rs if r.status == 0]
         conv = sum(r.seconds for r in rs) / len(rs)
         judge = sum(r.judge_seconds for r in judged) / len(judged) if judged else 0.0
-        client = sum(r.client_seconds for r in judged) / len(judged) if judged else 0.0
+        client = sum(r.client_cpu for r in judged) / len(judged) if judged else 0.0
         lines.append(
             f"  {f}: {len(rs)}, {sum(r.status == 0 for r in rs)}, {sum(r.status == 1 for r in rs)}, "
             f"{sum(r.loaded for r in rs)}, {sum(bool(r.overflow) for r in rs)}, {sum(bool(r.problems) for r in rs)}; "
-            f"{conv:.2f} s, {judge:.2f} s" + (f" (in the client {client:.2f} s)" if client else "")
+            f"{conv:.2f} s, {judge:.2f} s" + (f" (client CPU {client:.2f} s)" if client else "")
         )
-    lines.append(f"fuzz: {elapsed:.0f} s")
+    workers = sum(r.client_cpu for r in results)
+    total = cpu["children"] + cpu["driver"] + workers
+    lines.append(
+        f"fuzz: {elapsed:.0f} s; CPU {total:.0f} s ({total / max(1, len(results)):.2f} s a case): conversions and "
+        f"llama_logits {cpu['children']:.0f} s, client workers {workers:.0f} s, driver {cpu['driver']:.0f} s"
+    )
     n0 = sum(r.status == 0 for r in results)
     n1 = sum(r.status == 1 for r in results)
     loaded = sum(r.loaded for r in results)

@@ -1,7 +1,8 @@
 """The bf16 judge (transformers): `AutoModelForCausalLM.from_pretrained(OUT)` loads the output as
 a user would (the class follows config.json's model type), on the CPU in float32 (the bf16
 weights widened exactly), with no missing or mismatched key and no error message, and one forward
-pass on a few tokens gives finite logits. Keys it reports as unexpected are a warning (it loads
+pass on a few tokens gives finite logits (mismatched sizes are asked for as loading info, not an
+exception, so the verdict names the keys). Keys it reports as unexpected are a warning (it loads
 without them). Non-finite logits with every stored value finite are the mutated model overflowing
 in float32 (listed, not a failure); a stored non-finite value is a failure.
 """
@@ -42,6 +43,7 @@ class Worker:
 
         torch.set_num_threads(1)
         transformers.logging.set_verbosity_error()
+        transformers.logging.disable_progress_bar()
         self.torch = torch
         self.transformers = transformers
 
@@ -49,7 +51,7 @@ class Worker:
         torch = self.torch
         out = request["out"]
         model, info = self.transformers.AutoModelForCausalLM.from_pretrained(
-            out, output_loading_info=True, dtype=torch.float32
+            out, output_loading_info=True, dtype=torch.float32, ignore_mismatched_sizes=True
         )
         reported = {k: sorted(map(str, v)) for k, v in info.items() if v}
         unexpected = reported.pop("unexpected_keys", None)

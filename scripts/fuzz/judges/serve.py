@@ -43,12 +43,13 @@ def main():
     protocol.flush()
     for line in sys.stdin:
         request = json.loads(line)
-        t0 = time.monotonic()
+        t0, cpu0 = time.monotonic(), time.process_time()
         try:
             verdict = worker.judge(request)
         except Exception as e:
             verdict = refusal(client, e)
         verdict["seconds"] = time.monotonic() - t0
+        verdict["cpu"] = time.process_time() - cpu0
         protocol.write(json.dumps(verdict) + "\n")
         protocol.flush()
     return 0

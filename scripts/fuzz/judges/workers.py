@@ -174,6 +174,7 @@ def judge_in_worker(ctx, client, res, request):
     """Asks a worker of `client` for its verdict on `request` and records it on the case's result."""
     verdict = ctx.pools[client].request(request, ctx.timeout)
     res.client_seconds = verdict.get("seconds", 0.0)
+    res.client_cpu = verdict.get("cpu", 0.0)
     res.notes += verdict.get("notes", [])
     res.warnings += verdict.get("warnings", [])
     if verdict.get("problem"):

@@ -278,28 +278,39 @@ def st_bias(ck, rng):
 
 
 @kind(2)
-def st_drop_last_layer(ck, rng):
-    """The last block removed with the config to match (layer count, layer types): a smaller
-    model that is still whole, so a conversion should succeed and its output load."""
+def st_drop_layer(ck, rng):
+    """One block before the last removed, the later blocks renumbered down, and the config to match
+    (layer count, layer types, the full-attention interval): a smaller model that is still whole
+    (its last block, the full-attention one, kept), so the conversion should succeed and its
+    output load."""
     cfg = ck.config()
     tc = ck.text(cfg)
     n = tc.get("num_hidden_layers")
     if not isinstance(n, int) or n < 2:
         return "no layer count to shrink"
-    last = f"{PREFIX}layers.{n - 1}."
+    k = rng.randrange(n - 1)
+    gone = f"{PREFIX}layers.{k}."
     dropped = 0
     for p in ck.shard_paths():
         s = Shard(p)
-        keep = [t for t in s.tensors if not t[0].startswith(last)]
+        keep = [t for t in s.tensors if not t[0].startswith(gone)]
         if len(keep) != len(s.tensors):
             dropped += len(s.tensors) - len(keep)
             s.tensors = keep
             s.write(p)
-    ck.index_edit(lambda wm: [wm.pop(k) for k in [k for k in wm if k.startswith(last)]])
+    ck.index_edit(lambda wm: [wm.pop(x) for x in [x for x in wm if x.startswith(gone)]])
+    # In ascending layer order: the index is renamed entry by entry, each into a name just vacated.
+    later = sorted(
+        (layer_of(name), name) for _, name, _, _ in ck.all_tensors() if name.startswith(PREFIX) and (layer_of(name) or 0) > k
+    )
+    renames = {name: name.replace(f"{PREFIX}layers.{i}.", f"{PREFIX}layers.{i - 1}.", 1) for i, name in later}
+    rename_tensors(ck, renames)
     tc["num_hidden_layers"] = n - 1
     if isinstance(tc.get("layer_types"), list):
-        tc["layer_types"] = tc["layer_types"][: n - 1]
+        tc["layer_types"] = tc["layer_types"][:k] + tc["layer_types"][k + 1 :]
+        if tc["layer_types"][-1:] == ["full_attention"] and "full_attention" not in tc["layer_types"][:-1]:
+            tc["full_attention_interval"] = n - 1
     if isinstance(tc.get("mlp_only_layers"), list):
-        tc["mlp_only_layers"] = [x for x in tc["mlp_only_layers"] if x != n - 1]
+        tc["mlp_only_layers"] = [x - (x > k) for x in tc["mlp_only_layers"] if x != k]
     ck.save("config.json", cfg)
-    return f"layer {n - 1} dropped ({dropped} tensors), num_hidden_layers {n - 1}, layer_types {short(tc.get('layer_types'))}"
+    return f"layer {k} dropped ({dropped} tensors), later layers renumbered, num_hidden_layers {n - 1}"
