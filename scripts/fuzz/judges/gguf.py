@@ -32,10 +32,6 @@ def available(ctx):
     return None
 
 
-def start(ctx):
-    """Nothing to start: llama_logits runs once per case."""
-
-
 def llama(ctx, model, logits):
     """Runs llama_logits on `model`: (command, stderr, problem or None, logits or None)."""
     n_vocab = gguf_vocab(model)

@@ -154,6 +154,7 @@ class Pool:
         try:
             reply = worker.ask(request, timeout)
         except WorkerGone as e:
+            worker.kill()
             self.release(None)
             msg = str(e)
             sig = f"{self.client} timed out" if "did not answer" in msg else f"{self.client} worker died"
