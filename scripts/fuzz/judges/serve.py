@@ -15,7 +15,9 @@ from . import judge_module
 
 def refusal(client, e):
     """The verdict for an exception the client raised: its type and first line, and where."""
-    first = (str(e).strip().splitlines() or [""])[0][:300]
+    lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()] or [""]
+    # A message that ends its first line with a colon says what on the next one.
+    first = " ".join(lines[:2] if lines[0].endswith(":") else lines[:1])[:300]
     frames = traceback.extract_tb(e.__traceback__)
     where = next(
         (f"{os.path.basename(f.filename)}:{f.lineno}" for f in reversed(frames) if "scripts/fuzz" not in f.filename),
@@ -23,7 +25,7 @@ def refusal(client, e):
     )
     return {
         "problem": f"{client} raised {type(e).__name__} at {where}: {first}",
-        "signature": f"{client} raised {type(e).__name__} at {where}: {first[:120]}",
+        "signature": f"{client} raised {type(e).__name__} at {where}: {first[:160]}",
         "detail": "".join(traceback.format_exception(e))[-3000:],
     }
 
