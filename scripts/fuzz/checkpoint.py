@@ -154,4 +154,3 @@ class Ck:
 def layer_of(name):
     m = re.search(r"\.layers\.(\d+)\.", name)
     return int(m.group(1)) if m else None
-

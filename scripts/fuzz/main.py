@@ -45,7 +45,10 @@ def parse(argv):
         help=f"the output formats the cases draw from, comma-separated (default {','.join(FORMATS)})",
     )
     ap.add_argument(
-        "--jobs", type=int, default=min(4, os.cpu_count() or 1), help="cases run at once (default: the cores, at most 4)"
+        "--jobs",
+        type=int,
+        default=min(4, os.cpu_count() or 1),
+        help="cases run at once (default: the cores, at most 4)",
     )
     ap.add_argument(
         "--timeout",
@@ -55,7 +58,9 @@ def parse(argv):
     )
     target = os.environ.get("CARGO_TARGET_DIR") or str(REPO / "target")
     ap.add_argument(
-        "--bin", default=str(Path(target) / "debug" / "escha-convert"), help="the escha-convert binary (default: cargo test's)"
+        "--bin",
+        default=str(Path(target) / "debug" / "escha-convert"),
+        help="the escha-convert binary (default: cargo test's)",
     )
     ap.add_argument(
         "--llama-bin",
@@ -127,7 +132,9 @@ def cpu_since(start):
 def run(args, ctx, formats, cases):
     if args.keep:
         say(f"case directories kept in {ctx.work}")
-    say(f"{len(cases)} cases, seed {args.seed}, formats {','.join(formats)}, {len(kind_order(args.seed))} mutation kinds, {args.jobs} at a time")
+    say(
+        f"{len(cases)} cases, seed {args.seed}, formats {','.join(formats)}, {len(kind_order(args.seed))} mutation kinds, {args.jobs} at a time"
+    )
     t0 = time.monotonic()
     try:
         start_workers(args, ctx, formats)
@@ -170,7 +177,9 @@ def run(args, ctx, formats, cases):
         for r in failed:
             print(report.case_report(r, report.reproduce(r, args.seed, formats, FORMATS)) + "\n")
     if len(results) < len(cases):
-        print(f"fuzz: stopped after {len(timeouts)} timeouts (cases {report.ids(timeouts)}): {len(cases) - len(results)} cases not run")
+        print(
+            f"fuzz: stopped after {len(timeouts)} timeouts (cases {report.ids(timeouts)}): {len(cases) - len(results)} cases not run"
+        )
     for line in report.summary(results, ctx.work, formats, time.monotonic() - t0, cpu_since(cpu0)):
         print(line)
     return 1 if failed or len(results) < len(cases) else 0

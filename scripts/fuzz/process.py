@@ -12,6 +12,7 @@ MEMORY_LIMIT = 2 << 30
 # A panic's stderr is its location and message, without a backtrace.
 CONVERT_ENV = dict(os.environ, RUST_BACKTRACE="0")
 
+
 def useful_lines(text):
     """stderr without progress lines, llama.cpp's "unused tensor" warnings and gdb chatter."""
     skip = re.compile(r"% written|unused tensor|^\s*$")
@@ -57,16 +58,11 @@ def run_killable(cmd, timeout, env=None):
         return "timeout", err.decode("utf-8", "replace")
 
 
-# A panic's stderr is its location and message, without a backtrace.
-CONVERT_ENV = dict(os.environ, RUST_BACKTRACE="0")
-
-
 def signame(rc):
     try:
         return signal.Signals(-rc).name
     except ValueError:
         return f"signal {-rc}"
-
 
 
 def convert(binary, src, out, opts, timeout):

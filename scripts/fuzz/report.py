@@ -75,7 +75,9 @@ def summary(results, work, formats, elapsed, cpu):
             f"fuzz: {len(warned)} accepted outputs hold tensors their client ignores (not failures): "
             f"cases {ids([r.i for r in warned], 40)}"
         )
-    lines.append("fuzz: per format: cases, exit 0, exit 1, loaded, overflow, failures; mean conversion and judge seconds")
+    lines.append(
+        "fuzz: per format: cases, exit 0, exit 1, loaded, overflow, failures; mean conversion and judge seconds"
+    )
     for f in formats:
         rs = [r for r in results if r.format == f]
         if not rs:

@@ -146,4 +146,3 @@ def model_file(out):
         return out / "model.gguf", files
     firsts = [f for f in files if re.search(r"-00001-of-\d{5}\.gguf$", f.name)]
     return (firsts[0] if firsts else None), files
-

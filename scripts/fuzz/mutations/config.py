@@ -408,7 +408,6 @@ def cfg_vision(ck, rng):
     return f"config.json vision_config: {short(v)}"
 
 
-
 @kind(1)
 def cfg_dtype(ck, rng):
     key = rng.choice(["dtype", "torch_dtype"])

@@ -56,8 +56,6 @@ def st_dtype_convert(ck, rng):
     return f"{ck.rel(t[0])}: {t[1]} converted {src} -> {new}"
 
 
-
-
 # dtype name -> bytes per element, for the tags the safetensors format knows but the fixtures lack
 EXOTIC = {"F64": 8, "I64": 8, "U64": 8, "U32": 4, "U16": 2, "BOOL": 1, "F8_E5M2": 1, "F8_E4M3": 1, "C64": 8}
 

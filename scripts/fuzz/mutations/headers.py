@@ -244,8 +244,6 @@ def st_raw_bytes(ck, rng):
     return f"{ck.rel(p)}: {desc}"
 
 
-
-
 @kind(2)
 def st_bias(ck, rng):
     """A bias added to (or replaced on) a linear: its own width or another, in a float dtype or
@@ -301,7 +299,9 @@ def st_drop_layer(ck, rng):
     ck.index_edit(lambda wm: [wm.pop(x) for x in [x for x in wm if x.startswith(gone)]])
     # In ascending layer order: the index is renamed entry by entry, each into a name just vacated.
     later = sorted(
-        (layer_of(name), name) for _, name, _, _ in ck.all_tensors() if name.startswith(PREFIX) and (layer_of(name) or 0) > k
+        (layer_of(name), name)
+        for _, name, _, _ in ck.all_tensors()
+        if name.startswith(PREFIX) and (layer_of(name) or 0) > k
     )
     renames = {name: name.replace(f"{PREFIX}layers.{i}.", f"{PREFIX}layers.{i - 1}.", 1) for i, name in later}
     rename_tensors(ck, renames)

@@ -5,6 +5,7 @@ import numpy as np
 
 from . import kind
 
+
 @kind(3)
 def st_reshape(ck, rng):
     """Shape changed, bytes kept (header only)."""
@@ -66,5 +67,3 @@ def st_resize(ck, rng):
 
     ck.edit_shard(t[0], edit)
     return f"{ck.rel(t[0])}: {t[1]} shape {t[3]} -> {[new0] + shape[1:]} (data resized)"
-
-

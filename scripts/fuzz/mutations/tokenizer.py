@@ -522,4 +522,3 @@ def gen_sampling(ck, rng):
 @kind(1)
 def gen_broken(ck, rng):
     return break_file(ck, rng, "generation_config.json")
-

@@ -154,5 +154,3 @@ def w_scale_nonfinite(ck, rng):
 
     scale_values(ck, t, fn)
     return f"{ck.rel(t[0])}: {t[1]} last element = {v}"
-
-
