@@ -17,7 +17,7 @@ use crate::quant::dense::first_non_finite;
 use anyhow::{bail, Result};
 use safetensors::Dtype;
 use serde_json::{Map, Value};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 /// Bounds on the sizes a config may claim: far above any released model, low enough that no
 /// product of two overflows and no loop over layers or experts runs away.
@@ -463,13 +463,8 @@ fn prefix(ck: &Checkpoint) -> &'static str {
 fn check_tensors(ck: &Checkpoint, cat: &Catalog, model: &TextModel) -> Result<()> {
     let prefix = prefix(ck);
     let all = logical(ck, cat);
-    // Two inputs of one name are refused later, naming both sources; neither is held to a shape here.
-    let mut count: BTreeMap<&str, usize> = BTreeMap::new();
-    for t in &all {
-        *count.entry(t.name.as_str()).or_default() += 1;
-    }
     let mut by_scope: BTreeMap<Scope, Vec<&Logical>> = BTreeMap::new();
-    for t in all.iter().filter(|t| count[t.name.as_str()] == 1) {
+    for t in &all {
         let scope = match scope_of(&t.name, prefix, model) {
             Ok(s) => s,
             Err(why) => bail!("{}: {why}", t.describe()),
@@ -577,7 +572,12 @@ fn check_scope(scope: Scope, present: &[&Logical], prefix: &str, model: &TextMod
             (layer_tensors(&base, LayerType::FullAttention, sparse, model, split), format!("MTP layer {i}"))
         }
     };
+    let mut count: BTreeMap<&str, usize> = BTreeMap::new();
     for t in present {
+        *count.entry(t.name.as_str()).or_default() += 1;
+    }
+    // Two inputs of one name are refused later, naming both sources; neither is held to a shape here.
+    for t in present.iter().filter(|t| count[t.name.as_str()] == 1) {
         let Some(e) = expected.get(&t.name) else {
             bail!("{}: {what} has no tensor of this name{}", t.describe(), hint(&t.name, scope, model));
         };
@@ -600,8 +600,7 @@ fn check_scope(scope: Scope, present: &[&Logical], prefix: &str, model: &TextMod
     if matches!(scope, Scope::MtpLayer(_)) {
         return Ok(());
     }
-    let names: BTreeSet<&str> = present.iter().map(|t| t.name.as_str()).collect();
-    if let Some((name, e)) = expected.iter().find(|(n, e)| e.required && !names.contains(n.as_str())) {
+    if let Some((name, e)) = expected.iter().find(|(n, e)| e.required && !count.contains_key(n.as_str())) {
         if let (Scope::Layer(i), true) = (scope, present.is_empty()) {
             bail!(
                 "no tensor of layer {i} (no {name}): config.json's num_hidden_layers is {}, but the checkpoint \
