@@ -38,7 +38,7 @@ const MODEL_TYPES: &[(&str, Family)] = &[
     ("qwen3_next", Family::Next),
 ];
 
-/// Dense Qwen3.5, Qwen3.5-MoE, or Qwen3-Next (the MoE before it: fused linear-attention input
+/// Dense Qwen3.5, Qwen3.5-MoE, or Qwen3-Next (the `MoE` before it: fused linear-attention input
 /// projections, sparse layers chosen by `decoder_sparse_step` and `mlp_only_layers`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Family {
@@ -185,27 +185,9 @@ impl TextModel {
         }
         let conv_kernel = keys.count("linear_conv_kernel_dim", 1, MAX_CONV_KERNEL)?;
         let sparse = sparse_layers(&keys, family, layers)?;
-        let intermediate = match sparse.iter().all(|&s| s) {
-            true => None,
-            false => Some(keys.count("intermediate_size", 1, MAX_DIM)?),
-        };
-        let experts = match sparse.iter().any(|&s| s) {
-            false => None,
-            true => {
-                let count = keys.count("num_experts", 1, MAX_EXPERTS)?;
-                let per_token = keys.count("num_experts_per_tok", 1, MAX_EXPERTS)?;
-                if per_token > count {
-                    bail!(
-                        "config.json: {} is {per_token}, more than the {count} experts of {}",
-                        keys.path("num_experts_per_tok"),
-                        keys.path("num_experts")
-                    );
-                }
-                let intermediate = keys.count("moe_intermediate_size", 1, MAX_DIM)?;
-                let shared_intermediate = keys.count("shared_expert_intermediate_size", 1, MAX_DIM)?;
-                Some(Experts { count, per_token, intermediate, shared_intermediate })
-            }
-        };
+        let intermediate =
+            if sparse.iter().all(|&s| s) { None } else { Some(keys.count("intermediate_size", 1, MAX_DIM)?) };
+        let experts = if sparse.iter().any(|&s| s) { Some(experts(&keys)?) } else { None };
         let layer_types = layer_types(&keys, layers)?;
         if let Some(eps) = keys.get("rms_norm_eps") {
             if !eps.as_f64().is_some_and(|e| e.is_finite() && e >= 0.0) {
@@ -296,6 +278,22 @@ fn family(keys: &Keys) -> Result<(String, Family)> {
         }
     }
     Ok((model_type, family))
+}
+
+/// The routed experts' keys, required where a layer routes to them.
+fn experts(keys: &Keys) -> Result<Experts> {
+    let count = keys.count("num_experts", 1, MAX_EXPERTS)?;
+    let per_token = keys.count("num_experts_per_tok", 1, MAX_EXPERTS)?;
+    if per_token > count {
+        bail!(
+            "config.json: {} is {per_token}, more than the {count} experts of {}",
+            keys.path("num_experts_per_tok"),
+            keys.path("num_experts")
+        );
+    }
+    let intermediate = keys.count("moe_intermediate_size", 1, MAX_DIM)?;
+    let shared_intermediate = keys.count("shared_expert_intermediate_size", 1, MAX_DIM)?;
+    Ok(Experts { count, per_token, intermediate, shared_intermediate })
 }
 
 /// Which layers route to experts: every layer of Qwen3.5-MoE, none of dense Qwen3.5; in

@@ -226,7 +226,7 @@ fn keys_missing_or_of_the_wrong_type_are_refused_by_every_format() {
         ),
         (
             with_config(copy(t, "families", "dense"), |c| {
-                c["architectures"] = serde_json::json!(["Qwen3_5MoeForCausalLM"])
+                c["architectures"] = serde_json::json!(["Qwen3_5MoeForCausalLM"]);
             }),
             vec!["architectures", "Qwen3_5MoeForCausalLM"],
         ),
@@ -285,7 +285,7 @@ fn deleted_stray_and_extra_tensors_are_refused_by_every_format() {
         ),
         (
             with_tensors(copy(t, "deleted-router", "moe"), |ts| {
-                ts.retain(|t| t.name != format!("{L}.2.mlp.gate.weight"))
+                ts.retain(|t| t.name != format!("{L}.2.mlp.gate.weight"));
             }),
             vec!["no tensor", "layers.2.mlp.gate.weight"],
         ),

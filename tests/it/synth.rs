@@ -297,22 +297,19 @@ impl Model {
                 put("self_attn.q_norm.weight", vec![self.head_dim]);
                 put("self_attn.k_norm.weight", vec![self.head_dim]);
             }
-            match self.experts {
-                Some((e, m, s)) => {
-                    put("mlp.gate.weight", vec![e, h]);
-                    put("mlp.experts.gate_up_proj", vec![e, 2 * m, h]);
-                    put("mlp.experts.down_proj", vec![e, h, m]);
-                    put("mlp.shared_expert.gate_proj.weight", vec![s, h]);
-                    put("mlp.shared_expert.up_proj.weight", vec![s, h]);
-                    put("mlp.shared_expert.down_proj.weight", vec![h, s]);
-                    put("mlp.shared_expert_gate.weight", vec![1, h]);
-                }
-                None => {
-                    let m = self.intermediate;
-                    put("mlp.gate_proj.weight", vec![m, h]);
-                    put("mlp.up_proj.weight", vec![m, h]);
-                    put("mlp.down_proj.weight", vec![h, m]);
-                }
+            if let Some((e, m, s)) = self.experts {
+                put("mlp.gate.weight", vec![e, h]);
+                put("mlp.experts.gate_up_proj", vec![e, 2 * m, h]);
+                put("mlp.experts.down_proj", vec![e, h, m]);
+                put("mlp.shared_expert.gate_proj.weight", vec![s, h]);
+                put("mlp.shared_expert.up_proj.weight", vec![s, h]);
+                put("mlp.shared_expert.down_proj.weight", vec![h, s]);
+                put("mlp.shared_expert_gate.weight", vec![1, h]);
+            } else {
+                let m = self.intermediate;
+                put("mlp.gate_proj.weight", vec![m, h]);
+                put("mlp.up_proj.weight", vec![m, h]);
+                put("mlp.down_proj.weight", vec![h, m]);
             }
         }
         out
@@ -364,7 +361,7 @@ pub fn write_model(dir: &Path, tensors: &[T], model: &Model) -> PathBuf {
 
 fn write_files(dir: &Path, tensors: &[T], model: &Model) -> PathBuf {
     std::fs::create_dir_all(dir).unwrap();
-    write_safetensors(&dir.join("model.safetensors"), &tensors);
+    write_safetensors(&dir.join("model.safetensors"), tensors);
     std::fs::write(dir.join("config.json"), serde_json::to_string_pretty(&model.config()).unwrap()).unwrap();
     std::fs::write(dir.join("tokenizer_config.json"), "{\"model_max_length\": 4096}\n").unwrap();
     std::fs::write(dir.join("quantize_config.json"), "{\"quant_method\": \"escha\"}\n").unwrap();
