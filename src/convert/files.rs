@@ -67,6 +67,10 @@ pub fn marker(job: &Job, layout: &dyn Layout, opts: &ConvertOptions) -> Marker {
 /// The model card's file name in OUT.
 pub const CARD_FILE: &str = "README.md";
 
+/// What the card and the warning say of a single `.safetensors` file as IN.
+pub const TENSORS_ONLY: &str = "the source is a single .safetensors file: its tensors are converted as they are, \
+     unchecked against any config, and no config.json or tokenizer is written; add the model's own before loading it";
+
 /// The model card of `job`.
 pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Option<&VerifySummary>) -> Card {
     let (source, revision) = card::source(&opts.input, opts.hub.as_ref());
@@ -75,6 +79,9 @@ pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Optio
     let arg = card::source_arg(&opts.input, opts.hub.as_ref());
     let command = format!("escha-convert {} OUT {}", shell_word(&arg), opts.shaping_flags());
     let mut notes = Vec::new();
+    if job.ck.single_file {
+        notes.push(("tensors only", TENSORS_ONLY.to_string()));
+    }
     if job.cat.coded.iter().any(|m| m.tensor(Leaf::Bias).is_some()) {
         let bias = if opts.keep_bias && layout.applies_bias() {
             "kept as `<module>.bias`, which the runtime adds after the matmul (the reference runtime never applies them)"

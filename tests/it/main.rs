@@ -29,6 +29,7 @@ mod links;
 mod memory;
 mod metal_gpu;
 mod metal_kernel_shim;
+mod model_check;
 mod reconstruct;
 mod verify;
 mod verify_html;
