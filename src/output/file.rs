@@ -3,8 +3,9 @@
 //! never lands on something that is not a regular file.
 
 use crate::checkpoint::file_kind;
+use crate::failure::{Classify, ErrorCode};
 use crate::paths::{overlaps, parent_dir, physical_destination};
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -43,7 +44,8 @@ pub fn check_destination(path: &Path, inputs: &[PathBuf]) -> Result<PathBuf> {
 pub fn write_whole(target: &Path, bytes: &[u8]) -> Result<()> {
     if let Ok(m) = std::fs::symlink_metadata(target) {
         if !m.is_file() {
-            bail!("{}: {} appeared there; not replacing it", target.display(), file_kind(&m));
+            return Err(anyhow!("{}: {} appeared there; not replacing it", target.display(), file_kind(&m)))
+                .class(ErrorCode::OutputRefused);
         }
     }
     let tmp = temporary(target);
@@ -53,12 +55,12 @@ pub fn write_whole(target: &Path, bytes: &[u8]) -> Result<()> {
         .create_new(true)
         .open(&tmp)
         .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
-        .and_then(|()| std::fs::rename(&tmp, target));
+        .and_then(|()| crate::signals::put_in_place(|| std::fs::rename(&tmp, target)));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     crate::signals::forget(&tmp);
-    written.with_context(|| format!("{}: cannot write", target.display()))
+    written.with_context(|| format!("{}: cannot write", target.display())).class(ErrorCode::WriteFailed)
 }
 
 /// The hidden sibling a file is written to before it is renamed into place.

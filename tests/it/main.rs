@@ -21,6 +21,7 @@ mod gguf_vocab;
 mod golden;
 mod hub;
 mod inspect;
+mod interrupts;
 mod json_contract;
 mod kquants_ref;
 mod links;
