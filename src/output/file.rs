@@ -11,8 +11,13 @@ use std::path::{Path, PathBuf};
 
 /// Checks that `path` may receive a file: where it physically is lies outside `inputs` (the
 /// physical places of IN and BASE), it is a regular file or absent (never a link, device, FIFO or
-/// directory), and its directory takes a new file. Returns the physical path to write.
+/// directory), and its directory takes a new file. Returns the physical path to write. A refusal
+/// is the output's (`output_refused`).
 pub fn check_destination(path: &Path, inputs: &[PathBuf]) -> Result<PathBuf> {
+    checked_destination(path, inputs).class(ErrorCode::OutputRefused)
+}
+
+fn checked_destination(path: &Path, inputs: &[PathBuf]) -> Result<PathBuf> {
     let target = physical_destination(path)?;
     if target.file_name().is_none() {
         bail!("{}: not a file name", path.display());

@@ -169,7 +169,15 @@ impl Staging {
             signals::await_interruption();
         }
         signals::pause_point("in_place");
-        std::fs::remove_dir_all(&old).with_context(|| format!("{}: cannot remove the old output", old.display()))?;
+        std::fs::remove_dir_all(&old)
+            .with_context(|| {
+                format!(
+                    "{}: cannot remove the old output (the new one is in place at {})",
+                    old.display(),
+                    self.shown.display()
+                )
+            })
+            .class(ErrorCode::WriteFailed)?;
         signals::forget(&old);
         Ok(())
     }
