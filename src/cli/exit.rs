@@ -2,7 +2,7 @@
 //! stdout carries exactly one document: the report, or on failure the failure document
 //! (`{"schema_version", "error": {"code", "message", "exit_status"}}`) beside stderr's error line.
 
-use crate::failure::{self, code_of, error_document, ErrorCode};
+use crate::failure::{self, class_of, error_document, ErrorCode};
 use crate::text::escape_controls;
 use std::io::Write;
 use std::process::ExitCode;
@@ -19,11 +19,11 @@ pub use crate::signals::INTERRUPTED_EXIT as INTERRUPTED;
 
 /// Prints `e` with its causes on stderr (control characters escaped) and returns `status`; under
 /// `--json` also the failure document on stdout, coded with the class `e` was given where it
-/// arose, else `class`.
+/// arose, else `write_failed` for a full disk, else `class`.
 pub fn fail(e: &anyhow::Error, class: ErrorCode, status: u8) -> ExitCode {
     let message = error_line(e);
     if failure::json() {
-        let _ = write_stdout(&error_document(code_of(e).unwrap_or(class), &message, status));
+        let _ = write_stdout(&error_document(class_of(e, class), &message, status));
     }
     ExitCode::from(status)
 }

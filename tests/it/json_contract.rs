@@ -200,6 +200,10 @@ fn a_full_disk_or_a_file_size_limit_at_preallocation_is_write_failed() {
     let err = stderr(&o);
     assert!(err.contains(shard) && err.contains("No space left on device"), "{err}");
     assert_eq!(std::fs::read_dir(&disk).unwrap().count(), 0, "no staging and no lock left");
+    // A disk already full: whichever step meets it first (OUT's directory, its lock, the marker).
+    let _ = std::fs::write(disk.join("filler"), vec![0u8; 2 << 20]);
+    let o = run(&[&fixture("dense"), &disk.join("deeper/out"), &"--json", &"--quiet"]);
+    failed_mid_run(&o, "write_failed");
 }
 
 #[test]

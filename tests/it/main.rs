@@ -15,6 +15,7 @@ mod destinations;
 mod edges;
 mod encoder;
 mod exl3;
+mod float64;
 mod fuzz_catalogue;
 mod gguf;
 mod gguf_vocab;
