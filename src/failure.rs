@@ -23,13 +23,15 @@ pub enum ErrorCode {
     InputChanged,
     /// OUT (or `--html FILE`) cannot be used: it exists, overlaps an input, another run holds it.
     OutputRefused,
-    /// Writing the output failed part-way (a full disk, a file-size limit, a vanished directory).
+    /// Writing the output failed part-way (a full disk, a file-size limit, a vanished directory);
+    /// a full disk is this class wherever it is met.
     WriteFailed,
     /// `--verify-base` ran and its checks failed: nothing was written.
     VerifyFailed,
     /// The decoder asked for is not available on this machine or in this build.
     BackendUnavailable,
-    /// Ctrl-C, SIGTERM or SIGHUP ended the run; partial output was removed.
+    /// Ctrl-C, SIGTERM or SIGHUP ended the run before its output was in place; any partial output
+    /// was removed.
     Interrupted,
     /// A failure of no other class.
     Failed,
