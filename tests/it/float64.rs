@@ -13,8 +13,11 @@ use crate::synth::{read_safetensors, write_safetensors, T};
 use half::{bf16, f16};
 use std::path::{Path, PathBuf};
 
-/// The positions, each a test on a tensor name.
-const POSITIONS: [(&str, fn(&str) -> bool); 8] = [
+/// A position: its name and the test on a tensor name that picks its tensors.
+type Position = (&'static str, fn(&str) -> bool);
+
+/// The positions.
+const POSITIONS: [Position; 8] = [
     ("norms", |n| !n.starts_with("mtp.") && n.ends_with("norm.weight")),
     ("MTP head", |n| n.starts_with("mtp.")),
     ("A_log and dt_bias", |n| n.ends_with(".A_log") || n.ends_with(".dt_bias")),
