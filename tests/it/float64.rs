@@ -5,11 +5,11 @@
 //! and GGUF follows `--gguf-type` for them. A value beyond f32's range is refused, naming the
 //! tensor.
 //!
-//! Each case converts the `moe` fixture twice: once with the tensors of a position widened to
+//! Each case converts a fixture twice: once with the tensors of a position widened to
 //! F32, once to F64 (the same values): the weights written must be the same bytes.
 
 use crate::common::{copy_tree, escha_convert, fixture};
-use crate::synth::{read_safetensors, write_safetensors, T};
+use crate::synth::{f16s, f32s, read_safetensors, write_safetensors, T};
 use half::{bf16, f16};
 use std::path::{Path, PathBuf};
 
@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 type Position = (&'static str, fn(&str) -> bool);
 
 /// The positions.
-const POSITIONS: [Position; 8] = [
+const POSITIONS: [Position; 9] = [
     ("norms", |n| !n.starts_with("mtp.") && n.ends_with("norm.weight")),
     ("MTP head", |n| n.starts_with("mtp.")),
     ("A_log and dt_bias", |n| n.ends_with(".A_log") || n.ends_with(".dt_bias")),
@@ -26,6 +26,7 @@ const POSITIONS: [Position; 8] = [
     ("int8 scales", |n| n.ends_with(".weight_scale")),
     ("s_in and s_out", |n| n.ends_with(".escha_s_in") || n.ends_with(".escha_s_out")),
     ("rin and rout", |n| n.ends_with(".escha_rin") || n.ends_with(".escha_rout")),
+    ("biases", |n| n.ends_with(".bias")),
 ];
 
 /// The values of a float tensor's bytes.
@@ -39,28 +40,41 @@ fn values(dtype: &str, data: &[u8]) -> Vec<f64> {
     }
 }
 
-/// The `moe` fixture in `dir` with every float tensor `chosen` picks stored as `dtype` (F32 or
-/// F64), its values unchanged, or replaced by `value` where given; the names changed.
-fn variant(dir: &Path, chosen: fn(&str) -> bool, dtype: &'static str, value: Option<f64>) -> (PathBuf, Vec<String>) {
-    copy_tree(&fixture("moe"), dir);
-    let file = dir.join("model-00001-of-00001.safetensors");
+/// Fixture `name` copied to `dir` with every float tensor `chosen` picks (in every safetensors
+/// file, the separate MTP head's included) stored as `dtype` (F32 or F64), its values unchanged,
+/// or replaced by `value` where given; the names changed.
+fn variant(
+    name: &str,
+    dir: &Path,
+    chosen: fn(&str) -> bool,
+    dtype: &'static str,
+    value: Option<f64>,
+) -> (PathBuf, Vec<String>) {
+    copy_tree(&fixture(name), dir);
     let mut changed = Vec::new();
-    let tensors: Vec<T> = read_safetensors(&file)
-        .into_iter()
-        .map(|(name, (stored, shape, data))| {
-            if !chosen(&name) || !matches!(stored.as_str(), "F16" | "BF16" | "F32") {
-                return T::new(&name, Box::leak(stored.into_boxed_str()), &shape, data);
-            }
-            changed.push(name.clone());
-            let v = values(&stored, &data).into_iter().map(|x| value.unwrap_or(x));
-            let data = match dtype {
-                "F32" => v.flat_map(|x| (x as f32).to_le_bytes()).collect(),
-                _ => v.flat_map(f64::to_le_bytes).collect(),
-            };
-            T::new(&name, dtype, &shape, data)
-        })
-        .collect();
-    write_safetensors(&file, &tensors);
+    let mut files = vec![];
+    for sub in [dir.to_path_buf(), dir.join("mtp")] {
+        let Ok(entries) = std::fs::read_dir(&sub) else { continue };
+        files.extend(entries.map(|e| e.unwrap().path()).filter(|p| p.extension().is_some_and(|x| x == "safetensors")));
+    }
+    for file in files {
+        let tensors: Vec<T> = read_safetensors(&file)
+            .into_iter()
+            .map(|(name, (stored, shape, data))| {
+                if !chosen(&name) || !matches!(stored.as_str(), "F16" | "BF16" | "F32") {
+                    return T::new(&name, Box::leak(stored.into_boxed_str()), &shape, data);
+                }
+                changed.push(name.clone());
+                let v = values(&stored, &data).into_iter().map(|x| value.unwrap_or(x));
+                let data = match dtype {
+                    "F32" => v.flat_map(|x| (x as f32).to_le_bytes()).collect(),
+                    _ => v.flat_map(f64::to_le_bytes).collect(),
+                };
+                T::new(&name, dtype, &shape, data)
+            })
+            .collect();
+        write_safetensors(&file, &tensors);
+    }
     (dir.to_path_buf(), changed)
 }
 
@@ -87,22 +101,61 @@ const FORMATS: [&[&str]; 4] = [&[], &["--format", "mlx"], &["--format", "gguf"],
 #[test]
 fn f64_in_every_position_is_written_as_f32_would_be_in_every_format() {
     let tmp = tempfile::tempdir().unwrap();
+    // `dense` has the complete MTP head (kept), biases and s_in/s_out; `moe` the router gates.
     for (i, (position, chosen)) in POSITIONS.into_iter().enumerate() {
-        // One directory name for both: GGUF records it as the model's name.
-        let (wide, changed) = variant(&tmp.path().join(format!("f32-{i}/moe")), chosen, "F32", None);
-        let (double, _) = variant(&tmp.path().join(format!("f64-{i}/moe")), chosen, "F64", None);
-        assert!(!changed.is_empty(), "{position}: the fixture has none");
-        for (j, format) in FORMATS.into_iter().enumerate() {
-            let (a, b) = (tmp.path().join(format!("a-{i}-{j}")), tmp.path().join(format!("b-{i}-{j}")));
-            convert(&wide, &a, format);
-            convert(&double, &b, format);
-            assert!(weights(&b) == weights(&a), "{position} {format:?}: F64 is not written as F32 is ({changed:?})");
-            for (name, bytes) in weights(&b).iter().filter(|(n, _)| n.ends_with(".safetensors")) {
-                let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
-                let header = String::from_utf8_lossy(&bytes[8..8 + header_len]);
-                assert!(!header.contains("\"F64\""), "{position} {format:?}: {name} holds an F64 tensor");
+        let mut found = false;
+        for model in ["dense", "moe"] {
+            // One directory name for both: GGUF records it as the model's name.
+            let (wide, changed) = variant(model, &tmp.path().join(format!("f32-{i}/{model}")), chosen, "F32", None);
+            let (double, _) = variant(model, &tmp.path().join(format!("f64-{i}/{model}")), chosen, "F64", None);
+            found |= !changed.is_empty();
+            if changed.is_empty() {
+                continue;
+            }
+            for (j, format) in FORMATS.into_iter().enumerate() {
+                let (a, b) =
+                    (tmp.path().join(format!("a-{i}-{j}-{model}")), tmp.path().join(format!("b-{i}-{j}-{model}")));
+                convert(&wide, &a, format);
+                convert(&double, &b, format);
+                assert!(
+                    weights(&b) == weights(&a),
+                    "{model} {position} {format:?}: F64 is not written as F32 is ({changed:?})"
+                );
+                no_f64(&b, &format!("{model} {position} {format:?}"));
             }
         }
+        assert!(found, "{position}: no fixture has such a tensor");
+    }
+}
+
+/// Fails when a safetensors file of `out` holds an F64 tensor.
+fn no_f64(out: &Path, what: &str) {
+    for (name, bytes) in weights(out).iter().filter(|(n, _)| n.ends_with(".safetensors")) {
+        let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+        let header = String::from_utf8_lossy(&bytes[8..8 + header_len]);
+        assert!(!header.contains("\"F64\""), "{what}: {name} holds an F64 tensor");
+    }
+}
+
+#[test]
+fn the_mtp_head_in_f64_is_written_as_f32_in_the_hugging_face_layout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (input, changed) = variant("dense", &tmp.path().join("dense"), |n| n.starts_with("mtp."), "F64", None);
+    assert_eq!(changed.len(), 15, "{changed:?}");
+    let out = tmp.path().join("out");
+    convert(&input, &out, &[]);
+    let written: std::collections::BTreeMap<_, _> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .flat_map(|p| read_safetensors(&p))
+        .collect();
+    let original = read_safetensors(&fixture("dense/mtp/model.safetensors"));
+    for name in &changed {
+        // Kept F32, as an F32 tensor of IN is: the values of the input, exactly.
+        let (dtype, _, bytes) = &written[name];
+        assert_eq!(dtype, "F32", "{name}");
+        assert_eq!(f32s(bytes), f16s(&original[name].2), "{name}");
     }
 }
 
@@ -110,13 +163,15 @@ fn f64_in_every_position_is_written_as_f32_would_be_in_every_format() {
 fn gguf_follows_its_type_for_f64_tensors() {
     let tmp = tempfile::tempdir().unwrap();
     let all = |n: &str| POSITIONS.iter().any(|(_, chosen)| chosen(n));
-    let (wide, _) = variant(&tmp.path().join("f32/moe"), all, "F32", None);
-    let (double, _) = variant(&tmp.path().join("f64/moe"), all, "F64", None);
-    for ty in ["f32", "f16", "bf16", "q8_0", "q4_k"] {
-        let (a, b) = (tmp.path().join(format!("a-{ty}")), tmp.path().join(format!("b-{ty}")));
-        convert(&wide, &a, &["--format", "gguf", "--gguf-type", ty]);
-        convert(&double, &b, &["--format", "gguf", "--gguf-type", ty]);
-        assert!(weights(&b) == weights(&a), "--gguf-type {ty}: F64 is not written as F32 is");
+    for model in ["dense", "moe"] {
+        let (wide, _) = variant(model, &tmp.path().join(format!("f32/{model}")), all, "F32", None);
+        let (double, _) = variant(model, &tmp.path().join(format!("f64/{model}")), all, "F64", None);
+        for ty in ["f32", "f16", "bf16", "q8_0", "q4_k"] {
+            let (a, b) = (tmp.path().join(format!("a-{ty}-{model}")), tmp.path().join(format!("b-{ty}-{model}")));
+            convert(&wide, &a, &["--format", "gguf", "--gguf-type", ty]);
+            convert(&double, &b, &["--format", "gguf", "--gguf-type", ty]);
+            assert!(weights(&b) == weights(&a), "{model} --gguf-type {ty}: F64 is not written as F32 is");
+        }
     }
 }
 
@@ -124,6 +179,7 @@ fn gguf_follows_its_type_for_f64_tensors() {
 fn an_f64_value_beyond_f32_is_refused_naming_the_tensor() {
     let tmp = tempfile::tempdir().unwrap();
     let (input, changed) = variant(
+        "moe",
         &tmp.path().join("in"),
         |n| n == "model.language_model.layers.1.post_attention_layernorm.weight",
         "F64",
