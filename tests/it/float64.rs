@@ -26,7 +26,7 @@ const POSITIONS: [Position; 9] = [
     ("int8 scales", |n| n.ends_with(".weight_scale")),
     ("s_in and s_out", |n| n.ends_with(".escha_s_in") || n.ends_with(".escha_s_out")),
     ("rin and rout", |n| n.ends_with(".escha_rin") || n.ends_with(".escha_rout")),
-    ("biases", |n| n.ends_with(".bias")),
+    ("biases", |n| n.rsplit_once('.').is_some_and(|(_, leaf)| leaf == "bias")),
 ];
 
 /// The values of a float tensor's bytes.
