@@ -5,7 +5,8 @@
 //! staging directory or temporary file was there to remove, "nothing was written" otherwise. Once
 //! the output is in place ([`output_in_place`]) the run has succeeded: such a signal no longer ends
 //! it, and it finishes its report and exits as it would have (a note on stderr says the signal
-//! came too late). SIGBUS, which a
+//! came too late); so does a run that is printing its final report or failure ([`reporting`]), so
+//! that stdout carries that one document. SIGBUS, which a
 //! memory-mapped input raises when its file shrinks under the reader, removes them too, names the
 //! input file that changed and exits with 1; SIGABRT (an allocation that failed) removes them and
 //! aborts. SIGXFSZ is ignored, so a file-size limit (`ulimit -f`) fails the write that reaches it
@@ -54,12 +55,17 @@ pub const INTERRUPTED_LINE: &str = "interrupted; partial output removed";
 pub const INTERRUPTED_EARLY_LINE: &str = "interrupted; nothing was written";
 /// What they say once the output is in place: the run goes on to its end.
 const TOO_LATE_LINE: &str = "interrupted after the output was complete and in place; finishing the run";
+/// What they say while a run that wrote nothing prints its report or failure.
+const REPORTING_LINE: &str = "interrupted while the run's report was printed; finishing it";
 /// Held while a section must not be cut in half by Ctrl-C, SIGTERM or SIGHUP.
 static UNINTERRUPTED: Mutex<()> = Mutex::new(());
 /// Set as soon as Ctrl-C, SIGTERM or SIGHUP arrives.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 /// Set once the output is in place: from then on the run has succeeded.
 static IN_PLACE: AtomicBool = AtomicBool::new(false);
+/// Set once the run prints its final report or failure: its outcome is decided, nothing of it is
+/// left to remove, and stdout must carry that one document.
+static REPORTING: AtomicBool = AtomicBool::new(false);
 
 /// Runs `f` with Ctrl-C, SIGTERM and SIGHUP held off: one arriving meanwhile takes effect once
 /// `f` is done (`f` may ask [`interrupted`] and undo its work first).
@@ -78,6 +84,12 @@ pub fn interrupted() -> bool {
 /// which finishes its report and exits as it would have.
 pub fn output_in_place() {
     IN_PLACE.store(true, Ordering::SeqCst);
+}
+
+/// Records that the run is printing its final report (or failure document): a later Ctrl-C,
+/// SIGTERM or SIGHUP lets it finish, so that stdout carries that one document.
+pub fn reporting() {
+    REPORTING.store(true, Ordering::SeqCst);
 }
 
 /// Runs `put` (the rename that puts a finished output in place) with Ctrl-C, SIGTERM and SIGHUP
@@ -176,6 +188,10 @@ pub fn install() {
             if IN_PLACE.load(Ordering::SeqCst) {
                 // The run has succeeded; its report (on stdout, perhaps to a slow reader) finishes.
                 eprintln!("escha-convert: note: {TOO_LATE_LINE}");
+                return;
+            }
+            if REPORTING.load(Ordering::SeqCst) {
+                eprintln!("escha-convert: note: {REPORTING_LINE}");
                 return;
             }
             let live = LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -21,6 +21,8 @@ pub use crate::signals::INTERRUPTED_EXIT as INTERRUPTED;
 /// `--json` also the failure document on stdout, coded with the class `e` was given where it
 /// arose, else `write_failed` for a full disk, else `class`.
 pub fn fail(e: &anyhow::Error, class: ErrorCode, status: u8) -> ExitCode {
+    // The outcome is decided (what failed was undone): a signal now must not add a document.
+    crate::signals::reporting();
     let message = error_line(e);
     if failure::json() {
         let _ = write_stdout(&error_document(class_of(e, class), &message, status));
@@ -81,6 +83,8 @@ fn write_stdout(text: &str) -> std::io::Result<()> {
 /// Writes `text` to stdout. A reader that went away (`| head -c1`) ends the output quietly:
 /// the work is done, only the rest of the printing is skipped.
 pub fn print_out(text: &str) -> ExitCode {
+    // The work is done: a signal now lets the report finish rather than add a second document.
+    crate::signals::reporting();
     match write_stdout(text) {
         // No failure document: stdout is what failed (and may hold part of a document).
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {

@@ -57,6 +57,46 @@ fn checkpoint_with_a_long_report(dir: &Path) -> PathBuf {
     write_checkpoint(dir, &t)
 }
 
+/// Waits until the child writing into `stdout` has filled the pipe (its report is longer than a
+/// pipe holds), so that it now waits for a reader.
+fn wait_until_blocked_on(stdout: &std::process::ChildStdout) {
+    use std::os::fd::AsRawFd;
+    let t0 = Instant::now();
+    loop {
+        let mut unread: libc::c_int = 0;
+        // SAFETY: FIONREAD on a pipe we own writes one int.
+        assert_eq!(unsafe { libc::ioctl(stdout.as_raw_fd(), libc::FIONREAD, &raw mut unread) }, 0);
+        if unread >= 4096 {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120), "the report never filled the pipe");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // A full pipe holds at least a page; give the writer time to fill the rest and wait.
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+#[test]
+fn a_signal_while_a_report_of_no_output_waits_for_its_reader_ends_in_that_one_report() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = checkpoint_with_a_long_report(&tmp.path().join("in"));
+    let mut child = start(escha_convert().arg(&input).arg(tmp.path().join("out")).args(["--json", "--dry-run"]));
+    wait_until_blocked_on(child.stdout.as_ref().unwrap());
+    kill(&child, libc::SIGTERM);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut stdout = Vec::new();
+    child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    let doc = one_document(&stdout);
+    assert_eq!(doc["dry_run"], true, "{err}");
+    assert!(doc["tensors"].as_array().map_or(0, Vec::len) > 4000, "the whole report");
+    assert!(!err.contains("removed") && !err.contains("nothing was written"), "{err}");
+    assert!(err.contains("report was printed; finishing it"), "says what happened: {err}");
+    assert_eq!(names(tmp.path()), ["in"], "nothing written");
+}
+
 #[test]
 fn a_signal_while_the_report_waits_for_its_reader_leaves_a_successful_run() {
     let tmp = tempfile::tempdir().unwrap();
@@ -64,8 +104,7 @@ fn a_signal_while_the_report_waits_for_its_reader_leaves_a_successful_run() {
     let out = tmp.path().join("out");
     let mut child = start(escha_convert().arg(&input).arg(&out).args(["--json", "--quiet"]));
     wait_for(&out);
-    // The report now fills the pipe and the run waits for a reader.
-    std::thread::sleep(Duration::from_millis(500));
+    wait_until_blocked_on(child.stdout.as_ref().unwrap());
     kill(&child, libc::SIGTERM);
     std::thread::sleep(Duration::from_millis(500));
     let mut stdout = Vec::new();
