@@ -6,6 +6,7 @@ use super::options::ConvertOptions;
 use super::report::VerifySummary;
 use crate::card::{self, Card};
 use crate::checkpoint::{open_regular, Leaf};
+use crate::failure::{Classify, ErrorCode};
 use crate::layout::mtp::is_mtp;
 use crate::layout::Layout;
 use crate::output::checksums::{sha256_hex, SUMS_FILE};
@@ -29,7 +30,8 @@ pub fn write_side_files(job: &Job, dir: &Path) -> Result<Vec<String>> {
     }
     let mut written = Vec::new();
     for (name, src) in &job.side_files {
-        let mut from = open_regular(src)?;
+        // A side file of IN that cannot be read refuses the input, not the output.
+        let mut from = open_regular(src).class(ErrorCode::InputRefused)?;
         let target = dir.join(name);
         let mut to = std::fs::File::create(&target).with_context(|| format!("{}: cannot create", target.display()))?;
         std::io::copy(&mut from, &mut to)
