@@ -50,11 +50,9 @@ fn one_document(stdout: &[u8]) -> Value {
 
 /// A checkpoint whose `--json` report is far larger than a pipe holds (one entry per tensor).
 fn checkpoint_with_a_long_report(dir: &Path) -> PathBuf {
-    let mut t = small_checkpoint(5);
-    for i in 0..4000 {
-        t.push(T::f16(&format!("model.language_model.layers.0.extra_{i:04}.weight"), &[2], &[0.5, -0.25]));
-    }
-    write_checkpoint(dir, &t)
+    // The small checkpoint's model grown to 300 layers: over 4,000 tensors.
+    let model = Model { layer_types: vec!["linear_attention"; 300], ..Model::small() };
+    write_model(dir, &small_checkpoint(5), &model)
 }
 
 /// Waits until the child writing into `stdout` has filled the pipe (its report is longer than a
