@@ -89,6 +89,12 @@ impl CodedModule {
     pub fn expert_count(&self) -> usize {
         self.experts.unwrap_or(1)
     }
+
+    /// Whether the runtime the source was made for adds this linear's `bias` after the matmul:
+    /// exllamav3 does for an EXL3 linear (`LinearEXL3`); Escha's reference runtime never does.
+    pub fn source_applies_bias(&self) -> bool {
+        self.source == CodedSource::Exl3
+    }
 }
 
 /// An int8 weight with one scale per row.

@@ -19,6 +19,7 @@
 use super::hf::{self, DenseDtype};
 use super::mtp::{self, MtpMode};
 use super::names::natural_key;
+use super::options::BiasMode;
 use super::policy::{FormatCard, Layout};
 use super::tensor::{Encoding, Kind, OutputTensor, RowSource};
 use crate::checkpoint::tensor::to_f32_vec;
@@ -204,12 +205,12 @@ impl Layout for Exl3Layout {
         &self,
         ck: &Checkpoint,
         cat: &Catalog,
-        keep_bias: bool,
+        bias: BiasMode,
         warnings: &mut Vec<crate::warning::Warning>,
     ) -> Result<Vec<OutputTensor>> {
         let mut tensors = Vec::new();
         // Everything but the coded linears (and their biases) as in the Hugging Face layout.
-        for t in hf::tensors(ck, cat, DenseDtype::Bf16, false) {
+        for t in hf::tensors(ck, cat, DenseDtype::Bf16, BiasMode::Drop) {
             let coded = t.recipe.as_ref().is_some_and(|r| !r.source.coded_modules().is_empty());
             if !coded {
                 tensors.push(t);
@@ -218,7 +219,7 @@ impl Layout for Exl3Layout {
         for m in &cat.coded {
             let kind = if m.experts.is_some() { Kind::CodedExperts } else { Kind::Coded };
             for piece in pieces(ck, m)? {
-                tensors.extend(piece.tensors(keep_bias, kind));
+                tensors.extend(piece.tensors(bias.keeps(m), kind));
             }
         }
         tensors.sort_by_cached_key(|t| natural_key(&t.name));

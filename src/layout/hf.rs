@@ -6,13 +6,14 @@
 //! * int8 pair `P` → `P.weight`;
 //! * norms are kept exactly as stored: HF Qwen3.5 norms are zero-centred and the runtime adds 1;
 //! * every other tensor passes through, 16-bit floats cast to the output dtype, F32 kept F32;
-//! * `bias` of coded linears only with `keep_bias`;
+//! * `bias` of coded linears where `--bias` keeps it ([`BiasMode`]);
 //! * the MTP head as `mtp.*` tensors in the main shards, when complete (see [`super::mtp`]);
 //! * a native EXL3 `MoE`'s per-expert linears (`….experts.{e}.gate_proj`, …) stacked as the fused
 //!   `….experts.gate_up_proj` / `down_proj` transformers expects.
 
 use super::mtp::{self, MtpMode};
 use super::names::{natural_key, norm_kind};
+use super::options::BiasMode;
 use super::policy::{FormatCard, Layout};
 use super::tensor::{Encoding, Kind, OutputTensor, RowSource};
 use crate::checkpoint::tensor::is_float;
@@ -57,10 +58,10 @@ impl Layout for HfLayout {
         &self,
         ck: &Checkpoint,
         cat: &Catalog,
-        keep_bias: bool,
+        bias: BiasMode,
         warnings: &mut Vec<crate::warning::Warning>,
     ) -> Result<Vec<OutputTensor>> {
-        let mut tensors = tensors(ck, cat, self.dtype, keep_bias);
+        let mut tensors = tensors(ck, cat, self.dtype, bias);
         restack_experts(&mut tensors, true);
         mtp::apply(self.mtp, &mut tensors, ck.config.as_ref(), warnings);
         Ok(tensors)
@@ -101,7 +102,7 @@ impl Layout for HfLayout {
 }
 
 /// The output tensors in Hugging Face names, in model order.
-pub fn tensors(ck: &Checkpoint, cat: &Catalog, dtype: DenseDtype, keep_bias: bool) -> Vec<OutputTensor> {
+pub fn tensors(ck: &Checkpoint, cat: &Catalog, dtype: DenseDtype, bias: BiasMode) -> Vec<OutputTensor> {
     let out = dtype.dtype();
     let mut tensors = Vec::new();
     for (i, m) in cat.coded.iter().enumerate() {
@@ -120,8 +121,8 @@ pub fn tensors(ck: &Checkpoint, cat: &Catalog, dtype: DenseDtype, keep_bias: boo
             source,
             Encoding::Float,
         ));
-        if let Some(bias) = m.tensor(Leaf::Bias).filter(|_| keep_bias) {
-            let source = RowSource::Tensor { name: bias.to_string(), rows: 0..m.expert_count(), cols: m.out_features };
+        if let Some(b) = m.tensor(Leaf::Bias).filter(|_| bias.keeps(m)) {
+            let source = RowSource::Tensor { name: b.to_string(), rows: 0..m.expert_count(), cols: m.out_features };
             let name = format!("{}.bias", m.path);
             tensors.push(OutputTensor::new(name, out, shape(&[m.out_features]), Kind::Bias, source, Encoding::Float));
         }

@@ -1,6 +1,8 @@
 //! Output options that more than one format takes: how int8 pairs are written (MLX and GGUF) and
-//! the error budget of an automatic choice (`--bits auto`, `--gguf-type auto`). Each format's own
-//! options stay with its layout.
+//! the error budget of an automatic choice (`--bits auto`, `--gguf-type auto`), and what becomes of
+//! the biases of coded linears (every format). Each format's own options stay with its layout.
+
+use crate::checkpoint::{Catalog, CodedModule, Leaf};
 
 /// How int8 pairs are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,4 +35,54 @@ pub struct AutoBits {
 impl AutoBits {
     /// An auto choice with no other flag: R = 0.5 (at most +12% error in total), estimated.
     pub const DEFAULT: AutoBits = AutoBits { max_added_error: 0.5, exact: false };
+}
+
+/// What becomes of the bias tensors of coded linears (`--bias`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BiasMode {
+    /// Each bias as the source's own runtime treats it: kept where that runtime adds it after the
+    /// matmul (a native EXL3 linear: exllamav3 does), dropped where it never does (Escha-W2: the
+    /// reference runtime).
+    Auto,
+    /// Every bias left out.
+    Drop,
+    /// Every bias written as `<module>.bias`.
+    Keep,
+}
+
+impl BiasMode {
+    /// The value of `--bias` that asks for this mode.
+    pub fn name(self) -> &'static str {
+        match self {
+            BiasMode::Auto => "auto",
+            BiasMode::Drop => "drop",
+            BiasMode::Keep => "keep",
+        }
+    }
+
+    /// Whether the bias of coded linear `m` (if it has one) is written.
+    pub fn keeps(self, m: &CodedModule) -> bool {
+        match self {
+            BiasMode::Auto => m.source_applies_bias(),
+            BiasMode::Drop => false,
+            BiasMode::Keep => true,
+        }
+    }
+
+    /// The mode that makes the same choice for every bias of `cat` in one word: `auto` resolves to
+    /// `drop` or `keep` where its choice is the same for every coded linear with a bias (the
+    /// flags recorded in the marker and on the card then say what was done), and stays `auto`
+    /// only where it keeps some and drops others.
+    pub fn resolved(self, cat: &Catalog) -> BiasMode {
+        if self != BiasMode::Auto {
+            return self;
+        }
+        let with_bias = cat.coded.iter().filter(|m| m.tensor(Leaf::Bias).is_some());
+        let (kept, dropped): (Vec<_>, Vec<_>) = with_bias.partition(|m| m.source_applies_bias());
+        match (kept.is_empty(), dropped.is_empty()) {
+            (true, _) => BiasMode::Drop,
+            (false, true) => BiasMode::Keep,
+            (false, false) => BiasMode::Auto,
+        }
+    }
 }

@@ -7,6 +7,7 @@ mod synth;
 mod architecture;
 mod bad_input;
 mod batch;
+mod biases;
 mod bits_auto;
 mod cli_conventions;
 mod convert_cli;
