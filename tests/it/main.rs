@@ -29,5 +29,6 @@ mod memory;
 mod metal_gpu;
 mod metal_kernel_shim;
 mod reconstruct;
+mod scale_range;
 mod verify;
 mod verify_html;
