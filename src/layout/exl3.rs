@@ -12,7 +12,8 @@
 //! * int8 pairs → `P.weight` bf16 (the exact product rounded once); every other tensor as in the
 //!   Hugging Face layout ([`super::hf`]): norms zero-centred (exllamav3 adds the 1), 16-bit floats
 //!   bf16, F32 kept;
-//! * biases of coded linears (`--bias keep`) → `P.bias` F16, which exllamav3 applies;
+//! * biases of coded linears, where `--bias` keeps them (by default an EXL3 input's) → `P.bias` F16,
+//!   which exllamav3 adds after the matmul;
 //! * config.json flattened to the text model, with the `quantization_config` exllamav3's converter
 //!   writes, and `quantization_config.json` with its `tensor_storage` map.
 
