@@ -7,7 +7,7 @@ use super::rows::Reader;
 use crate::checkpoint::{catalog, Catalog, Checkpoint, Leaf};
 use crate::codec::TileDecoder;
 use crate::container::Container;
-use crate::layout::{check_unique_names, BiasMode, Layout, OutputTensor, WidthChoice};
+use crate::layout::{check_unique_names, BiasMode, Layout, OutputTensor, RowSource, WidthChoice};
 use crate::plan::Plan;
 use crate::warning::{Warning, WarningCode};
 use anyhow::{bail, Result};
@@ -100,9 +100,9 @@ fn bias_notes(
 ) -> Result<()> {
     let root = ck.root.display();
     let sources = tensors.iter().filter_map(|t| t.recipe.as_ref()).map(|r| &r.source);
-    let modules: BTreeSet<usize> = sources.clone().flat_map(|s| s.coded_modules()).collect();
+    let modules: BTreeSet<usize> = sources.clone().flat_map(RowSource::coded_modules).collect();
     let names: BTreeSet<&str> = sources.flat_map(|s| s.tensor_names()).collect();
-    // (by the source's runtime applied or not)
+    // Counted by whether the source's runtime applies the bias: [Escha, EXL3].
     let (mut kept, mut dropped, mut no_slot) = ([0usize; 2], [0usize; 2], 0usize);
     for (i, m) in cat.coded.iter().enumerate() {
         let Some(b) = m.tensor(Leaf::Bias) else { continue };
@@ -110,13 +110,12 @@ fn bias_notes(
         let by_source = usize::from(m.source_applies_bias());
         if !written {
             continue;
-        } else if names.contains(b) {
+        }
+        if names.contains(b) {
             kept[by_source] += 1;
-        } else if !m.has_nonzero_bias(ck)? {
-            continue;
-        } else if bias.keeps(m) {
+        } else if m.has_nonzero_bias(ck)? && bias.keeps(m) {
             no_slot += 1;
-        } else {
+        } else if m.has_nonzero_bias(ck)? {
             dropped[by_source] += 1;
         }
     }

@@ -73,6 +73,7 @@ impl BiasMode {
     /// `drop` or `keep` where its choice is the same for every coded linear with a bias (the
     /// flags recorded in the marker and on the card then say what was done), and stays `auto`
     /// only where it keeps some and drops others.
+    #[must_use]
     pub fn resolved(self, cat: &Catalog) -> BiasMode {
         if self != BiasMode::Auto {
             return self;
