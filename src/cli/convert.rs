@@ -237,7 +237,13 @@ impl ConvertRun {
     /// The run `a` asks for, IN and BASE found by `locate`.
     fn from_args(a: ConvertArgs, locate: impl Fn(&Path) -> anyhow::Result<Located>) -> Result<Self, ArgsError> {
         let format = checked_format(&a).map_err(ArgsError::Usage)?;
-        let input = locate(&a.input).map_err(ArgsError::Input)?;
+        let input = match locate(&a.input) {
+            Ok(found) if found.hub.is_some() || std::fs::symlink_metadata(&found.path).is_ok() => found,
+            other => match swapped(&a.input, &a.output) {
+                Some(e) => return Err(ArgsError::Input(e)),
+                None => other.map_err(ArgsError::Input)?,
+            },
+        };
         let base = a.verify_base.as_deref().map(locate).transpose().map_err(ArgsError::Input)?;
         let options = ConvertOptions {
             hub: input.hub,
@@ -266,6 +272,44 @@ impl ConvertRun {
             quiet: a.quiet,
         })
     }
+}
+
+/// The error for IN and OUT given the wrong way round (`escha-convert new-dir checkpoint`): IN is
+/// not there, and OUT is an existing input checkpoint, not an earlier output of this tool.
+fn swapped(input: &Path, output: &Path) -> Option<anyhow::Error> {
+    if !looks_like_input(output) {
+        return None;
+    }
+    let word = |p: &Path| crate::text::shell_word(&p.to_string_lossy()).into_owned();
+    Some(anyhow::anyhow!(
+        "{}: no such file or directory, and OUT {} is an existing checkpoint: the arguments look swapped (IN comes \
+         first: escha-convert {} {})",
+        input.display(),
+        output.display(),
+        word(output),
+        word(input)
+    ))
+}
+
+/// A `.safetensors` file, or a directory with `config.json` and `.safetensors` files and no marker
+/// of this tool (an earlier output, which `--force` may replace, is a fine OUT).
+fn looks_like_input(path: &Path) -> bool {
+    /// Entries of OUT looked at, at most.
+    const MAX_ENTRIES: usize = 10_000;
+    let Ok(meta) = std::fs::metadata(path) else { return false };
+    if meta.is_file() {
+        return path.extension().is_some_and(|e| e == "safetensors");
+    }
+    let has = |name: &str| std::fs::symlink_metadata(path.join(name)).is_ok();
+    meta.is_dir()
+        && has("config.json")
+        && !has(crate::output::MARKER_FILE)
+        && std::fs::read_dir(path).is_ok_and(|entries| {
+            entries
+                .take(MAX_ENTRIES)
+                .filter_map(Result::ok)
+                .any(|e| e.file_name().to_string_lossy().ends_with(".safetensors"))
+        })
 }
 
 /// The output format the flags ask for, or the usage error of a combination clap cannot express.

@@ -2,7 +2,7 @@
 //! model card.
 
 use crate::checkpoint::HubSource;
-use crate::layout::{AutoBits, BiasMode, DenseDtype, MtpMode, OutputFormat};
+use crate::layout::{BiasMode, DenseDtype, FlagWords, MtpMode, OutputFormat};
 use crate::plan::PartSpec;
 use crate::text::shell_word;
 use std::path::PathBuf;
@@ -64,41 +64,11 @@ impl ConvertOptions {
     /// the format's name), so the text of an option set never changes. BASE is named by its
     /// directory name or as `org/name@<commit>` (a card names no path of the machine that ran the
     /// job). How the run went (-j, --quiet, --json, --force, --backend, --part) changes no byte
-    /// and is left out.
+    /// and is left out. The format and its own options are spelled by its layout
+    /// ([`Layout::shaping_flags`](crate::layout::Layout::shaping_flags)), so the engine names none.
     pub fn shaping_flags(&self) -> String {
-        let mut w = Words(Vec::new());
-        match self.format {
-            OutputFormat::Dense { dtype, mtp } => {
-                w.value("--format", if dtype == DenseDtype::Bf16 { "bf16" } else { "f16" });
-                w.value("--mtp", mtp.name());
-            }
-            OutputFormat::Mlx(o) => {
-                w.value("--format", "mlx");
-                match o.auto {
-                    Some(auto) => {
-                        w.value("--bits", "auto");
-                        w.budget(auto);
-                    }
-                    None => w.value("--bits", &o.spec.bits.to_string()),
-                }
-                w.value("--group-size", &o.spec.group_size.to_string());
-                w.value("--int8", o.int8.name());
-            }
-            OutputFormat::Exl3 { mtp } => {
-                w.value("--format", "exl3");
-                w.value("--mtp", mtp.name());
-            }
-            OutputFormat::Gguf(o) => {
-                w.value("--format", "gguf");
-                w.value("--gguf-type", o.ty.name());
-                if let Some(auto) = o.auto {
-                    w.budget(auto);
-                }
-                w.value("--gguf-vocab", if o.vocab { "auto" } else { "none" });
-                w.value("--int8", o.int8.name());
-                w.value("--mtp", o.mtp.name());
-            }
-        }
+        let mut w = FlagWords::default();
+        self.format.layout().shaping_flags(&mut w);
         w.value("--bias", self.bias.name());
         if let Some(size) = self.max_shard_size {
             w.value("--max-shard-size", &size.to_string());
@@ -118,46 +88,13 @@ impl ConvertOptions {
                 Some(n) => w.value("--verify-sample", &n.to_string()),
             }
         }
-        w.0.join(" ")
+        w.line()
     }
 
     /// [`Self::shaping_flags`] with `--bias` as a job resolved it for its input
     /// ([`BiasMode::resolved`]): what the marker fingerprints and the card records.
     pub fn recorded_flags(&self, bias: BiasMode) -> String {
         ConvertOptions { bias, ..self.clone() }.shaping_flags()
-    }
-}
-
-/// The words of a command line, flag by flag.
-struct Words(Vec<String>);
-
-impl Words {
-    fn switch(&mut self, flag: &str) {
-        self.0.push(flag.into());
-    }
-
-    /// `flag value`, for a value no shell treats specially.
-    fn value(&mut self, flag: &str, value: &str) {
-        self.quoted(flag, value, value);
-    }
-
-    /// `flag value`, the value written as `quoted` for a shell; `flag=value` when the value starts
-    /// with `-`, which the command line would otherwise take for a flag.
-    fn quoted(&mut self, flag: &str, value: &str, quoted: &str) {
-        if value.starts_with('-') {
-            self.0.push(format!("{flag}={quoted}"));
-        } else {
-            self.0.push(flag.into());
-            self.0.push(quoted.into());
-        }
-    }
-
-    /// `--max-added-error R` and `--measure-error` of an auto choice.
-    fn budget(&mut self, auto: AutoBits) {
-        self.value("--max-added-error", &auto.max_added_error.to_string());
-        if auto.exact {
-            self.switch("--measure-error");
-        }
     }
 }
 
@@ -174,7 +111,7 @@ pub struct VerifyRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::{GgufOptions, GgufType, Int8Mode, MlxOptions};
+    use crate::layout::{AutoBits, GgufOptions, GgufType, Int8Mode, MlxOptions};
 
     /// Option sets and the flags earlier releases recorded for them: the marker's fingerprint of
     /// an existing output must not change (`merge` compares them).

@@ -17,6 +17,7 @@
 //! * config.json flattened to the text model, with the `quantization_config` exllamav3's converter
 //!   writes, and `quantization_config.json` with its `tensor_storage` map.
 
+use super::flags::FlagWords;
 use super::hf::{self, DenseDtype};
 use super::mtp::{self, MtpMode};
 use super::names::natural_key;
@@ -225,6 +226,11 @@ pub fn fold_change(ck: &Checkpoint, cat: &Catalog) -> Result<f64> {
 impl Layout for Exl3Layout {
     fn name(&self) -> &'static str {
         "exl3"
+    }
+
+    fn shaping_flags(&self, flags: &mut FlagWords) {
+        flags.value("--format", self.name());
+        flags.value("--mtp", self.mtp.name());
     }
 
     fn tensors(

@@ -11,6 +11,7 @@
 //! * a native EXL3 `MoE`'s per-expert linears (`….experts.{e}.gate_proj`, …) stacked as the fused
 //!   `….experts.gate_up_proj` / `down_proj` transformers expects.
 
+use super::flags::FlagWords;
 use super::mtp::{self, MtpMode};
 use super::names::{natural_key, norm_kind};
 use super::options::BiasMode;
@@ -52,6 +53,11 @@ impl Layout for HfLayout {
             DenseDtype::Bf16 => "bf16",
             DenseDtype::F16 => "f16",
         }
+    }
+
+    fn shaping_flags(&self, flags: &mut FlagWords) {
+        flags.value("--format", self.name());
+        flags.value("--mtp", self.mtp.name());
     }
 
     fn tensors(

@@ -23,6 +23,7 @@
 //! * no `mtp.*` key and no vision tensor is written (either would make some loader shift the
 //!   norms a second time or fail a strict load).
 
+use super::flags::FlagWords;
 use super::mtp;
 use super::names::{natural_key, norm_kind};
 use super::options::{AutoBits, BiasMode, Int8Mode};
@@ -79,6 +80,20 @@ pub struct MlxLayout {
 impl Layout for MlxLayout {
     fn name(&self) -> &'static str {
         "mlx"
+    }
+
+    fn shaping_flags(&self, flags: &mut FlagWords) {
+        let o = &self.opts;
+        flags.value("--format", self.name());
+        match o.auto {
+            Some(auto) => {
+                flags.value("--bits", "auto");
+                auto.shaping_flags(flags);
+            }
+            None => flags.value("--bits", &o.spec.bits.to_string()),
+        }
+        flags.value("--group-size", &o.spec.group_size.to_string());
+        flags.value("--int8", o.int8.name());
     }
 
     fn tensors(

@@ -9,6 +9,7 @@
 //! format takes ([`Int8Mode`], [`AutoBits`], [`BiasMode`]).
 
 pub mod exl3;
+mod flags;
 pub mod gguf;
 pub mod hf;
 pub mod mlx;
@@ -19,6 +20,7 @@ mod policy;
 mod tensor;
 
 pub use exl3::Exl3Layout;
+pub use flags::FlagWords;
 pub use gguf::{GgufLayout, GgufOptions, GgufType};
 pub use hf::{DenseDtype, HfLayout};
 pub use mlx::{MlxLayout, MlxOptions};

@@ -4,6 +4,8 @@
 
 use crate::checkpoint::{Catalog, CodedModule, Leaf};
 
+use super::flags::FlagWords;
+
 /// How int8 pairs are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Int8Mode {
@@ -35,6 +37,14 @@ pub struct AutoBits {
 impl AutoBits {
     /// An auto choice with no other flag: R = 0.5 (at most +12% error in total), estimated.
     pub const DEFAULT: AutoBits = AutoBits { max_added_error: 0.5, exact: false };
+
+    /// `--max-added-error R`, and `--measure-error` when the errors are measured.
+    pub fn shaping_flags(self, flags: &mut FlagWords) {
+        flags.value("--max-added-error", &self.max_added_error.to_string());
+        if self.exact {
+            flags.switch("--measure-error");
+        }
+    }
 }
 
 /// What becomes of the bias tensors of coded linears (`--bias`).

@@ -1,6 +1,7 @@
 //! The policy of one output format, as the engine sees it: which tensors a checkpoint becomes,
 //! and what goes into the files around them.
 
+use super::flags::FlagWords;
 use super::mtp::is_mtp;
 use super::options::BiasMode;
 use super::tensor::{Adjust, OutputTensor, RowSource};
@@ -93,6 +94,11 @@ pub struct FormatCard {
 pub trait Layout: Sync {
     /// The format's name in reports: "bf16", "f16", "mlx".
     fn name(&self) -> &'static str;
+
+    /// The flags that ask for this format and its own options (`--format NAME` first), every
+    /// default spelled out: the marker fingerprints them and the model card records them, so the
+    /// words of an option set never change.
+    fn shaping_flags(&self, flags: &mut FlagWords);
 
     /// The output tensors of a checkpoint, in output order, the biases of coded linears as `bias`
     /// says. What the format leaves out is said in `warnings`.

@@ -1,6 +1,7 @@
 //! An advisory lock on OUT, held for the whole run: a second run into the same OUT fails at once
 //! instead of racing the first to the final rename.
 
+use super::writable::cannot_create;
 use crate::checkpoint::file_kind as kind;
 use crate::signals;
 use anyhow::{bail, Context, Result};
@@ -70,7 +71,7 @@ impl OutputLock {
                             kind(&m)
                         )
                     }
-                    _ => anyhow::Error::new(e).context(format!("{}: cannot create the output lock", path.display())),
+                    _ => cannot_create(path, "the output lock", e),
                 })?;
             let meta = file.metadata().with_context(|| format!("{}: cannot read", path.display()))?;
             if !meta.is_file() {

@@ -13,6 +13,7 @@
 
 use super::lock::{sibling_name, OutputLock};
 use super::ours::{check_replaceable, first_foreign_entry, MARKER_FILE};
+use super::writable::cannot_create;
 use crate::paths::{overlaps, physical_destination};
 use crate::signals;
 use crate::warning::{Warning, WarningCode};
@@ -56,7 +57,7 @@ impl Claim {
     pub fn take(out: &Destination) -> Result<Claim> {
         let dest = resolve(out)?;
         let (parent, name) = split(&dest, out.path)?;
-        std::fs::create_dir_all(parent).with_context(|| format!("{}: cannot create", parent.display()))?;
+        std::fs::create_dir_all(parent).map_err(|e| cannot_create(parent, "OUT's parent directory", e))?;
         let lock = OutputLock::acquire(out.path, parent, name)?;
         check_destination(&dest, out)?;
         Ok(Claim { dest, shown: out.path.to_path_buf(), force: out.force, lock })
@@ -78,7 +79,7 @@ impl Staging {
         let tmp = parent.join(sibling_name(name, &format!("{PARTIAL}{}", std::process::id())));
         signals::remove_on_signal(&tmp);
         // create_dir fails on anything already there: a staging directory is always new.
-        std::fs::create_dir(&tmp).with_context(|| format!("{}: cannot create", tmp.display()))?;
+        std::fs::create_dir(&tmp).map_err(|e| cannot_create(&tmp, "the staging directory", e))?;
         let staging = Staging { tmp, dest, shown, force, _lock: lock, committed: false };
         let marker_path = staging.tmp.join(MARKER_FILE);
         std::fs::write(&marker_path, marker).with_context(|| format!("{}: cannot write", marker_path.display()))?;

@@ -16,6 +16,7 @@ pub use types::GgufType;
 use types::{choose_by_budget, quantize_as_llama_does};
 mod vocab;
 
+use super::flags::FlagWords;
 use super::hf::{self, DenseDtype};
 use super::mtp::{self, MtpMode};
 use super::options::{AutoBits, BiasMode, Int8Mode};
@@ -198,6 +199,18 @@ fn rows_of(source: &RowSource, range: std::ops::Range<usize>) -> Option<RowSourc
 impl Layout for GgufLayout {
     fn name(&self) -> &'static str {
         "gguf"
+    }
+
+    fn shaping_flags(&self, flags: &mut FlagWords) {
+        let o = &self.opts;
+        flags.value("--format", self.name());
+        flags.value("--gguf-type", o.ty.name());
+        if let Some(auto) = o.auto {
+            auto.shaping_flags(flags);
+        }
+        flags.value("--gguf-vocab", if o.vocab { "auto" } else { "none" });
+        flags.value("--int8", o.int8.name());
+        flags.value("--mtp", o.mtp.name());
     }
 
     fn tensors(
