@@ -128,3 +128,22 @@ fn exl3_biases_dropped_on_request_are_reported() {
         assert!(dropped[0].contains("exllamav3 adds"), "{dropped:?}");
     }
 }
+
+#[test]
+fn an_exl3_bias_llama_cpp_has_no_slot_for_is_refused_with_the_way_out() {
+    // Every coded linear of the dense fixture with a bias, as an EXL3 checkpoint: llama.cpp has no
+    // slot for the biases of linear attention or the MLP.
+    let tmp = tempfile::tempdir().unwrap();
+    let exl3 = tmp.path().join("exl3-in");
+    convert(&fixture("dense"), &exl3, &["--format", "exl3", "--bias", "keep"]);
+    let o = escha_convert().arg(&exl3).arg(tmp.path().join("gguf")).args(["--format", "gguf"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("tensor blk.0.attn_qkv.bias") && err.contains("--bias drop"), "{err}");
+    let report = convert(&exl3, &tmp.path().join("dropped"), &["--format", "gguf", "--bias", "drop"]);
+    let dropped = warnings(&report, "bias_dropped");
+    assert!(
+        dropped.len() == 1 && dropped[0].contains("dropped 25 non-zero bias tensors of EXL3 linears"),
+        "{dropped:?}"
+    );
+}
