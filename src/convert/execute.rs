@@ -182,7 +182,7 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
     // as normal numbers (channel scales far below 1) would be written as a few bits or zeros.
     let coded = !source.coded_modules().is_empty();
     let check_range = |values: &[f32], held_in: safetensors::Dtype| -> Result<()> {
-        match dense::below_normal_range(values, held_in).filter(|_| coded) {
+        match coded.then(|| dense::below_normal_range(values, held_in)).flatten() {
             Some(largest) => bail!(
                 "rows {}..{}: their largest magnitude {largest:e} is below {held_in:?}'s normal range ({:e}), so they \
                  would be written with fewer bits than the format holds, or as zeros{}",
