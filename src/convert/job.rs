@@ -107,26 +107,31 @@ fn bias_notes(
     for (i, m) in cat.coded.iter().enumerate() {
         let Some(b) = m.tensor(Leaf::Bias) else { continue };
         let written = modules.contains(&i) || m.tensor(Leaf::Code).is_some_and(|c| names.contains(c));
-        let by_source = usize::from(m.source_applies_bias());
         if !written {
             continue;
         }
+        let by_source = usize::from(m.source_applies_bias());
         if names.contains(b) {
             kept[by_source] += 1;
-        } else if m.has_nonzero_bias(ck)? && bias.keeps(m) {
-            no_slot += 1;
         } else if m.has_nonzero_bias(ck)? {
-            dropped[by_source] += 1;
+            // Left out: by `--bias`, or by a format that has no slot for it.
+            if bias.keeps(m) {
+                no_slot += 1;
+            } else {
+                dropped[by_source] += 1;
+            }
         }
     }
-    let kept_foreign = if applied { kept[0] } else { kept[0] + kept[1] };
-    if kept_foreign > 0 && applied {
+    // Kept biases worth a word: where the output's runtime adds them, those the source's runtime
+    // never did; elsewhere every one (stock loaders have no slot for them).
+    let kept_said = if applied { kept[0] } else { kept[0] + kept[1] };
+    if kept_said > 0 && applied {
         warnings.push(Warning::new(WarningCode::BiasKept, format!(
-            "{root}: kept {kept_foreign} bias tensors of coded linears, which the output's runtime adds after the matmul (the reference runtime never applies them)"
+            "{root}: kept {kept_said} bias tensors of coded linears, which the output's runtime adds after the matmul (the reference runtime never applies them)"
         )));
-    } else if kept_foreign > 0 {
+    } else if kept_said > 0 {
         warnings.push(Warning::new(WarningCode::BiasKept, format!(
-            "{root}: kept {kept_foreign} bias tensors of coded linears: stock Qwen3.5 loaders have no slot for them (a strict load fails, others drop them); loading them needs a patched model"
+            "{root}: kept {kept_said} bias tensors of coded linears: stock Qwen3.5 loaders have no slot for them (a strict load fails, others drop them); loading them needs a patched model"
         )));
     }
     if dropped[0] > 0 {

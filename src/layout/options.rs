@@ -2,9 +2,8 @@
 //! the error budget of an automatic choice (`--bits auto`, `--gguf-type auto`), and what becomes of
 //! the biases of coded linears (every format). Each format's own options stay with its layout.
 
-use crate::checkpoint::{Catalog, CodedModule, Leaf};
-
 use super::flags::FlagWords;
+use crate::checkpoint::{Catalog, CodedModule, Leaf};
 
 /// How int8 pairs are written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,12 +87,54 @@ impl BiasMode {
         if self != BiasMode::Auto {
             return self;
         }
-        let with_bias = cat.coded.iter().filter(|m| m.tensor(Leaf::Bias).is_some());
-        let (kept, dropped): (Vec<_>, Vec<_>) = with_bias.partition(|m| m.source_applies_bias());
-        match (kept.is_empty(), dropped.is_empty()) {
-            (true, _) => BiasMode::Drop,
-            (false, true) => BiasMode::Keep,
-            (false, false) => BiasMode::Auto,
+        let with_bias: Vec<&CodedModule> = cat.coded.iter().filter(|m| m.tensor(Leaf::Bias).is_some()).collect();
+        let keeps_some = with_bias.iter().any(|m| self.keeps(m));
+        let drops_some = with_bias.iter().any(|m| !self.keeps(m));
+        match (keeps_some, drops_some) {
+            (false, _) => BiasMode::Drop,
+            (true, false) => BiasMode::Keep,
+            (true, true) => BiasMode::Auto,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::checkpoint::CodedSource;
+    use crate::codec::Codebook;
+
+    fn linear(source: CodedSource, bias: bool) -> CodedModule {
+        let leaves = bias.then(|| (Leaf::Bias, "p.bias".to_string())).into_iter().collect();
+        CodedModule {
+            path: "p".into(),
+            source,
+            leaves,
+            experts: None,
+            k: 2,
+            codebook: Codebook::Mcg,
+            in_padded: 128,
+            out_padded: 128,
+            in_features: 128,
+            out_features: 128,
+        }
+    }
+
+    #[test]
+    fn auto_is_recorded_as_the_one_choice_it_made() {
+        let cat = |coded| Catalog { coded, ..Catalog::default() };
+        let (escha, exl3) = (CodedSource::Escha, CodedSource::Exl3);
+        let cases = [
+            (vec![linear(escha, true), linear(exl3, false)], BiasMode::Drop),
+            (vec![linear(exl3, true), linear(escha, false)], BiasMode::Keep),
+            (vec![linear(escha, true), linear(exl3, true)], BiasMode::Auto),
+            (vec![linear(exl3, false)], BiasMode::Drop),
+        ];
+        for (coded, want) in cases {
+            assert_eq!(BiasMode::Auto.resolved(&cat(coded.clone())), want, "{coded:?}");
+            for explicit in [BiasMode::Drop, BiasMode::Keep] {
+                assert_eq!(explicit.resolved(&cat(coded.clone())), explicit);
+            }
         }
     }
 }
