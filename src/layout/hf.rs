@@ -163,8 +163,8 @@ pub(crate) fn expert_leaf(name: &str) -> Option<(&str, usize, &str)> {
 }
 
 /// Per-expert coded linears (`….experts.{e}.gate_proj` / `up_proj` / `down_proj`, every e of
-/// 0..E, one shape per projection, no bias) stacked as the fused parameters transformers'
-/// `Qwen3.5-MoE` expects: `….experts.gate_up_proj` `[E, 2·I, H]` (gate rows first) and
+/// 0..E, one shape per projection) stacked as the fused parameters transformers' `Qwen3.5-MoE`
+/// expects (their biases, which it has no slot for, left out): `….experts.gate_up_proj` `[E, 2·I, H]` (gate rows first) and
 /// `….experts.down_proj` `[E, H, I]`. Stored `[E, 2·I, H]` is stored `[2·E, I, H]`: the gate and
 /// up of each expert stack as leads of their own. Without `fuse_gate_up`, gate and up stack apart
 /// (`….experts.gate_proj`, `….experts.up_proj`, `[E, I, H]` each: the halves GGUF splits the fused
@@ -183,8 +183,7 @@ pub fn restack_experts(tensors: &mut Vec<OutputTensor>, fuse_gate_up: bool) {
         let at = |e: usize, p: &str| members.get(&(e, p.to_string())).map(|&i| &tensors[i]);
         let complete = members.len() == 3 * experts
             && (0..experts).all(|e| ["gate_proj", "up_proj", "down_proj"].iter().all(|p| at(e, p).is_some()));
-        let has_bias = tensors.iter().any(|t| t.name.starts_with(&format!("{parent}.")) && t.kind == Kind::Bias);
-        if experts == 0 || !complete || has_bias {
+        if experts == 0 || !complete {
             continue;
         }
         let shape_of = |p: &str| at(0, p).map(|t| t.shape.clone()).unwrap_or_default();
@@ -214,6 +213,15 @@ pub fn restack_experts(tensors: &mut Vec<OutputTensor>, fuse_gate_up: bool) {
             fused.push(OutputTensor::new(name, storage, shape, Kind::CodedExperts, source, Encoding::Float));
         }
         gone.extend(members.values().copied());
+        // The fused layout has no slot for an expert's bias: left out (the engine says so).
+        let prefix = format!("{parent}.");
+        gone.extend(
+            tensors
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.kind == Kind::Bias && t.name.starts_with(&prefix))
+                .map(|(i, _)| i),
+        );
     }
     if gone.is_empty() {
         return;

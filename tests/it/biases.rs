@@ -147,3 +147,49 @@ fn an_exl3_bias_llama_cpp_has_no_slot_for_is_refused_with_the_way_out() {
         "{dropped:?}"
     );
 }
+
+#[test]
+fn expert_biases_the_stacked_layouts_have_no_slot_for_are_dropped_with_a_word() {
+    // A native per-expert EXL3 MoE whose down projections carry biases: transformers' fused experts
+    // and llama.cpp's expert tensors have no slot for them; the experts are stacked all the same.
+    let tmp = tempfile::tempdir().unwrap();
+    let escha = tmp.path().join("escha");
+    copy_tree(&fixture("moe"), &escha);
+    let mut rng = crate::synth::Rng::new(5);
+    let mut biases = Vec::new();
+    edit_tensors(&escha, |name, t| {
+        if let Some(path) = name.strip_suffix(".experts.down_proj.escha_rout") {
+            let v = rng.vec(t.shape.iter().product(), -0.01, 0.01);
+            biases.push(crate::synth::T::f16(&format!("{path}.experts.down_proj.bias"), &t.shape, &v));
+        }
+        true
+    });
+    let shard = escha.join("model-00001-of-00001.safetensors");
+    let mut all: Vec<crate::synth::T> = read_safetensors(&shard)
+        .into_iter()
+        .map(|(n, (d, s, b))| crate::synth::T::new(&n, Box::leak(d.into_boxed_str()), &s, b))
+        .collect();
+    let index = escha.join("model.safetensors.index.json");
+    let mut json: serde_json::Value = serde_json::from_slice(&std::fs::read(&index).unwrap()).unwrap();
+    for b in &biases {
+        json["weight_map"][&b.name] = "model-00001-of-00001.safetensors".into();
+    }
+    std::fs::write(&index, json.to_string()).unwrap();
+    all.extend(biases);
+    crate::synth::write_safetensors(&shard, &all);
+    let exl3 = tmp.path().join("exl3-in");
+    convert(&escha, &exl3, &["--format", "exl3", "--bias", "keep"]);
+    assert!(tensors(&exl3).contains_key("model.language_model.layers.0.mlp.experts.3.down_proj.bias"));
+
+    for (format, fused) in
+        [("bf16", "model.language_model.layers.0.mlp.experts.down_proj"), ("gguf", "blk.0.ffn_down_exps.weight")]
+    {
+        let report = convert(&exl3, &tmp.path().join(format), &["--format", format, "--dry-run"]);
+        let names: Vec<&str> =
+            report["tensors"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+        assert!(names.contains(&fused), "{format}: {names:?}");
+        assert!(!names.iter().any(|n| n.contains(".experts.0.") || n.contains("exps.bias")), "{format}: {names:?}");
+        let dropped = warnings(&report, "bias_dropped");
+        assert!(dropped.len() == 1 && dropped[0].contains("no slot for them"), "{format}: {dropped:?}");
+    }
+}
