@@ -41,11 +41,13 @@ pub enum WarningCode {
     SpecialTokenSkipped,
     /// `--part I/N` owns no shard: it writes only the files beside the shards.
     EmptyPart,
+    /// IN is a single `.safetensors` file: tensors only, unchecked, and no config.json written.
+    TensorsOnly,
 }
 
 impl WarningCode {
     /// Every code, in the order the schema lists them.
-    pub const ALL: [WarningCode; 14] = [
+    pub const ALL: [WarningCode; 15] = [
         WarningCode::UnusualCodebook,
         WarningCode::VisionDropped,
         WarningCode::ThreadsCapped,
@@ -60,6 +62,7 @@ impl WarningCode {
         WarningCode::ExpertBiasesDropped,
         WarningCode::SpecialTokenSkipped,
         WarningCode::EmptyPart,
+        WarningCode::TensorsOnly,
     ];
 }
 

@@ -235,7 +235,7 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
         }
         Encoding::Bytes => {
             reader.byte_rows(source, span, &mut s.bytes)?;
-            // Floats this tool does not compute with (F64) pass through, finite or refused alike.
+            // A float stored as it is (no layout does so today) must be finite all the same.
             let dtype = tensor.storage.element().context("stored bytes need an element type")?;
             if let Some(i) = dense::first_non_finite(&s.bytes, dtype) {
                 let (row, col) = at(i);

@@ -6,6 +6,7 @@ use super::options::ConvertOptions;
 use super::report::VerifySummary;
 use crate::card::{self, Card};
 use crate::checkpoint::{open_regular, Leaf};
+use crate::failure::{Classify, ErrorCode};
 use crate::layout::mtp::is_mtp;
 use crate::layout::Layout;
 use crate::output::checksums::{sha256_hex, SUMS_FILE};
@@ -29,7 +30,8 @@ pub fn write_side_files(job: &Job, dir: &Path) -> Result<Vec<String>> {
     }
     let mut written = Vec::new();
     for (name, src) in &job.side_files {
-        let mut from = open_regular(src)?;
+        // A side file of IN that cannot be read refuses the input, not the output.
+        let mut from = open_regular(src).class(ErrorCode::InputRefused)?;
         let target = dir.join(name);
         let mut to = std::fs::File::create(&target).with_context(|| format!("{}: cannot create", target.display()))?;
         std::io::copy(&mut from, &mut to)
@@ -67,6 +69,10 @@ pub fn marker(job: &Job, layout: &dyn Layout, opts: &ConvertOptions) -> Marker {
 /// The model card's file name in OUT.
 pub const CARD_FILE: &str = "README.md";
 
+/// What the card and the warning say of a single `.safetensors` file as IN.
+pub const TENSORS_ONLY: &str = "the source is a single .safetensors file: its tensors are converted as they are, \
+     unchecked against any config, and no config.json or tokenizer is written; add the model's own before loading it";
+
 /// The model card of `job`.
 pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Option<&VerifySummary>) -> Card {
     let (source, revision) = card::source(&opts.input, opts.hub.as_ref());
@@ -75,6 +81,9 @@ pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Optio
     let arg = card::source_arg(&opts.input, opts.hub.as_ref());
     let command = format!("escha-convert {} OUT {}", shell_word(&arg), opts.recorded_flags(job.bias));
     let mut notes = Vec::new();
+    if job.ck.single_file {
+        notes.push(("tensors only", TENSORS_ONLY.to_string()));
+    }
     if let Some(bias) = bias_note(job, layout.applies_bias()) {
         notes.push(("coded-linear biases", bias.to_string()));
     }

@@ -4,7 +4,7 @@
 use super::options::ConvertOptions;
 use super::probe::Probe;
 use super::rows::Reader;
-use crate::checkpoint::{catalog, Catalog, Checkpoint, Leaf};
+use crate::checkpoint::{architecture, catalog, Catalog, Checkpoint, Leaf};
 use crate::codec::TileDecoder;
 use crate::container::Container;
 use crate::layout::{check_unique_names, BiasMode, Layout, OutputTensor, RowSource, WidthChoice};
@@ -51,6 +51,13 @@ impl Job {
     ) -> Result<Job> {
         let cat = catalog(&ck)?;
         cat.check_convertible(&ck, true)?;
+        architecture::check(&ck, &cat)?;
+        if ck.single_file {
+            warnings.push(Warning::new(
+                WarningCode::TensorsOnly,
+                format!("{}: {}", ck.root.display(), super::files::TENSORS_ONLY),
+            ));
+        }
         warnings.extend(cat.notes());
         if !cat.vision.is_empty() {
             warnings.push(Warning::new(

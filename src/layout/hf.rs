@@ -141,6 +141,8 @@ pub fn tensors(ck: &Checkpoint, cat: &Catalog, dtype: DenseDtype, bias: BiasMode
         let entry = &ck.tensors[&p.name];
         let (dtype, encoding) = match entry.dtype {
             Dtype::F16 | Dtype::BF16 => (out, Encoding::Float),
+            // F64 is read as f32 and written as an F32 tensor is: kept F32 (no client loads F64).
+            Dtype::F64 => (Dtype::F32, Encoding::Float),
             other if is_float(other) => (other, Encoding::Float),
             other => (other, Encoding::Bytes),
         };

@@ -29,6 +29,7 @@ use super::names::{natural_key, norm_kind};
 use super::options::{AutoBits, BiasMode, Int8Mode};
 use super::policy::{Chosen, FormatCard, Layout, WeightProbe, WidthChoice};
 use super::tensor::{Adjust, AffineParams, Encoding, Kind, OutputTensor, Recipe, RowSource};
+use crate::checkpoint::tensor::is_float;
 use crate::checkpoint::{Catalog, Checkpoint, Leaf};
 use crate::container::{MetaValue, Metadata};
 use crate::quant::affine::{int8_group_size, AffineSpec};
@@ -501,7 +502,7 @@ pub fn tensors(
         }
         let entry = &ck.tensors[&p.name];
         let name = mlx_name(family, &p.name);
-        let float = matches!(entry.dtype, Dtype::F16 | Dtype::BF16 | Dtype::F32);
+        let float = is_float(entry.dtype);
         let shape = entry.shape.clone();
         if !float {
             let source = RowSource::whole(&p.name, &shape);
@@ -515,7 +516,9 @@ pub fn tensors(
             let shape = if shape[2] != 1 && shape[1] == 1 { vec![shape[0], shape[2], 1] } else { shape };
             b.out.push(OutputTensor::new(name, dtype, shape, Kind::Plain, source, Encoding::Float));
         } else if name.ends_with("A_log") {
-            let keep = if family == Family::Qwen35 { entry.dtype } else { dtype };
+            // F64 is kept as F32 is: mlx loads no F64.
+            let kept = if entry.dtype == Dtype::F64 { Dtype::F32 } else { entry.dtype };
+            let keep = if family == Family::Qwen35 { kept } else { dtype };
             b.float(name, &p.name, keep, shape, Kind::Plain);
         } else if let Some((prefix, expert, leaf)) =
             name.strip_suffix(".weight").filter(|_| shape.len() == 2).and_then(per_expert)

@@ -87,7 +87,7 @@ impl OutputLock {
             }
             // A run that just finished may have removed the file we opened: lock the one at `path`.
             if same_file(&file, path) {
-                signals::remove_on_signal(path);
+                signals::remove_leftover_on_signal(path);
                 return Ok(Some(OutputLock { path: path.to_path_buf(), _file: file }));
             }
         }

@@ -1,5 +1,6 @@
 //! Dense values: f32 rounded once to bf16 or f16 (round to nearest, ties to even) or kept f32, and
-//! such bytes widened back to f32.
+//! such bytes widened back to f32 (F64 rounded to the nearest f32: every value this tool computes
+//! with is an f32).
 
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
@@ -33,10 +34,14 @@ pub fn encode(values: &[f32], dtype: Dtype, out: &mut Vec<u8>) {
     }
 }
 
-/// Appends little-endian `bytes` of `dtype` widened to f32 (exact), the inverse of [`encode`];
-/// `false` (nothing appended) when `dtype` is not BF16, F16 or F32.
+/// Appends little-endian `bytes` of `dtype` widened to f32 (exact), the inverse of [`encode`]; F64
+/// rounded to the nearest f32 (beyond f32's range: an infinity, which the finite check after the
+/// output's rounding refuses, naming the tensor); `false` (nothing appended) when `dtype` is not
+/// BF16, F16, F32 or F64.
 pub fn decode(bytes: &[u8], dtype: Dtype, out: &mut Vec<f32>) -> bool {
     match dtype {
+        #[allow(clippy::cast_possible_truncation)] // rounding to nearest is the point
+        Dtype::F64 => out.extend(bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap()) as f32)),
         Dtype::F32 => out.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()))),
         Dtype::F16 => out.extend(bytes.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())),
         Dtype::BF16 => out.extend(bytes.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())),
@@ -155,6 +160,15 @@ mod tests {
             }
         }
         assert_eq!(checked, 65536 * 8);
+    }
+
+    #[test]
+    fn f64_is_read_as_the_nearest_f32() {
+        let values = [1.5f64, -0.1, 1.0 + f64::EPSILON, 1e300, f64::from(f32::MAX)];
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut out = Vec::new();
+        assert!(decode(&bytes, Dtype::F64, &mut out));
+        assert_eq!(out, [1.5, -0.1f32, 1.0, f32::INFINITY, f32::MAX]);
     }
 
     #[test]

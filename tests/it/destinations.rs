@@ -139,13 +139,7 @@ fn force_replaces_only_what_the_marker_proves_ours() {
 
 /// A checkpoint that takes a second or two to convert with `SLOW`.
 fn slow_checkpoint(dir: &Path) -> PathBuf {
-    let mut rng = Rng::new(78);
-    let mut t = Vec::new();
-    for l in 0..6 {
-        let path = format!("model.language_model.layers.{l}.mlp.up_proj");
-        t.extend(coded_linear(&mut rng, &path, None, 2048, 4096, 1, false, false));
-    }
-    write_checkpoint(dir, &t)
+    crate::synth::slow_checkpoint(dir, 78)
 }
 
 const SLOW: &[&str] = &["--backend", "scalar", "-j", "1", "--format", "mlx", "--bits", "2", "--quiet"];

@@ -246,6 +246,22 @@ fn a_snapshot_that_links_outside_its_blobs_is_still_refused() {
     assert!(stderr(&o).contains("blobs is a link"), "{}", stderr(&o));
 }
 
+#[test]
+fn a_snapshot_without_config_json_is_refused_by_every_format() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let snap = dense_cache(&cache);
+    std::fs::remove_file(snap.join("config.json")).unwrap();
+    for format in ["bf16", "mlx", "gguf", "exl3"] {
+        let out = tmp.path().join(format!("out-{format}"));
+        let o =
+            cmd(&[("HF_HUB_CACHE", &cache)]).args(["org/name"]).arg(&out).args(["--format", format]).output().unwrap();
+        assert_eq!(o.status.code(), Some(1), "{format}: {}", stderr(&o));
+        assert!(stderr(&o).contains("config.json") && stderr(&o).contains("missing"), "{format}: {}", stderr(&o));
+        assert!(!out.exists(), "{format}");
+    }
+}
+
 /// The model card's command, as written in its table row.
 fn card_command(card: &str) -> String {
     let row = card.lines().find(|l| l.starts_with("| command |")).unwrap();
