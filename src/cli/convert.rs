@@ -7,7 +7,7 @@ use crate::backend::{Backend, BackendKind};
 use crate::checkpoint::{locate, Located};
 use crate::convert::{convert, render_plan, render_summary, ConvertOptions, PartSpec, VerifyRequest};
 use crate::failure::ErrorCode;
-use crate::layout::{AutoBits, DenseDtype, GgufOptions, GgufType, MlxOptions, OutputFormat};
+use crate::layout::{AutoBits, BiasMode, DenseDtype, GgufOptions, GgufType, MlxOptions, OutputFormat};
 use crate::quant::affine::{AffineSpec, BITS, GROUP_SIZES};
 use crate::signals;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -45,10 +45,23 @@ pub enum VocabArg {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum BiasArg {
-    /// Leave coded linears' bias tensors out (the reference serving runtime never applies them).
+    /// Each bias as the source's runtime treats it: an EXL3 linear's kept (exllamav3 adds it), an
+    /// Escha linear's dropped (the reference serving runtime never applies it).
+    Auto,
+    /// Leave coded linears' bias tensors out (warned where one is non-zero).
     Drop,
     /// Write them as `<module>.bias`.
     Keep,
+}
+
+impl From<BiasArg> for BiasMode {
+    fn from(a: BiasArg) -> BiasMode {
+        match a {
+            BiasArg::Auto => BiasMode::Auto,
+            BiasArg::Drop => BiasMode::Drop,
+            BiasArg::Keep => BiasMode::Keep,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -65,7 +78,7 @@ pub struct ConvertArgs {
     #[arg(long, value_enum, ignore_case = true, default_value_t = FormatArg::Bf16)]
     pub format: FormatArg,
     /// What to do with the bias tensors of coded linears.
-    #[arg(long, value_enum, ignore_case = true, default_value_t = BiasArg::Drop)]
+    #[arg(long, value_enum, ignore_case = true, default_value_t = BiasArg::Auto)]
     pub bias: BiasArg,
     /// MLX affine bits per weight: 2, 3, 4, 5, 6, 8, or auto (each coded linear the fewest bits
     /// that keep the added error within --max-added-error · 2^-K) (`--format mlx`; default 4).
@@ -235,7 +248,7 @@ impl ConvertRun {
         let options = ConvertOptions {
             hub: input.hub,
             format,
-            keep_bias: a.bias == BiasArg::Keep,
+            bias: a.bias.into(),
             max_shard_size: a.max_shard_size,
             only: a.only,
             part: a.part,
@@ -491,19 +504,19 @@ mod tests {
         (
             located(),
             format(),
-            any::<bool>(),
+            prop_oneof![Just(BiasMode::Auto), Just(BiasMode::Drop), Just(BiasMode::Keep)],
             // Sizes are read through f64: every whole number up to 2^53 is one.
             proptest::option::of(1u64..=1 << 53),
             proptest::collection::vec(glob, 0..3),
             any::<bool>(),
             verify,
         )
-            .prop_map(|(input, format, keep_bias, max_shard_size, only, checksums, verify)| {
+            .prop_map(|(input, format, bias, max_shard_size, only, checksums, verify)| {
                 let base = verify.as_ref().map(|(base, _)| base.clone());
                 let options = ConvertOptions {
                     hub: input.hub.clone(),
                     format,
-                    keep_bias,
+                    bias,
                     max_shard_size,
                     only,
                     checksums,

@@ -2,7 +2,7 @@
 //! model card.
 
 use crate::checkpoint::HubSource;
-use crate::layout::{DenseDtype, FlagWords, MtpMode, OutputFormat};
+use crate::layout::{BiasMode, DenseDtype, FlagWords, MtpMode, OutputFormat};
 use crate::plan::PartSpec;
 use crate::text::shell_word;
 use std::path::PathBuf;
@@ -15,8 +15,9 @@ pub struct ConvertOptions {
     pub hub: Option<HubSource>,
     pub output: PathBuf,
     pub format: OutputFormat,
-    /// Write the bias tensors of coded linears (dropped by default).
-    pub keep_bias: bool,
+    /// What becomes of the bias tensors of coded linears (by default, what the source's runtime
+    /// does with them).
+    pub bias: BiasMode,
     /// Largest shard in tensor bytes; the format's default when `None`.
     pub max_shard_size: Option<u64>,
     /// `--only` globs over output names (empty: everything).
@@ -44,7 +45,7 @@ impl ConvertOptions {
             hub: None,
             output,
             format: OutputFormat::Dense { dtype: DenseDtype::Bf16, mtp: MtpMode::Auto },
-            keep_bias: false,
+            bias: BiasMode::Auto,
             max_shard_size: None,
             only: Vec::new(),
             part: None,
@@ -68,7 +69,7 @@ impl ConvertOptions {
     pub fn shaping_flags(&self) -> String {
         let mut w = FlagWords::default();
         self.format.layout().shaping_flags(&mut w);
-        w.value("--bias", if self.keep_bias { "keep" } else { "drop" });
+        w.value("--bias", self.bias.name());
         if let Some(size) = self.max_shard_size {
             w.value("--max-shard-size", &size.to_string());
         }
@@ -88,6 +89,12 @@ impl ConvertOptions {
             }
         }
         w.line()
+    }
+
+    /// [`Self::shaping_flags`] with `--bias` as a job resolved it for its input
+    /// ([`BiasMode::resolved`]): what the marker fingerprints and the card records.
+    pub fn recorded_flags(&self, bias: BiasMode) -> String {
+        ConvertOptions { bias, ..self.clone() }.shaping_flags()
     }
 }
 
@@ -110,13 +117,16 @@ mod tests {
     /// an existing output must not change (`merge` compares them).
     #[test]
     fn the_flags_of_an_option_set_never_change() {
-        let plain = ConvertOptions::new("/in/dense".into(), "/out".into());
+        // `--bias auto` is recorded as what it resolved to (`BiasMode::resolved`): `drop` for every
+        // Escha input, the choice of the releases before `auto`.
+        let plain = ConvertOptions { bias: BiasMode::Drop, ..ConvertOptions::new("/in/dense".into(), "/out".into()) };
         let with = |format| ConvertOptions { format, ..plain.clone() };
         let auto = |max_added_error, exact| Some(AutoBits { max_added_error, exact });
         let cases = [
             (plain.clone(), "--format bf16 --mtp auto --bias drop"),
+            (ConvertOptions { bias: BiasMode::Auto, ..plain.clone() }, "--format bf16 --mtp auto --bias auto"),
             (
-                ConvertOptions { keep_bias: true, max_shard_size: Some(20000), checksums: true, ..plain.clone() },
+                ConvertOptions { bias: BiasMode::Keep, max_shard_size: Some(20000), checksums: true, ..plain.clone() },
                 "--format bf16 --mtp auto --bias keep --max-shard-size 20000 --checksums",
             ),
             (

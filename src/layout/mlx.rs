@@ -26,7 +26,7 @@
 use super::flags::FlagWords;
 use super::mtp;
 use super::names::{natural_key, norm_kind};
-use super::options::{AutoBits, Int8Mode};
+use super::options::{AutoBits, BiasMode, Int8Mode};
 use super::policy::{Chosen, FormatCard, Layout, WeightProbe, WidthChoice};
 use super::tensor::{Adjust, AffineParams, Encoding, Kind, OutputTensor, Recipe, RowSource};
 use crate::checkpoint::tensor::is_float;
@@ -101,10 +101,10 @@ impl Layout for MlxLayout {
         &self,
         ck: &Checkpoint,
         cat: &Catalog,
-        keep_bias: bool,
+        bias: BiasMode,
         warnings: &mut Vec<Warning>,
     ) -> Result<Vec<OutputTensor>> {
-        let (tensors, dropped) = tensors(ck, cat, self.opts, keep_bias)?;
+        let (tensors, dropped) = tensors(ck, cat, self.opts, bias)?;
         let root = ck.root.display();
         if dropped.mtp > 0 {
             warnings.push(Warning::new(
@@ -375,7 +375,7 @@ pub fn tensors(
     ck: &Checkpoint,
     cat: &Catalog,
     opts: MlxOptions,
-    keep_bias: bool,
+    bias: BiasMode,
 ) -> Result<(Vec<OutputTensor>, Dropped)> {
     let family = family(ck)?;
     let text = ck.text_config();
@@ -416,8 +416,8 @@ pub fn tensors(
         }
         let Some(e) = m.experts else {
             b.linear(&path, &[], oc, ic, all_rows, Kind::Coded);
-            if let Some(bias) = m.tensor(Leaf::Bias).filter(|_| keep_bias) {
-                let source = RowSource::Tensor { name: bias.to_string(), rows: 0..1, cols: oc };
+            if let Some(name) = m.tensor(Leaf::Bias).filter(|_| bias.keeps(m)) {
+                let source = RowSource::Tensor { name: name.to_string(), rows: 0..1, cols: oc };
                 b.out.push(OutputTensor::new(
                     format!("{path}.bias"),
                     dtype,
@@ -429,7 +429,7 @@ pub fn tensors(
             }
             continue;
         };
-        if keep_bias && m.tensor(Leaf::Bias).is_some() {
+        if bias.keeps(m) && m.tensor(Leaf::Bias).is_some() {
             dropped.expert_biases += 1;
         }
         let kind = Kind::CodedExperts;

@@ -3,6 +3,7 @@
 
 use super::flags::FlagWords;
 use super::mtp::is_mtp;
+use super::options::BiasMode;
 use super::tensor::{Adjust, OutputTensor, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint};
 use crate::container::{Container, MetaValue, Metadata, Safetensors};
@@ -99,13 +100,13 @@ pub trait Layout: Sync {
     /// words of an option set never change.
     fn shaping_flags(&self, flags: &mut FlagWords);
 
-    /// The output tensors of a checkpoint, in output order. What the format leaves out is said in
-    /// `warnings`.
+    /// The output tensors of a checkpoint, in output order, the biases of coded linears as `bias`
+    /// says. What the format leaves out is said in `warnings`.
     fn tensors(
         &self,
         ck: &Checkpoint,
         cat: &Catalog,
-        keep_bias: bool,
+        bias: BiasMode,
         warnings: &mut Vec<crate::warning::Warning>,
     ) -> Result<Vec<OutputTensor>>;
 
@@ -136,7 +137,7 @@ pub trait Layout: Sync {
         Vec::new()
     }
 
-    /// Whether the format's runtime adds a coded linear's `bias` (written with `--bias keep`) after
+    /// Whether the format's runtime adds a coded linear's `bias` (when `--bias` writes it) after
     /// the matmul; stock Qwen3.5 loaders have no slot for it.
     fn applies_bias(&self) -> bool {
         false

@@ -75,6 +75,24 @@ pub fn non_finite_reason(value: f32, dtype: Dtype) -> String {
     }
 }
 
+/// The smallest normal magnitude of float `dtype` (BF16, F16, F32), below which it keeps fewer
+/// significant bits than its own precision.
+pub fn smallest_normal(dtype: Dtype) -> Option<f32> {
+    match dtype {
+        Dtype::F16 => Some(f16::MIN_POSITIVE.to_f32()),
+        Dtype::BF16 | Dtype::F32 => Some(f32::MIN_POSITIVE),
+        _ => None,
+    }
+}
+
+/// The largest magnitude of `values` when they are not all zero but all below `dtype`'s normal
+/// range: held in `dtype`, every one of them keeps fewer bits than the format promises, or none.
+pub fn below_normal_range(values: &[f32], dtype: Dtype) -> Option<f32> {
+    let normal = smallest_normal(dtype)?;
+    let largest = values.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    (largest > 0.0 && largest < normal).then_some(largest)
+}
+
 /// The bytes of a u16 slice in memory order.
 fn as_bytes(v: &[u16]) -> &[u8] {
     // SAFETY: u16 has no padding and every byte pattern is a valid u8; the view covers exactly
@@ -112,6 +130,16 @@ pub fn round_to_odd(x: f64) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn values_all_below_the_normal_range_are_found_and_zeros_are_not() {
+        assert_eq!(below_normal_range(&[0.0, 1e-5, -3e-5, 1e-7], Dtype::F16), Some(3e-5));
+        assert_eq!(below_normal_range(&[0.0, 1e-5, -3e-5, 0.5], Dtype::F16), None);
+        assert_eq!(below_normal_range(&[1e-5, -3e-5], Dtype::BF16), None);
+        assert_eq!(below_normal_range(&[1e-39, 0.0], Dtype::BF16), Some(1e-39));
+        assert_eq!(below_normal_range(&[0.0, 0.0], Dtype::F16), None);
+        assert_eq!(below_normal_range(&[1e-7], Dtype::I8), None);
+    }
 
     #[test]
     fn bf16_bits_agree_with_half_everywhere_that_matters() {

@@ -512,3 +512,27 @@ fn parts_merge_into_the_one_run_output_and_only_selects_expert_modules() {
         std::fs::read(only.join("quantization_config.json")).unwrap()
     );
 }
+
+#[test]
+fn a_fractional_bitrate_is_refused_as_not_read_yet() {
+    // exllamav3 1.6 writes K = 2.5 (alternating 2- and 3-bit steps, mul1 codebook) as 40 words a tile.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rng = crate::synth::Rng::new(41);
+    let (ic, oc, words) = (128, 128, 40);
+    let p = "model.language_model.layers.0.mlp.down_proj";
+    let input = [
+        T::new(&format!("{p}.trellis"), "I16", &[ic / 16, oc / 16, words], rng.bytes(ic * oc / 256 * words * 2)),
+        T::f16(&format!("{p}.suh"), &[ic], &rng.vec(ic, -0.03, 0.03)),
+        T::f16(&format!("{p}.svh"), &[oc], &rng.vec(oc, -1.0, 1.0)),
+        T::new(&format!("{p}.mul1"), "I32", &[], 0x83DC_D12D_u32.to_le_bytes().to_vec()),
+    ];
+    let dir = crate::synth::write_checkpoint(&tmp.path().join("in"), &input);
+    for format in ["exl3", "bf16"] {
+        let o = escha_convert().arg(&dir).arg(tmp.path().join(format)).args(["--format", format]).output().unwrap();
+        assert_eq!(o.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&o.stderr);
+        for needle in [&format!("{p}.trellis"), "K = 2.5", "fractional", "not read yet"] {
+            assert!(err.contains(needle), "{needle:?} in {err}");
+        }
+    }
+}

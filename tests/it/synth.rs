@@ -480,3 +480,34 @@ pub fn assert_bf16_rounding_of(got: &[f32], want: &[f64], what: &str) {
     }
     assert!(near_ties * 1000 <= got.len(), "{what}: {near_ties} near-tie disagreements is too many");
 }
+
+/// Rewrites every safetensors file directly in `dir` (a copy of a fixture): `edit` may change a
+/// tensor's dtype, shape or bytes, or return false to leave it out (and out of the index).
+pub fn edit_tensors(dir: &Path, mut edit: impl FnMut(&str, &mut T) -> bool) {
+    let mut gone = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_none_or(|x| x != "safetensors") {
+            continue;
+        }
+        let mut kept = Vec::new();
+        for (name, (dtype, shape, data)) in read_safetensors(&p) {
+            let mut t = T::new(&name, Box::leak(dtype.into_boxed_str()), &shape, data);
+            if edit(&name, &mut t) {
+                kept.push(t);
+            } else {
+                gone.push(name);
+            }
+        }
+        write_safetensors(&p, &kept);
+    }
+    let index = dir.join("model.safetensors.index.json");
+    if !gone.is_empty() && index.is_file() {
+        let mut json: serde_json::Value = serde_json::from_slice(&std::fs::read(&index).unwrap()).unwrap();
+        let map = json["weight_map"].as_object_mut().unwrap();
+        for name in &gone {
+            map.shift_remove(name);
+        }
+        std::fs::write(&index, serde_json::to_string_pretty(&json).unwrap()).unwrap();
+    }
+}

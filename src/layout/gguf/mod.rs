@@ -19,7 +19,7 @@ mod vocab;
 use super::flags::FlagWords;
 use super::hf::{self, DenseDtype};
 use super::mtp::{self, MtpMode};
-use super::options::{AutoBits, Int8Mode};
+use super::options::{AutoBits, BiasMode, Int8Mode};
 use super::policy::{FormatCard, Layout, WeightProbe, WidthChoice};
 use super::tensor::{OutputTensor, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint};
@@ -217,12 +217,12 @@ impl Layout for GgufLayout {
         &self,
         ck: &Checkpoint,
         cat: &Catalog,
-        keep_bias: bool,
+        bias: BiasMode,
         warnings: &mut Vec<crate::warning::Warning>,
     ) -> Result<Vec<OutputTensor>> {
         let hp = Hparams::new(ck.config.as_ref())?;
         let model = Model { ck, cat, layers: u64::from(hp.layers()?), heads: LinearHeads::new(&hp)? };
-        let mut hf_tensors = hf::tensors(ck, cat, DenseDtype::Bf16, keep_bias);
+        let mut hf_tensors = hf::tensors(ck, cat, DenseDtype::Bf16, bias);
         // A native EXL3 MoE's per-expert linears, stacked as llama.cpp's expert tensors.
         hf::restack_experts(&mut hf_tensors, false);
         mtp::apply(self.opts.mtp, &mut hf_tensors, ck.config.as_ref(), warnings);
