@@ -346,19 +346,20 @@ fn mixture_type(mixture: Mixture, model: &ModelShape, name: &str, ncols: usize) 
 }
 
 /// `tensor_type_fallback`: a row length that is not a multiple of the type's block gets the next
-/// type with 32-value blocks, and F16 where that does not fit either. (llama.cpp also falls back
-/// from `Q2_K` and `Q3_K`, which no mixture here chooses.)
+/// type with 32-value blocks, and F16 where that does not fit either.
 fn fallback(t: BlockType, ncols: usize) -> Storage {
     use BlockType as T;
     if ncols.is_multiple_of(t.elements()) {
         return Storage::Block(t);
     }
     let smaller = match t {
+        T::Q2_K | T::Q3_K => T::Q4_0,
+        T::IQ4_XS => T::IQ4_NL,
         T::Q4_K => T::Q5_0,
         T::Q5_K => T::Q5_1,
         T::Q6_K => T::Q8_0,
         // The 32-value types: nothing smaller, F16 below.
-        T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0 => t,
+        T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0 | T::IQ4_NL => t,
     };
     if ncols.is_multiple_of(smaller.elements()) {
         Storage::Block(smaller)
