@@ -17,6 +17,7 @@ mod encoder;
 mod exl3;
 mod fuzz_catalogue;
 mod gguf;
+mod gguf_low_bit;
 mod gguf_vocab;
 mod golden;
 mod hub;
