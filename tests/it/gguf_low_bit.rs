@@ -1,11 +1,11 @@
 //! The low-bit `--gguf-type`s (`q2_k`, `q3_k_s`, `q3_k_m`, `q3_k_l`, `iq4_xs`): each writes a file
 //! llama.cpp's loader reads, with llama.cpp's file type number, its main block type where rows are
 //! 256 wide and llama-quantize's 32-value fallback (`Q4_0`, `IQ4_NL`) where they are not, the same
-//! bytes at every thread count. (tests/python/test_gguf_kquants.py compares types and bytes with
+//! bytes at every thread count. (`tests/python/test_gguf_kquants.py` compares types and bytes with
 //! llama-quantize itself.)
 
 use crate::common::fixture;
-use crate::gguf::{check_layout, convert, Val};
+use crate::gguf::{check_layout, convert, TensorInfo, Val};
 use std::collections::BTreeSet;
 
 /// `--gguf-type`, `general.file_type` (llama.cpp's `LLAMA_FTYPE_MOSTLY_*`), the type of a 256-wide
@@ -28,7 +28,7 @@ fn low_bit_file_types_write_their_blocks_and_fallbacks() {
             convert(&fixture(model), &out, &["--gguf-type", ty, "--int8", "requant", "-j2"]);
             let f = check_layout(&out.join("model.gguf"));
             assert_eq!(f.get("general.file_type"), Some(&Val::Int(4, file_type)), "{case}");
-            let types: BTreeSet<&str> = f.tensors.iter().map(|t| t.type_name()).collect();
+            let types: BTreeSet<&str> = f.tensors.iter().map(TensorInfo::type_name).collect();
             assert!(types.contains(fallback), "{case}: no {fallback} among {types:?}");
             let again = tmp.path().join(format!("{model}-{ty}-j1"));
             convert(&fixture(model), &again, &["--gguf-type", ty, "--int8", "requant", "-j1"]);

@@ -9,8 +9,8 @@ The fixtures' hidden size is 128, so the K types (256-value blocks) apply only t
 (dense: ssm_out, ffn_down; MoE: ssm_out, an int8 pair, so a K type only with `--int8 requant`); other
 rows get llama-quantize's fallbacks (Q5_0, Q5_1, Q8_0).
 
-1. `test_logits_within_quantization_error` (dense and moe x q4_k_m, q6_k, auto with the default
-   `--int8 exact`; moe x q4_k_m, q6_k with `--int8 requant`, the only MoE files with K-type tensors).
+1. `test_logits_within_quantization_error` (dense and moe x q4_k_m, q6_k, auto, and dense x q3_k_m,
+   iq4_xs, with the default `--int8 exact`; moe x q4_k_m, q6_k with `--int8 requant`, the only MoE files with K-type tensors).
    llama.cpp must load the file, and its logits of TOKENS (all 16 positions x 256) must stay within
    what errors of that size do to this model. The bound is calibrated, not guessed:
 
@@ -60,19 +60,21 @@ rows get llama-quantize's fallbacks (Q5_0, Q5_1, Q8_0).
    every `width_choices` entry the chosen tensor of the auto file, decoded, against the f32 file's:
    the relative error over non-zero rows, in float64, equals `actual` (RTOL_ACTUAL) and is <= `budget`
    (= R * 2^-K; not asserted for the BF16 fallback, which is unconditional, though it holds here);
-   `predicted` is within 30 % of `actual`. Every narrower candidate ([Q4_K, Q5_K, Q6_K, Q8_0, BF16]
-   whose block, 256 or 32, divides the row), taken from our uniform file (`--gguf-type
+   `predicted` is within 30 % of `actual`. Every narrower candidate ([Q2_K, Q3_K, IQ4_XS, Q4_K, Q5_K,
+   Q6_K, Q8_0, BF16] whose block, 256 or 32, divides the row), taken from our uniform file (`--gguf-type
    q4_k|q5_k|q6_k`, exactly that type for a 256-wide coded linear; `--gguf-type q8_0 --int8 requant`
-   for Q8_0), has an error > budget; the chosen type's tensor is that uniform file's, byte for byte
+   for Q8_0; for Q2_K, Q3_K, IQ4_XS, which have no uniform --gguf-type, `llama-quantize --pure` on our
+   f32 file), has an error > budget; the chosen type's tensor is that uniform file's, byte for byte
    (one encoder). Per fixture at least one entry must have a narrower candidate, so the test is not
    vacuous (dense at R = 0.5: ffn_down, K = 3, Q5_K 0.0370 within 0.0625 where Q4_K has 0.0735; MoE at
    R = 0.03: ffn_down_exps, K = 3, BF16 0.0017 within 0.00375 where Q8_0 has 0.0055).
 
-3. `test_matches_llama_quantize` (dense, moe x q4_k_m, q5_k_m against llama-quantize's mixtures, and
-   q4_k, q5_k, q6_k against `llama-quantize --pure`): llama-quantize without an imatrix calls
-   ggml_quantize_chunk -> quantize_q4_K etc., which with quant_weights == NULL run quantize_row_*_ref
-   (ggml-quants.c quantize_q4_K / q5_K / q6_K / q5_0 / q5_1; quantize_q8_0 always does), the
-   reference path this tool follows, so from the same f32 values the bytes must be identical:
+3. `test_matches_llama_quantize` (dense, moe x q4_k_m, q5_k_m, q2_k, q3_k_s, q3_k_m, q3_k_l, iq4_xs
+   against llama-quantize's mixtures, and q4_k, q5_k, q6_k against `llama-quantize --pure`):
+   llama-quantize without an imatrix calls ggml_quantize_chunk -> quantize_q4_K etc., which with
+   quant_weights == NULL run quantize_row_*_ref (ggml-quants.c quantize_q2_K ... q6_K / q4_0 / q5_0 /
+   q5_1; quantize_q8_0 always does; quantize_iq4_xs and quantize_iq4_nl their own 7-try search),
+   the path this tool follows, so from the same f32 values the bytes must be identical:
    * types: our `--int8 requant` file vs llama-quantize on our `--gguf-type bf16 --int8 requant`
      file: the same tensor names, every tensor's ggml type, and general.file_type (for --pure Q4_K /
      Q5_K llama-quantize writes its Q4_K_M / Q5_K_M numbers, 15 / 17, and so does this tool);

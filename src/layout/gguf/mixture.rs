@@ -385,9 +385,8 @@ fn mixture_type(mixture: Mixture, model: &ModelShape, name: &str, ncols: usize) 
                 M::Q3KM => T::Q4_K,
                 M::Q3KL => T::Q5_K,
                 M::Q4KM | M::Q5KM if use_more_bits(i, n_layer) => T::Q6_K,
-                // Without an importance matrix.
-                M::IQ4XS if i < n_layer / 8 => T::Q5_K,
-                M::Q4KS if i < n_layer / 8 => T::Q5_K,
+                // IQ4_XS: without an importance matrix, as here.
+                M::IQ4XS | M::Q4KS if i < n_layer / 8 => T::Q5_K,
                 _ => default,
             }
         }
