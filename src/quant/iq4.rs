@@ -76,28 +76,25 @@ fn xs_scale(ib: usize, high: u16, low: &[u8]) -> i32 {
 }
 
 /// ggml's `best_index_int8` over [`GRID`]: the nearest level's index (the upper one when `x` is
-/// exactly halfway), by bisection; a NaN gives the top index.
+/// exactly halfway); a NaN gives the top index. ggml bisects; the level below `x` is found here by
+/// counting the levels at or below it instead (the grid is increasing, so it is the same level),
+/// which has no branch to mispredict.
+#[inline(always)]
 fn best_index(x: f32) -> u8 {
     let level = |i: usize| GRID[i] as f32;
     if x <= level(0) {
         return 0;
     }
-    if x >= level(15) {
+    if x >= level(15) || x.is_nan() {
         return 15;
     }
-    let (mut lo, mut hi) = (0usize, 15usize);
-    while hi - lo > 1 {
-        let mid = usize::midpoint(lo, hi);
-        if x < level(mid) {
-            hi = mid;
-        } else {
-            lo = mid;
-        }
-    }
-    if x - level(hi - 1) < level(hi) - x {
-        (hi - 1) as u8
+    // level(below) ≤ x < level(below + 1).
+    let below = (1..15).map(|i| usize::from(x >= level(i))).sum::<usize>();
+    let above = below + 1;
+    if x - level(below) < level(above) - x {
+        below as u8
     } else {
-        hi as u8
+        above as u8
     }
 }
 
@@ -213,6 +210,49 @@ mod tests {
         let mut back = Vec::new();
         dequantize_row(kind, &bytes, &mut back);
         back
+    }
+
+    /// ggml's bisection, as written in C.
+    fn bisect(x: f32) -> u8 {
+        let level = |i: usize| GRID[i] as f32;
+        if x <= level(0) {
+            return 0;
+        }
+        if x >= level(15) {
+            return 15;
+        }
+        let (mut lo, mut hi) = (0usize, 15usize);
+        while hi - lo > 1 {
+            let mid = usize::midpoint(lo, hi);
+            if x < level(mid) {
+                hi = mid;
+            } else {
+                lo = mid;
+            }
+        }
+        if x - level(hi - 1) < level(hi) - x {
+            (hi - 1) as u8
+        } else {
+            hi as u8
+        }
+    }
+
+    #[test]
+    fn best_index_is_ggml_bisection() {
+        let mut rng = SplitMix64(0xB15);
+        let mut xs: Vec<f32> = (0..100_000).map(|_| (rng.uniform() as f32 - 0.5) * 300.0).collect();
+        for (i, &v) in GRID.iter().enumerate() {
+            let v = v as f32;
+            xs.extend([v, v.next_up(), v.next_down()]);
+            if i < 15 {
+                let mid = (v + GRID[i + 1] as f32) / 2.0;
+                xs.extend([mid, mid.next_up(), mid.next_down()]);
+            }
+        }
+        xs.extend([f32::NAN, -f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0, 1e-45]);
+        for x in xs {
+            assert_eq!(best_index(x), bisect(x), "{x:e}");
+        }
     }
 
     #[test]
