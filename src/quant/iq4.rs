@@ -245,7 +245,7 @@ mod tests {
             let v = v as f32;
             xs.extend([v, v.next_up(), v.next_down()]);
             if i < 15 {
-                let mid = (v + GRID[i + 1] as f32) / 2.0;
+                let mid = f32::midpoint(v, GRID[i + 1] as f32);
                 xs.extend([mid, mid.next_up(), mid.next_down()]);
             }
         }
