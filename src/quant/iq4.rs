@@ -20,6 +20,8 @@ pub const GROUP: usize = 32;
 pub const SUPER: usize = BlockType::IQ4_XS.elements();
 /// The trial scales tried either side of the first guess.
 const TRIES: i32 = 7;
+/// The multipliers a group's search tries: the first guess and the `2·TRIES + 1` trials.
+const MULTIPLIERS: usize = 2 + 2 * TRIES as usize;
 
 /// Appends `values` (whole blocks of `kind`, `IQ4_NL` or `IQ4_XS`) encoded as `kind` to `out`.
 ///
@@ -117,25 +119,29 @@ fn group_scale(x: &[f32; GROUP]) -> Option<f32> {
     if amax < 1e-15 {
         return None;
     }
-    let first = GRID[0] as f32;
-    let fit = |id: f32| {
-        let (mut sumqx, mut sumq2) = (0.0f32, 0.0f32);
-        for (&v, &w) in x.iter().zip(&weight) {
-            let q = GRID[best_index(id * v) as usize] as f32;
-            sumqx += w * q * v;
-            sumq2 += w * q * q;
+    // The first guess puts the largest magnitude on level −127; the trials stretch the grid by
+    // −7..=7 levels. Each multiplier's sums run over the values in order, as ggml's do; computing
+    // all 16 in one pass over the values only interleaves independent sums.
+    let mut ids = [0.0f32; MULTIPLIERS];
+    ids[0] = 1.0 / (-max / GRID[0] as f32);
+    for (id, itry) in ids[1..].iter_mut().zip(-TRIES..=TRIES) {
+        *id = (itry + GRID[0] as i32) as f32 / max;
+    }
+    let mut sumqx = [0.0f32; MULTIPLIERS];
+    let mut sumq2 = [0.0f32; MULTIPLIERS];
+    for (&v, &w) in x.iter().zip(&weight) {
+        for t in 0..ids.len() {
+            let q = GRID[best_index(ids[t] * v) as usize] as f32;
+            sumqx[t] += w * q * v;
+            sumq2[t] += w * q * q;
         }
-        (sumqx, sumq2)
-    };
-    let d = -max / first;
-    let (sumqx, sumq2) = fit(1.0 / d);
-    let mut d = if sumq2 > 0.0 { sumqx / sumq2 } else { 0.0 };
-    let mut best = d * sumqx;
-    for itry in -TRIES..=TRIES {
-        let (sumqx, sumq2) = fit((itry + GRID[0] as i32) as f32 / max);
-        if sumq2 > 0.0 && sumqx * sumqx > best * sumq2 {
-            d = sumqx / sumq2;
-            best = d * sumqx;
+    }
+    let mut d = if sumq2[0] > 0.0 { sumqx[0] / sumq2[0] } else { 0.0 };
+    let mut best = d * sumqx[0];
+    for t in 1..ids.len() {
+        if sumq2[t] > 0.0 && sumqx[t] * sumqx[t] > best * sumq2[t] {
+            d = sumqx[t] / sumq2[t];
+            best = d * sumqx[t];
         }
     }
     Some(d)
