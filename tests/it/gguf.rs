@@ -47,6 +47,13 @@ pub(crate) struct GgufFile {
     bytes: Vec<u8>,
 }
 
+impl TensorInfo {
+    /// gguf-py's name of its ggml type (`Q4_K`).
+    pub(crate) fn type_name(&self) -> &'static str {
+        ggml_type(self.ty).0
+    }
+}
+
 impl GgufFile {
     pub(crate) fn get(&self, key: &str) -> Option<&Val> {
         self.kv.iter().find(|(k, _)| k == key).map(|(_, v)| v)
@@ -151,9 +158,13 @@ fn ggml_type(ty: u32) -> (&'static str, u64, u64) {
         6 => ("Q5_0", 32, 22),
         7 => ("Q5_1", 32, 24),
         8 => ("Q8_0", 32, 34),
+        10 => ("Q2_K", 256, 84),
+        11 => ("Q3_K", 256, 110),
         12 => ("Q4_K", 256, 144),
         13 => ("Q5_K", 256, 176),
         14 => ("Q6_K", 256, 210),
+        20 => ("IQ4_NL", 32, 18),
+        23 => ("IQ4_XS", 256, 136),
         30 => ("BF16", 1, 2),
         other => panic!("ggml type {other}, not one this tool writes"),
     }

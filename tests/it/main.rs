@@ -21,6 +21,7 @@ mod exl3;
 mod float64;
 mod fuzz_catalogue;
 mod gguf;
+mod gguf_low_bit;
 mod gguf_vocab;
 mod golden;
 mod hub;

@@ -260,6 +260,12 @@ impl Layout for GgufLayout {
                 &mut out,
                 blocks,
                 hp.count("num_experts")?.or(hp.count("num_local_experts")?),
+                // `head_count` and `head_count_kv` as the header writes them; llama.cpp reads an
+                // absent `head_count_kv` as `head_count`.
+                {
+                    let heads = hp.count("num_attention_heads")?.unwrap_or(0);
+                    (heads, hp.count("num_key_value_heads")?.unwrap_or(heads))
+                },
             )?;
         }
         Ok(out)
