@@ -1,13 +1,14 @@
 //! Writes a large synthetic Escha-W2 checkpoint with random codes, for conversion benchmarks:
-//! dense-27B-shaped MLP layers (gate K=2, up and down K=3, 5120×17408) until the codes reach the
+//! dense-27B-shaped layers (MLP gate K=2, up and down K=3, 5120×17408) until the codes reach the
 //! requested size.
 //!
 //!     cargo run --release --example make_synthetic -- OUT_DIR [GB_OF_CODES] [--whole]
 //!         [--layers N] [--vocab N]
 //!
-//! `--whole` makes every layer a whole full-attention block (q/k/v/o projections at K=3 and the
-//! four norms) and adds the int8 embeddings and head (a 4096-token vocabulary, or `--vocab N`) and
-//! the final norm: a model llama.cpp's load rules accept, which the GGUF benchmarks need.
+//! Every layer is a whole full-attention block (q/k/v/o projections at K=3 and the four norms),
+//! with the int8 embeddings and head (a 4096-token vocabulary, or `--vocab N`) and the final norm:
+//! a model whose config.json describes its tensors, which every format requires. `--whole` is
+//! accepted for the scripts that pass it (it once added the attention to MLP-only layers).
 //! `--layers N` writes exactly N layers, whatever `GB_OF_CODES` says.
 
 use half::f16;
@@ -19,7 +20,7 @@ const INTERMEDIATE: usize = 17408;
 const HEADS: usize = 24;
 const KV_HEADS: usize = 4;
 const HEAD_DIM: usize = 256;
-/// The `--whole` model's vocabulary: enough for a real embedding and head, small beside the layers.
+/// The vocabulary: enough for a real embedding and head, small beside the layers.
 const VOCAB: usize = 4096;
 
 struct Tensor {
@@ -32,7 +33,6 @@ struct Tensor {
 fn main() -> std::io::Result<()> {
     const USAGE: &str = "usage: make_synthetic OUT_DIR [GB_OF_CODES] [--whole] [--layers N] [--vocab N]";
     let mut args: Vec<String> = std::env::args().skip(1).collect();
-    let whole = args.iter().any(|a| a == "--whole");
     args.retain(|a| a != "--whole");
     let mut number = |flag: &str| -> Option<usize> {
         let i = args.iter().position(|a| a == flag)?;
@@ -65,16 +65,12 @@ fn main() -> std::io::Result<()> {
     let mut code_bytes = 0usize;
     let mut layer = 0;
     let f16_vector = |name: String, n: usize| Tensor { name, dtype: "F16", shape: vec![n], len: 2 * n };
-    let attention: &[(&str, usize, usize, usize)] = if whole {
-        &[
-            ("self_attn.q_proj", HIDDEN, 2 * HEADS * HEAD_DIM, 3),
-            ("self_attn.k_proj", HIDDEN, KV_HEADS * HEAD_DIM, 3),
-            ("self_attn.v_proj", HIDDEN, KV_HEADS * HEAD_DIM, 3),
-            ("self_attn.o_proj", HEADS * HEAD_DIM, HIDDEN, 3),
-        ]
-    } else {
-        &[]
-    };
+    let attention: &[(&str, usize, usize, usize)] = &[
+        ("self_attn.q_proj", HIDDEN, 2 * HEADS * HEAD_DIM, 3),
+        ("self_attn.k_proj", HIDDEN, KV_HEADS * HEAD_DIM, 3),
+        ("self_attn.v_proj", HIDDEN, KV_HEADS * HEAD_DIM, 3),
+        ("self_attn.o_proj", HEADS * HEAD_DIM, HIDDEN, 3),
+    ];
     let mlp = [
         ("mlp.gate_proj", HIDDEN, INTERMEDIATE, 2),
         ("mlp.up_proj", HIDDEN, INTERMEDIATE, 3),
@@ -82,12 +78,10 @@ fn main() -> std::io::Result<()> {
     ];
     while layers.map_or((code_bytes as f64) < gb * 1e9, |n| layer < n) {
         let block = format!("model.language_model.layers.{layer}");
-        if whole {
-            tensors.push(f16_vector(format!("{block}.input_layernorm.weight"), HIDDEN));
-            tensors.push(f16_vector(format!("{block}.post_attention_layernorm.weight"), HIDDEN));
-            tensors.push(f16_vector(format!("{block}.self_attn.q_norm.weight"), HEAD_DIM));
-            tensors.push(f16_vector(format!("{block}.self_attn.k_norm.weight"), HEAD_DIM));
-        }
+        tensors.push(f16_vector(format!("{block}.input_layernorm.weight"), HIDDEN));
+        tensors.push(f16_vector(format!("{block}.post_attention_layernorm.weight"), HIDDEN));
+        tensors.push(f16_vector(format!("{block}.self_attn.q_norm.weight"), HEAD_DIM));
+        tensors.push(f16_vector(format!("{block}.self_attn.k_norm.weight"), HEAD_DIM));
         for &(proj, ic, oc, k) in attention.iter().chain(&mlp) {
             let p = format!("{block}.{proj}");
             let code_len = ic * oc * k / 8;
@@ -103,13 +97,11 @@ fn main() -> std::io::Result<()> {
         }
         layer += 1;
     }
-    if whole {
-        tensors.push(f16_vector("model.language_model.norm.weight".into(), HIDDEN));
-        for p in ["model.language_model.embed_tokens", "lm_head"] {
-            let len = vocab * HIDDEN;
-            tensors.push(Tensor { name: format!("{p}.weight_int8"), dtype: "I8", shape: vec![vocab, HIDDEN], len });
-            tensors.push(f16_vector(format!("{p}.weight_scale"), vocab));
-        }
+    tensors.push(f16_vector("model.language_model.norm.weight".into(), HIDDEN));
+    for p in ["model.language_model.embed_tokens", "lm_head"] {
+        let len = vocab * HIDDEN;
+        tensors.push(Tensor { name: format!("{p}.weight_int8"), dtype: "I8", shape: vec![vocab, HIDDEN], len });
+        tensors.push(f16_vector(format!("{p}.weight_scale"), vocab));
     }
 
     // One shard per layer keeps files at a realistic size.
@@ -120,7 +112,7 @@ fn main() -> std::io::Result<()> {
         rng ^= rng << 17;
         rng
     };
-    let per_layer = if whole { 4 } else { 0 } + 3 * (attention.len() + mlp.len());
+    let per_layer = 4 + 3 * (attention.len() + mlp.len());
     for (l, chunk) in tensors.chunks(per_layer).enumerate() {
         let mut header = serde_json::Map::new();
         let mut offset = 0;
@@ -181,9 +173,9 @@ fn main() -> std::io::Result<()> {
         "text_config": {
             "model_type": "qwen3_5_text", "hidden_size": HIDDEN, "intermediate_size": INTERMEDIATE,
             "num_hidden_layers": layer, "layer_types": vec!["full_attention"; layer],
-            "full_attention_interval": 4, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
+            "full_attention_interval": 1, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
             "linear_num_key_heads": 16, "linear_key_head_dim": 128, "linear_num_value_heads": 48,
-            "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "vocab_size": if whole { vocab } else { 248320 },
+            "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "vocab_size": vocab,
             "rms_norm_eps": 1e-6, "max_position_embeddings": 262144,
             "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
                                 "mrope_section": [11, 11, 10]},

@@ -4,7 +4,7 @@
 # per weight over the coded linears and the added error ‖deq(W_q) − W_f32‖ / ‖W_f32‖ of each coded
 # linear and of all of them (scripts/gguf_errors.py, with gguf-py's dequantize), against
 # `--gguf-type f32`, the exact reconstruction. Types: bf16, q8_0, q4_k, q5_k, q6_k, q4_k_m, q5_k_m,
-# auto at R = 0.3, 0.5 and 0.8 (estimated, the default, and with --measure-error), and
+# q2_k, q3_k_s, q3_k_m, q3_k_l, iq4_xs, auto at R = 0.3, 0.5 and 0.8 (estimated, the default, and with --measure-error), and
 # llama-quantize's Q4_K_M of our bf16 GGUF (the two-step path's K-quant). For the auto rows, the
 # budget R·2^-K of each choice. Then llama-quantize (one thread) against our direct q4_k_m
 # conversion, RUNS times alternated: medians of wall, CPU (user + sys) and peak RSS.
@@ -53,7 +53,7 @@ convert() { # label, escha-convert options...: writes $DIR/label.gguf and $DIR/l
 
 echo "== conversions, one run each"
 ROWS=()
-for t in f32 bf16 q8_0 q4_k q5_k q6_k q4_k_m q5_k_m; do
+for t in f32 bf16 q8_0 q4_k q5_k q6_k q4_k_m q5_k_m q2_k q3_k_s q3_k_m q3_k_l iq4_xs; do
     convert "$t" --gguf-type "$t"
     ROWS+=("$t=$DIR/$t.gguf")
 done

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The per-tensor types `llama-quantize` picks for the k-quant mixtures on qwen35 / qwen35moe GGUFs.
+"""The per-tensor types `llama-quantize` picks for its mixtures (file types) on qwen35 / qwen35moe GGUFs.
 
 Writes fixtures/gguf-mixtures.json, the cases the Rust unit tests of src/layout/gguf/mixture.rs check
 their rule against (`cargo test --lib mixture`), and which tests/python/test_gguf_mixture.py
@@ -17,7 +17,7 @@ GGUF value type) and its tensors (name, shape in torch order, outermost first, a
 which `write_gguf` writes a GGUF with zero data; each mixture of MIXTURES is run through
 `llama-quantize --allow-requantize IN OUT MIXTURE` and the type of every tensor of OUT is recorded, in
 the order of `tensors`, as one space-separated string per mixture (`types`). llama-quantize's choice
-depends on the header's block_count and expert_count, a tensor's name, its number of dimensions and
+depends on the header's block_count, expert_count and head counts (the grouped-query ratio), a tensor's name, its number of dimensions and
 its row length (the innermost dimension), and on which other tensors the file holds; not on the
 tensor data (no importance matrix is given), so zeros do.
 
@@ -29,7 +29,8 @@ The models:
   llama-quantize is also run on the converted files themselves, whose types must be those of the
   zero-data copies (else this script fails).
 * qwen35-64: a qwen35 header of 64 transformer blocks (every 4th full attention) plus one MTP block,
-  hidden 256, every row a multiple of 256, output untied: the layer-position rules (use_more_bits, the
+  hidden 256, every row a multiple of 256, output untied, 4 query heads per key/value head (Q2_K's
+  and IQ4_XS's attn_v rule): the layer-position rules (use_more_bits, the
   first eighth) over 65 blocks.
 * qwen35moe-40: qwen35moe, 40 blocks plus one MTP block, 16 experts, rows multiples of 256.
 * qwen35moe-8x-tied: qwen35moe, 24 blocks, 8 experts (llama.cpp has rules for exactly 8), no MTP, no
@@ -58,7 +59,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-MIXTURES = ["Q4_K_M", "Q5_K_M", "Q4_K_S", "Q5_K_S", "Q6_K", "Q8_0"]
+MIXTURES = ["Q4_K_M", "Q5_K_M", "Q4_K_S", "Q5_K_S", "Q6_K", "Q8_0", "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "IQ4_XS"]
 LLAMA_CPP_VERSION = "llama-cpp-python 0.3.36 sdist, vendor/llama.cpp"
 
 
@@ -329,7 +330,7 @@ def dump(doc):
 
 
 ABOUT = (
-    "Per-tensor ggml types that llama-quantize picks for the k-quant mixtures on qwen35/qwen35moe GGUFs; "
+    "Per-tensor ggml types that llama-quantize picks for its mixtures on qwen35/qwen35moe GGUFs; "
     "written by scripts/gguf-mixture-cases.py, checked by src/layout/gguf/mixture.rs's tests and "
     "tests/python/test_gguf_mixture.py. types[mixture] lists the type of each tensor, in the order of "
     "tensors (shapes in torch order, outermost first)."

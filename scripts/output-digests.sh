@@ -43,6 +43,9 @@ option_sets=(
     "--format gguf --gguf-type q4_k_m --int8 requant"
     "--format gguf --gguf-type auto"
     "--format gguf --gguf-type auto --measure-error --max-added-error 0.05"
+    "--format gguf --gguf-type q2_k --int8 requant"
+    "--format gguf --gguf-type q3_k_m"
+    "--format gguf --gguf-type iq4_xs"
 )
 
 for fixture in dense moe; do

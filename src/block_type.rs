@@ -19,12 +19,22 @@ pub enum BlockType {
     Q5_1,
     /// f16 `d`, 32 int8 quants: `x = d·q`.
     Q8_0,
+    /// 16 bytes of 4-bit group scales and mins, 64 bytes of 2-bit quants, f16 `d`, f16 `dmin`.
+    Q2_K,
+    /// 32 bytes of each quant's third bit, 64 bytes of low bit pairs, 12 bytes of 6-bit group
+    /// scales, f16 `d`.
+    Q3_K,
     /// f16 `d`, f16 `dmin`, 12 bytes of 6-bit group scales and mins, 128 bytes of 4-bit quants.
     Q4_K,
     /// As `Q4_K`, plus 32 bytes holding each quant's fifth bit.
     Q5_K,
     /// 128 bytes of low nibbles, 64 bytes of high bit pairs, 16 int8 group scales, f16 `d`.
     Q6_K,
+    /// f16 `d`, 16 bytes of 4-bit indexes into ggml's non-linear grid: `x = d·grid[q]`.
+    IQ4_NL,
+    /// f16 `d`, 16 bits of high scale bits, 4 bytes of low scale nibbles, 128 bytes of 4-bit indexes
+    /// into the `IQ4_NL` grid: 8 groups of 32 with 6-bit scales.
+    IQ4_XS,
 }
 
 /// What ggml's type traits (`ggml.c`'s `type_traits`) say of one block type.
@@ -41,20 +51,25 @@ struct Traits {
 
 impl BlockType {
     /// Every block type, in declaration order.
-    pub const ALL: [BlockType; 8] = [
+    pub const ALL: [BlockType; 12] = [
         BlockType::Q4_0,
         BlockType::Q4_1,
         BlockType::Q5_0,
         BlockType::Q5_1,
         BlockType::Q8_0,
+        BlockType::Q2_K,
+        BlockType::Q3_K,
         BlockType::Q4_K,
         BlockType::Q5_K,
         BlockType::Q6_K,
+        BlockType::IQ4_NL,
+        BlockType::IQ4_XS,
     ];
 
     /// ggml's K-quants: super-blocks of 256 values whose groups have scales of their own,
     /// quantized against the block's.
-    pub const K_QUANTS: [BlockType; 3] = [BlockType::Q4_K, BlockType::Q5_K, BlockType::Q6_K];
+    pub const K_QUANTS: [BlockType; 5] =
+        [BlockType::Q2_K, BlockType::Q3_K, BlockType::Q4_K, BlockType::Q5_K, BlockType::Q6_K];
 
     const fn traits(self) -> Traits {
         let (id, name, elements, bytes) = match self {
@@ -63,9 +78,13 @@ impl BlockType {
             BlockType::Q5_0 => (6, "q5_0", 32, 22),
             BlockType::Q5_1 => (7, "q5_1", 32, 24),
             BlockType::Q8_0 => (8, "q8_0", 32, 34),
+            BlockType::Q2_K => (10, "q2_K", 256, 84),
+            BlockType::Q3_K => (11, "q3_K", 256, 110),
             BlockType::Q4_K => (12, "q4_K", 256, 144),
             BlockType::Q5_K => (13, "q5_K", 256, 176),
             BlockType::Q6_K => (14, "q6_K", 256, 210),
+            BlockType::IQ4_NL => (20, "iq4_nl", 32, 18),
+            BlockType::IQ4_XS => (23, "iq4_xs", 256, 136),
         };
         Traits { id, name, elements, bytes }
     }
@@ -108,14 +127,18 @@ mod tests {
     #[test]
     fn ggml_traits() {
         let ids: Vec<u32> = BlockType::ALL.iter().map(|b| b.ggml_type()).collect();
-        assert_eq!(ids, [2, 3, 6, 7, 8, 12, 13, 14]);
+        assert_eq!(ids, [2, 3, 6, 7, 8, 10, 11, 12, 13, 14, 20, 23]);
         let names: Vec<&str> = BlockType::ALL.iter().map(|b| b.name()).collect();
-        assert_eq!(names, ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q4_K", "q5_K", "q6_K"]);
+        assert_eq!(
+            names,
+            ["q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs"]
+        );
         // ggml's bits per weight.
         let bpw: Vec<f64> = BlockType::ALL.iter().map(|b| b.bits_per_weight()).collect();
-        assert_eq!(bpw, [4.5, 5.0, 5.5, 6.0, 8.5, 4.5, 5.5, 6.5625]);
+        assert_eq!(bpw, [4.5, 5.0, 5.5, 6.0, 8.5, 2.625, 3.4375, 4.5, 5.5, 6.5625, 4.5, 4.25]);
         for b in BlockType::ALL {
-            assert_eq!(b.elements(), if b.is_k_quant() { 256 } else { 32 }, "{}", b.name());
+            let super_block = b.is_k_quant() || b == BlockType::IQ4_XS;
+            assert_eq!(b.elements(), if super_block { 256 } else { 32 }, "{}", b.name());
         }
         let mut sorted = BlockType::ALL;
         sorted.sort();

@@ -1,9 +1,10 @@
-//! The CPU this process runs on: which instruction sets it has, detected at run time (the one
-//! place that asks), and which [`Kernel`] the encoders that have several take.
+//! The CPU this process runs on: which instruction sets it has, and which [`Kernel`] the encoders
+//! that have several take.
 //!
-//! The SIMD paths enter their `#[target_feature]` code only after asking here: through a token of
-//! [`crate::simd`] (made by [`Avx2::detect`](crate::simd::Avx2::detect) and its kin, which ask
-//! here) or, for the code not yet written over those tokens, through the `has_*` answers below.
+//! The SIMD paths enter their `#[target_feature]` code only after the features were detected:
+//! through a token of [`crate::simd`] (made by [`Avx2::detect`](crate::simd::Avx2::detect) and its
+//! kin, the one place that asks the CPU) or, for the code not yet written over those tokens,
+//! through [`has_avx2`], which asks for the token.
 
 #[cfg(target_arch = "x86_64")]
 use crate::simd::Avx2;
@@ -11,16 +12,10 @@ use crate::simd::Avx2;
 use crate::simd::Neon;
 use std::sync::OnceLock;
 
-/// Whether this CPU has AVX2, and FMA and F16C with it (every AVX2 CPU made has both).
+/// Whether this CPU has AVX2, and FMA and F16C with it.
 #[cfg(target_arch = "x86_64")]
 pub fn has_avx2() -> bool {
-    is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")
-}
-
-/// Whether this CPU has NEON (every aarch64 CPU that Linux and macOS run on does).
-#[cfg(target_arch = "aarch64")]
-pub fn has_neon() -> bool {
-    std::arch::is_aarch64_feature_detected!("neon")
+    Avx2::detect().is_some()
 }
 
 /// One implementation of a kernel that has several (the K-quants, MLX affine, the square

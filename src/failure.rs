@@ -23,13 +23,15 @@ pub enum ErrorCode {
     InputChanged,
     /// OUT (or `--html FILE`) cannot be used: it exists, overlaps an input, another run holds it.
     OutputRefused,
-    /// Writing the output failed part-way (a full disk, a file-size limit, a vanished directory).
+    /// Writing the output failed part-way (a full disk, a file-size limit, a vanished directory);
+    /// a full disk is this class wherever it is met.
     WriteFailed,
     /// `--verify-base` ran and its checks failed: nothing was written.
     VerifyFailed,
     /// The decoder asked for is not available on this machine or in this build.
     BackendUnavailable,
-    /// Ctrl-C, SIGTERM or SIGHUP ended the run; partial output was removed.
+    /// Ctrl-C, SIGTERM or SIGHUP ended the run before its output was in place; any partial output
+    /// was removed.
     Interrupted,
     /// A failure of no other class.
     Failed,
@@ -84,13 +86,29 @@ impl std::error::Error for Classified {
     }
 }
 
-/// `e` with class `code`, unless it has one already.
+/// `e` with class `code`, unless it has one already. A full disk, a full quota or a file-size
+/// limit is `write_failed` wherever it is met (creating OUT's directory, its lock, a probe file):
+/// the schema puts them there.
 pub fn classified(e: anyhow::Error, code: ErrorCode) -> anyhow::Error {
     if code_of(&e).is_some() {
         e
     } else {
+        let code = if out_of_space(&e) { ErrorCode::WriteFailed } else { code };
         anyhow::Error::new(Classified { code, error: e })
     }
+}
+
+/// The class of `e` as the failure document gives it: the class it was given, else
+/// `write_failed` for a full disk, else `fallback`.
+pub fn class_of(e: &anyhow::Error, fallback: ErrorCode) -> ErrorCode {
+    code_of(e).unwrap_or(if out_of_space(e) { ErrorCode::WriteFailed } else { fallback })
+}
+
+/// Whether `e` was caused by a full disk, a full quota or a file-size limit.
+fn out_of_space(e: &anyhow::Error) -> bool {
+    e.chain()
+        .filter_map(|c| c.downcast_ref::<std::io::Error>())
+        .any(|io| matches!(io.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT | libc::EFBIG)))
 }
 
 /// The class an error was given, if any.
@@ -145,6 +163,15 @@ mod tests {
         assert_eq!(format!("{e:#}"), "converting: reading x: root cause");
         assert_eq!(code_of(&e), Some(ErrorCode::InputRefused));
         assert_eq!(code_of(&anyhow!("plain")), None);
+    }
+
+    #[test]
+    fn a_full_disk_is_write_failed_whatever_step_met_it() {
+        let full = || anyhow::Error::new(std::io::Error::from_raw_os_error(libc::ENOSPC)).context("x: cannot create");
+        assert_eq!(code_of(&classified(full(), ErrorCode::OutputRefused)), Some(ErrorCode::WriteFailed));
+        assert_eq!(class_of(&full(), ErrorCode::Failed), ErrorCode::WriteFailed);
+        let denied = anyhow::Error::new(std::io::Error::from_raw_os_error(libc::EACCES));
+        assert_eq!(class_of(&denied, ErrorCode::OutputRefused), ErrorCode::OutputRefused);
     }
 
     #[test]

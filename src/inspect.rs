@@ -5,7 +5,9 @@ use crate::checkpoint::{catalog, Checkpoint, CodedSource, HubSource, Leaf};
 use crate::codec::best_decoder;
 use crate::convert::{planned_tensor_bytes, ConvertOptions};
 use crate::layout::{norm_kind, NormKind};
-use crate::layout::{AutoBits, DenseDtype, GgufOptions, GgufType, MlxOptions, MtpMode, OutputFormat, WidthChoice};
+use crate::layout::{
+    AutoBits, BiasMode, DenseDtype, GgufOptions, GgufType, MlxOptions, MtpMode, OutputFormat, WidthChoice,
+};
 use crate::text::{escape_controls, human_bytes, shape};
 use anyhow::Result;
 use serde::Serialize;
@@ -229,7 +231,7 @@ fn dense(dtype: DenseDtype) -> OutputFormat {
 /// The exact tensor bytes `format` writes with no other flag, from its own layout (`None` when
 /// the layout refuses the checkpoint).
 fn output_bytes(ck: &Checkpoint, cat: &crate::checkpoint::Catalog, format: OutputFormat) -> Option<u64> {
-    let tensors = format.layout().tensors(ck, cat, false, &mut Vec::new()).ok()?;
+    let tensors = format.layout().tensors(ck, cat, BiasMode::Auto, &mut Vec::new()).ok()?;
     Some(tensors.iter().map(|t| t.byte_len() as u64).sum())
 }
 

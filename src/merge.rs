@@ -7,6 +7,7 @@
 //! file names in DIR, and only regular files there: a name in the marker or in a part's sums file
 //! that is a path, `.` or `..` is an error naming it, before anything is looked at.
 
+use crate::failure::{Classify, ErrorCode};
 use crate::output::checksums::{parse_part_sums_file, parse_sums, sha256_file, sums_text, SUMS_FILE};
 use crate::output::ours::is_plain_name;
 use crate::output::{Marker, MARKER_FILE};
@@ -79,7 +80,9 @@ pub fn merge(dir: &Path) -> Result<MergeReport> {
         .collect::<Result<_>>()?;
     crate::output::file::write_whole(&target, sums_text(&sums).as_bytes())?;
     for (file, _) in &sums_files {
-        std::fs::remove_file(dir.join(file)).with_context(|| format!("{}: cannot remove", dir.join(file).display()))?;
+        std::fs::remove_file(dir.join(file))
+            .with_context(|| format!("{}: cannot remove", dir.join(file).display()))
+            .class(ErrorCode::WriteFailed)?;
     }
     Ok(MergeReport { dir: shown.to_string(), parts: count, files: sums.len() })
 }

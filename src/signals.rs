@@ -1,6 +1,12 @@
 //! What happens when a run is cut short by a signal. SIGINT, SIGTERM and SIGHUP remove the staging
 //! directory and the output lock, then exit with 130; they wait for a section marked
-//! [`uninterrupted`] (the swap of an old output for a new one) to finish first. SIGBUS, which a
+//! [`uninterrupted`] (the swap of an old output for a new one, the rename that puts the output in
+//! place) to finish first. Their line says what was removed: "partial output removed" only when a
+//! staging directory or temporary file was there to remove, "nothing was written" otherwise. Once
+//! the output is in place ([`output_in_place`]) the run has succeeded: such a signal no longer ends
+//! it, and it finishes its report and exits as it would have (a note on stderr says the signal
+//! came too late); so does a run that is printing its final report or failure ([`reporting`]), so
+//! that stdout carries that one document. SIGBUS, which a
 //! memory-mapped input raises when its file shrinks under the reader, removes them too, names the
 //! input file that changed and exits with 1; SIGABRT (an allocation that failed) removes them and
 //! aborts. SIGXFSZ is ignored, so a file-size limit (`ulimit -f`) fails the write that reaches it
@@ -9,7 +15,8 @@
 //!
 //! Under `--json` Ctrl-C (SIGTERM, SIGHUP) and SIGBUS also print the failure document on stdout
 //! (`interrupted`, exit 130; `input_changed`, exit 1); SIGBUS's is made when the file is mapped,
-//! since its handler may not allocate. SIGABRT prints none.
+//! since its handler may not allocate. SIGABRT prints none. A signal after the output is in place
+//! prints no document: stdout carries the report alone.
 //!
 //! Paths to remove and mapped input ranges are registered here before they exist; the SIGBUS
 //! handler only makes system calls (no allocation), so it cannot deadlock on a lock a worker
@@ -24,8 +31,9 @@ use std::sync::Mutex;
 /// The exit code of a run ended by SIGINT, SIGTERM or SIGHUP (128 + SIGINT, as shells report it).
 pub const INTERRUPTED_EXIT: u8 = 130;
 
-/// Staging directories and lock files of this process, removed on a fatal signal.
-static LIVE: Mutex<Vec<CString>> = Mutex::new(Vec::new());
+/// Staging directories, temporary files and lock files of this process, removed on a fatal
+/// signal; each with whether it is output (a lock is not: removing it is no news).
+static LIVE: Mutex<Vec<(CString, bool)>> = Mutex::new(Vec::new());
 /// Memory-mapped input files: (start address, length, path, the `--json` failure document for a
 /// SIGBUS inside it).
 static MAPPED: Mutex<Vec<Mapping>> = Mutex::new(Vec::new());
@@ -41,12 +49,23 @@ const BUS_ERROR: &str = "bus error reading an input file (did it change during t
 const BUS_ERROR_DOCUMENT: &str = "{\n  \"schema_version\": 1,\n  \"error\": {\n    \"code\": \"input_changed\",\n    \
 \"message\": \"bus error reading an input file (did it change during the run?); no output was written\",\n    \
 \"exit_status\": 1\n  }\n}\n";
-/// What Ctrl-C, SIGTERM and SIGHUP say.
-const INTERRUPTED_LINE: &str = "interrupted; partial output removed";
+/// What Ctrl-C, SIGTERM and SIGHUP say when they removed partial output.
+pub const INTERRUPTED_LINE: &str = "interrupted; partial output removed";
+/// What they say when there was no output to remove yet (a lock file is not output).
+pub const INTERRUPTED_EARLY_LINE: &str = "interrupted; nothing was written";
+/// What they say once the output is in place: the run goes on to its end.
+const TOO_LATE_LINE: &str = "interrupted after the output was complete and in place; finishing the run";
+/// What they say while a run that wrote nothing prints its report or failure.
+const REPORTING_LINE: &str = "interrupted while the run's report was printed; finishing it";
 /// Held while a section must not be cut in half by Ctrl-C, SIGTERM or SIGHUP.
 static UNINTERRUPTED: Mutex<()> = Mutex::new(());
 /// Set as soon as Ctrl-C, SIGTERM or SIGHUP arrives.
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+/// Set once the output is in place: from then on the run has succeeded.
+static IN_PLACE: AtomicBool = AtomicBool::new(false);
+/// Set once the run prints its final report or failure: its outcome is decided, nothing of it is
+/// left to remove, and stdout must carry that one document.
+static REPORTING: AtomicBool = AtomicBool::new(false);
 
 /// Runs `f` with Ctrl-C, SIGTERM and SIGHUP held off: one arriving meanwhile takes effect once
 /// `f` is done (`f` may ask [`interrupted`] and undo its work first).
@@ -58,6 +77,41 @@ pub fn uninterrupted<T>(f: impl FnOnce() -> T) -> T {
 /// Whether Ctrl-C, SIGTERM or SIGHUP has arrived (the run ends as soon as nothing holds it off).
 pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
+}
+
+/// Records that the output is complete and in place (called inside an [`uninterrupted`] section,
+/// with the rename that put it there): a later Ctrl-C, SIGTERM or SIGHUP no longer ends the run,
+/// which finishes its report and exits as it would have.
+pub fn output_in_place() {
+    IN_PLACE.store(true, Ordering::SeqCst);
+}
+
+/// Records that the run is printing its final report (or failure document): a later Ctrl-C,
+/// SIGTERM or SIGHUP lets it finish, so that stdout carries that one document.
+pub fn reporting() {
+    REPORTING.store(true, Ordering::SeqCst);
+}
+
+/// Runs `put` (the rename that puts a finished output in place) with Ctrl-C, SIGTERM and SIGHUP
+/// held off, and records the output in place when it succeeds. A signal that arrived before it
+/// wins: `put` is not run and the signal's handler ends the run, removing the output not yet in
+/// place.
+pub fn put_in_place<T, E>(put: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+    let put = uninterrupted(|| {
+        if interrupted() {
+            return None;
+        }
+        let result = put();
+        if result.is_ok() {
+            output_in_place();
+        }
+        Some(result)
+    });
+    let result = put.unwrap_or_else(|| await_interruption());
+    if result.is_ok() {
+        pause_point("in_place");
+    }
+    result
 }
 
 /// Waits for the handler of a signal that has arrived ([`interrupted`]) to end the run: once
@@ -82,17 +136,28 @@ fn c_path(path: &Path) -> Option<CString> {
     CString::new(path.as_os_str().as_bytes()).ok()
 }
 
-/// Registers `path` (a staging directory or a lock file) for removal on a fatal signal.
+/// Registers `path` (a staging directory or a temporary file: output not yet in place) for removal
+/// on a fatal signal.
 pub fn remove_on_signal(path: &Path) {
+    register(path, true);
+}
+
+/// Registers a lock file, or an old output moved aside, for removal on a fatal signal: removing
+/// it is no news.
+pub fn remove_leftover_on_signal(path: &Path) {
+    register(path, false);
+}
+
+fn register(path: &Path, output: bool) {
     if let Some(p) = c_path(path) {
-        LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(p);
+        LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push((p, output));
     }
 }
 
 /// Forgets `path` (committed, or removed by its owner).
 pub fn forget(path: &Path) {
     if let Some(p) = c_path(path) {
-        LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|q| *q != p);
+        LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner).retain(|(q, _)| *q != p);
     }
 }
 
@@ -120,15 +185,27 @@ pub fn install() {
             // Runs on its own thread, not in a signal handler: it may wait for the locks.
             INTERRUPTED.store(true, Ordering::SeqCst);
             let _held = UNINTERRUPTED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            let live = LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            for p in live.iter() {
-                // SAFETY: `p` is a valid C string.
-                unsafe { remove_tree(p.as_ptr(), 0) };
+            if IN_PLACE.load(Ordering::SeqCst) {
+                // The run has succeeded; its report (on stdout, perhaps to a slow reader) finishes.
+                eprintln!("escha-convert: note: {TOO_LATE_LINE}");
+                return;
             }
-            eprintln!("escha-convert: {INTERRUPTED_LINE}");
+            if REPORTING.load(Ordering::SeqCst) {
+                eprintln!("escha-convert: note: {REPORTING_LINE}");
+                return;
+            }
+            let live = LIVE.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut removed_output = false;
+            for (p, output) in live.iter() {
+                // SAFETY: `p` is a valid C string.
+                let removed = unsafe { remove_tree(p.as_ptr(), 0) };
+                removed_output |= removed && *output;
+            }
+            let line = if removed_output { INTERRUPTED_LINE } else { INTERRUPTED_EARLY_LINE };
+            eprintln!("escha-convert: {line}");
             if crate::failure::json() {
                 use std::io::Write;
-                let doc = crate::failure::error_document(ErrorCode::Interrupted, INTERRUPTED_LINE, INTERRUPTED_EXIT);
+                let doc = crate::failure::error_document(ErrorCode::Interrupted, line, INTERRUPTED_EXIT);
                 let mut out = std::io::stdout().lock();
                 let _ = out.write_all(doc.as_bytes()).and_then(|()| out.flush());
             }
@@ -192,7 +269,11 @@ extern "C" fn on_sigbus(_: libc::c_int, info: *mut libc::siginfo_t, _: *mut libc
 }
 
 extern "C" fn on_sigabrt(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::c_void) {
-    say(b"escha-convert: aborted (out of memory?); partial output removed\n");
+    if IN_PLACE.load(Ordering::SeqCst) {
+        say(b"escha-convert: aborted (out of memory?) after the output was complete and in place\n");
+    } else {
+        say(b"escha-convert: aborted (out of memory?); partial output removed\n");
+    }
     remove_registered();
     // The handler was reset when it ran: abort again with the default action.
     // SAFETY: raise is async-signal-safe.
@@ -219,27 +300,29 @@ fn remove_registered() {
         Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
         Err(std::sync::TryLockError::WouldBlock) => return,
     };
-    for p in live.iter() {
+    for (p, _) in live.iter() {
         // SAFETY: `p` is a valid C string; remove_tree makes system calls only.
         unsafe { remove_tree(p.as_ptr(), 0) };
     }
 }
 
-/// Removes a file, or a directory and everything in it, with system calls only.
+/// Removes a file, or a directory and everything in it, with system calls only; whether there was
+/// something to remove.
 #[cfg(target_os = "linux")]
-unsafe fn remove_tree(path: *const libc::c_char, depth: u32) {
+unsafe fn remove_tree(path: *const libc::c_char, depth: u32) -> bool {
     // SAFETY: plain system calls on a valid path.
     unsafe {
         if libc::unlink(path) == 0 {
-            return;
+            return true;
         }
         let fd = libc::open(path, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC);
         if fd < 0 {
-            return;
+            return false;
         }
         remove_contents(fd, depth);
         libc::close(fd);
         libc::rmdir(path);
+        true
     }
 }
 
@@ -301,12 +384,12 @@ unsafe fn remove_contents(dir: libc::c_int, depth: u32) {
 
 /// Other systems have no getdents64: the standard library's removal, best effort.
 #[cfg(not(target_os = "linux"))]
-unsafe fn remove_tree(path: *const libc::c_char, _depth: u32) {
+unsafe fn remove_tree(path: *const libc::c_char, _depth: u32) -> bool {
     use std::os::unix::ffi::OsStrExt;
     // SAFETY: the caller passes a valid C string.
     let bytes = unsafe { std::ffi::CStr::from_ptr(path) }.to_bytes();
     let path = Path::new(std::ffi::OsStr::from_bytes(bytes));
-    let _ = std::fs::remove_file(path).or_else(|_| std::fs::remove_dir_all(path));
+    std::fs::remove_file(path).or_else(|_| std::fs::remove_dir_all(path)).is_ok()
 }
 
 #[cfg(test)]

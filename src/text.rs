@@ -21,6 +21,14 @@ pub fn escape_controls(s: &str) -> Cow<'_, str> {
     Cow::Owned(out)
 }
 
+/// At most `max` characters of `s`, quoted, control characters escaped, `…` after the quote when
+/// cut: how a message shows text read from a file that may be hostile or huge.
+pub fn excerpt(s: &str, max: usize) -> String {
+    let cut = s.char_indices().nth(max).map(|(i, _)| i);
+    let head = &s[..cut.unwrap_or(s.len())];
+    format!("\"{}\"{}", escape_controls(head), if cut.is_some() { "…" } else { "" })
+}
+
 /// `s` as one word of a POSIX shell command: as it is when it holds only characters no shell
 /// treats specially, else single-quoted (a `'` inside written as `'\''`).
 pub fn shell_word(s: &str) -> Cow<'_, str> {
@@ -73,6 +81,9 @@ mod tests {
     fn controls_are_escaped() {
         assert_eq!(escape_controls("a.b"), "a.b");
         assert_eq!(escape_controls("a\nFAKE\u{1b}[2J"), "a\\nFAKE\\u{1b}[2J");
+        assert_eq!(excerpt("abc", 3), "\"abc\"");
+        assert_eq!(excerpt("ab\ncd", 3), "\"ab\\n\"…");
+        assert_eq!(excerpt(&"é".repeat(5000), 2), "\"éé\"…");
     }
 
     #[test]

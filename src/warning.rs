@@ -20,9 +20,11 @@ pub enum WarningCode {
     StaleStagingRemoved,
     /// A directory named like a staging directory holds something else and was kept.
     StaleStagingKept,
-    /// `--bias keep` wrote bias tensors stock loaders have no slot for.
+    /// Bias tensors of coded linears were written that stock loaders have no slot for, or that the
+    /// source's runtime never applies.
     BiasKept,
-    /// Non-zero bias tensors of coded linears were left out (the default `--bias drop`).
+    /// Non-zero bias tensors of coded linears were left out (an Escha input's by default, any with
+    /// `--bias drop`, or for want of a slot in the format).
     BiasDropped,
     /// `--mtp auto` left out an MTP head that is incomplete.
     MtpDropped,
@@ -39,11 +41,13 @@ pub enum WarningCode {
     SpecialTokenSkipped,
     /// `--part I/N` owns no shard: it writes only the files beside the shards.
     EmptyPart,
+    /// IN is a single `.safetensors` file: tensors only, unchecked, and no config.json written.
+    TensorsOnly,
 }
 
 impl WarningCode {
     /// Every code, in the order the schema lists them.
-    pub const ALL: [WarningCode; 14] = [
+    pub const ALL: [WarningCode; 15] = [
         WarningCode::UnusualCodebook,
         WarningCode::VisionDropped,
         WarningCode::ThreadsCapped,
@@ -58,6 +62,7 @@ impl WarningCode {
         WarningCode::ExpertBiasesDropped,
         WarningCode::SpecialTokenSkipped,
         WarningCode::EmptyPart,
+        WarningCode::TensorsOnly,
     ];
 }
 

@@ -27,7 +27,15 @@ pub struct Boundary {
 impl Boundary {
     /// The boundary of the checkpoint directory `dir`.
     pub fn of_dir(dir: &Path) -> Result<Boundary> {
+        let snapshot = super::hub::snapshot_by_path(dir)?;
         let root = dir.canonicalize().with_context(|| format!("{}: cannot resolve", dir.display()))?;
+        if snapshot.as_ref().is_some_and(|s| *s != root) {
+            bail!(
+                "{}: changed while being read (it now resolves to {}); refusing to read it",
+                dir.display(),
+                root.display()
+            );
+        }
         let (mut blobs, mut blobs_refused) = (None, None);
         if let Some(repo) = hub_repository(&root) {
             let candidate = repo.join("blobs");

@@ -13,11 +13,13 @@
 //! the `hf download` command that puts it there. The snapshot found is then read like any input
 //! directory, within its boundary (`boundary.rs`).
 
-use super::boundary::read_text;
-use anyhow::{bail, Result};
+use super::boundary::{kind, open_regular};
+use crate::text::excerpt;
+use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::fs::Metadata;
+use std::path::{Component, Path, PathBuf};
 
 /// A Hub repository id as given on the command line: `org/name`, and the revision after `@`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,7 +87,18 @@ pub fn locate(arg: &Path) -> Result<Located> {
     if std::fs::symlink_metadata(arg).is_ok() {
         return Ok(local);
     }
-    let Some(id) = arg.to_str().and_then(HubId::parse) else { return Ok(local) };
+    let Some(text) = arg.to_str() else { return Ok(local) };
+    let Some(id) = HubId::parse(text) else {
+        if let Some((repo, revision)) = text.split_once('@').filter(|(repo, _)| is_repo_id(repo)) {
+            bail!(
+                "{repo}@…: not a local path, and {} is not a revision a Hub id can name: a branch or tag (letters, \
+                 digits, `.`, `_`, `-`, and `/` between non-empty steps, no `..`, at most {MAX_REVISION} \
+                 characters) or a 40-hexadecimal-digit commit",
+                excerpt(revision, QUOTED_REF_CHARS)
+            );
+        }
+        return Ok(local);
+    };
     let Some(cache) = cache_dir(|k| std::env::var_os(k)) else {
         bail!(
             "{}: not a local path, and there is no Hugging Face cache to look in (set HF_HUB_CACHE, HF_HOME or \
@@ -127,19 +140,29 @@ pub fn cache_dir(var: impl Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
 }
 
 /// Finds `id` in the cache `cache`: its repository, the commit its revision names (a branch or
-/// tag through `refs/`, a full commit hash as it is) and that commit's snapshot.
+/// tag through `refs/`, a full commit hash as it is) and that commit's snapshot. The cache itself
+/// may be reached through links (a cache on another disk); nothing below it is: the repository
+/// directory, `refs/` and every directory and file on the way to a ref, `snapshots/` and the
+/// snapshot must each be itself, so that what is read as `org/name` is that repository's own.
 pub fn resolve(id: &HubId, cache: &Path) -> Result<Located> {
     let repo = cache.join(id.folder());
-    if !repo.is_dir() {
-        bail!(
-            "{}: not a local path, and the Hugging Face cache {} does not hold {} (no {}); nothing is downloaded: \
+    match std::fs::symlink_metadata(&repo) {
+        Ok(m) if m.file_type().is_symlink() => return Err(linked_entry(&repo)),
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => bail!("{}: not a directory, where the repository belongs; refusing to read it", repo.display()),
+        Err(_) => bail!(
+            "{}: not a local path, and the Hugging Face cache {} does not hold {} (no {}){}; nothing is downloaded: \
              download it first ({}) and run this again",
             id.text(),
             cache.display(),
             id.repo,
             id.folder(),
+            other_case(id, cache).map_or(String::new(), |held| format!(
+                "; it holds {held}, the same id in other letter case (ids are matched as written: pass {})",
+                HubId { repo: held.clone(), revision: id.revision.clone() }.text()
+            )),
             id.download_command()
-        );
+        ),
     }
     let requested = id.revision.as_deref().unwrap_or(DEFAULT_REVISION);
     let missing = |what: String| {
@@ -155,40 +178,170 @@ pub fn resolve(id: &HubId, cache: &Path) -> Result<Located> {
     let commit = if is_commit(requested) {
         requested.to_string()
     } else {
-        let reference = repo.join("refs").join(requested);
-        match std::fs::symlink_metadata(&reference) {
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Err(missing(format!("no refs/{requested}")));
-            }
-            Err(e) => return Err(anyhow::Error::new(e).context(format!("{}: cannot read", reference.display()))),
-            Ok(m) if !m.is_file() => {
-                bail!("{}: {} is not a regular file; refusing to read it", reference.display(), super::file_kind(&m))
-            }
-            Ok(_) => {}
+        let Some((reference, meta)) = entry_without_links(&repo, &Path::new("refs").join(requested))? else {
+            return Err(missing(format!("no refs/{requested}")));
+        };
+        if !meta.is_file() {
+            bail!("{}: {} is not a regular file; refusing to read it", reference.display(), kind(&meta));
         }
-        let text = read_text(&reference)?;
-        let commit = text.trim();
-        if !is_commit(commit) {
-            bail!("{}: names no commit (expected 40 hexadecimal digits): {commit:?}", reference.display());
-        }
-        commit.to_string()
+        read_ref(&reference, &meta)?
     };
-    let snapshot = repo.join("snapshots").join(&commit);
-    match std::fs::metadata(&snapshot) {
-        Ok(m) if m.is_dir() => {}
-        Ok(_) => bail!("{}: not a directory", snapshot.display()),
-        Err(_) if commit == requested => return Err(missing(format!("no snapshots/{commit}"))),
-        Err(_) => return Err(missing(format!("refs/{requested} names {commit}, and there is no snapshots/{commit}"))),
-    }
+    let snapshot = match entry_without_links(&repo, &Path::new("snapshots").join(&commit))? {
+        Some((path, meta)) if meta.is_dir() => path,
+        Some((path, meta)) => bail!("{}: {} where a snapshot directory belongs", path.display(), kind(&meta)),
+        None if commit == requested => return Err(missing(format!("no snapshots/{commit}"))),
+        None => return Err(missing(format!("refs/{requested} names {commit}, and there is no snapshots/{commit}"))),
+    };
     let hub = HubSource { id: id.repo.clone(), revision: id.revision.clone(), commit };
     Ok(Located { path: snapshot, hub: Some(hub) })
+}
+
+/// The most bytes a ref file may hold: one commit hash (40 hexadecimal digits) and some space.
+const MAX_REF_BYTES: u64 = 256;
+
+/// The characters of a ref file's content quoted in an error, at most.
+const QUOTED_REF_CHARS: usize = 48;
+
+/// The commit the ref file `reference` (found as `found`) names, read without following a final
+/// link and never more than [`MAX_REF_BYTES`] (a file of junk is quoted by a short, escaped
+/// prefix). The file opened must be the one found, so a directory on the way swapped for a link
+/// in between is caught.
+fn read_ref(reference: &Path, found: &Metadata) -> Result<String> {
+    use std::io::Read;
+    let file = open_regular(reference)?;
+    let opened = file.metadata().with_context(|| format!("{}: cannot read", reference.display()))?;
+    if !same_file(&opened, found) {
+        bail!("{}: changed while being read; refusing to read it", reference.display());
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_REF_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("{}: cannot read", reference.display()))?;
+    let text = String::from_utf8_lossy(&bytes);
+    if bytes.len() as u64 > MAX_REF_BYTES {
+        bail!(
+            "{}: more than {MAX_REF_BYTES} bytes, not a ref (a ref holds one 40-hexadecimal-digit commit); it begins {}",
+            reference.display(),
+            excerpt(&text, QUOTED_REF_CHARS)
+        );
+    }
+    let commit = text.trim();
+    if !is_commit(commit) {
+        bail!(
+            "{}: names no commit (expected 40 hexadecimal digits): {}",
+            reference.display(),
+            excerpt(commit, QUOTED_REF_CHARS)
+        );
+    }
+    Ok(commit.to_string())
+}
+
+/// `relative` (plain names) below the directory `dir`, reached without following a link: every
+/// step after `dir` must be itself, and each but the last a directory. `None`: a step is not there. A step
+/// that is a link is refused, naming it: a link here could lead anywhere on the machine, and what
+/// it reaches would be read and named as this repository.
+fn entry_without_links(dir: &Path, relative: &Path) -> Result<Option<(PathBuf, Metadata)>> {
+    let mut path = dir.to_path_buf();
+    // `dir` itself may be reached through links (the cache on another disk).
+    let mut meta = std::fs::metadata(dir).with_context(|| format!("{}: cannot read", dir.display()))?;
+    for step in relative.components() {
+        let Component::Normal(name) = step else {
+            bail!("{}: {} is not a plain name below {}", relative.display(), step.as_os_str().display(), dir.display())
+        };
+        if !meta.is_dir() {
+            // `refs/main/x` when `refs/main` is a file: no such ref.
+            return Ok(None);
+        }
+        path.push(name);
+        meta = match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => return Err(linked_entry(&path)),
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("{}: cannot read", path.display()))),
+        };
+    }
+    Ok(Some((path, meta)))
+}
+
+/// The refusal of a link inside a cache repository, naming where it points.
+fn linked_entry(path: &Path) -> anyhow::Error {
+    let target = std::fs::read_link(path).map_or_else(|_| "?".into(), |t| t.display().to_string());
+    anyhow::anyhow!(
+        "{}: a link (to {}), which is never followed: in a Hugging Face cache the repository directory, refs/, \
+         snapshots/ and each snapshot are real directories, and only a snapshot's files link (into its blobs/); \
+         refusing to read it",
+        path.display(),
+        excerpt(&target, MAX_QUOTED_PATH)
+    )
+}
+
+/// Whether two metadata describe one file (device and inode; on other systems, trusted).
+fn same_file(a: &Metadata, b: &Metadata) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        a.dev() == b.dev() && a.ino() == b.ino()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (a, b);
+        true
+    }
+}
+
+/// The characters of a link's target quoted in an error, at most.
+const MAX_QUOTED_PATH: usize = 256;
+
+/// Where a directory given as IN by its path in a Hugging Face cache
+/// (`…/models--org--name/snapshots/<commit>`) physically is; `None` for a directory not named so.
+/// Refused when the repository directory, `snapshots/` or the snapshot is a link: the same rule
+/// as for a Hub id, so that a path that names a repository reads that repository. The directories
+/// above the repository (the cache) may be links.
+pub fn snapshot_by_path(dir: &Path) -> Result<Option<PathBuf>> {
+    // A relative path is taken from the working directory, so that `snapshots/<rev>` given from
+    // inside a repository is checked too.
+    let absolute;
+    let dir = if dir.is_absolute() {
+        dir
+    } else {
+        absolute = std::env::current_dir().context("cannot read the current directory")?.join(dir);
+        &absolute
+    };
+    let name = |p: Option<&Path>| p.and_then(Path::file_name).map(ToOwned::to_owned);
+    let Some(commit) = name(Some(dir)) else { return Ok(None) };
+    let snapshots = dir.parent().filter(|p| p.file_name().is_some_and(|n| n == "snapshots"));
+    let Some(repo) = snapshots
+        .and_then(Path::parent)
+        .filter(|r| r.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("models--")))
+    else {
+        return Ok(None);
+    };
+    let folder = name(Some(repo)).unwrap_or_default();
+    let relative: PathBuf = [folder.as_os_str(), "snapshots".as_ref(), commit.as_os_str()].iter().collect();
+    let cache = crate::paths::parent_dir(repo);
+    entry_without_links(cache, &relative)?;
+    let cache = cache.canonicalize().with_context(|| format!("{}: cannot resolve", cache.display()))?;
+    Ok(Some(cache.join(relative)))
+}
+
+/// A repository the cache holds whose id differs from `id` only in case (`Org/Name` for
+/// `org/name`): ids are matched exactly, as `huggingface_hub` names its folders.
+fn other_case(id: &HubId, cache: &Path) -> Option<String> {
+    /// Entries of the cache looked at, at most.
+    const MAX_ENTRIES: usize = 100_000;
+    let wanted = id.folder();
+    std::fs::read_dir(cache).ok()?.take(MAX_ENTRIES).filter_map(Result::ok).find_map(|e| {
+        let folder = e.file_name().into_string().ok()?;
+        let repo = folder.strip_prefix("models--")?.replacen("--", "/", 1);
+        (folder != wanted && folder.eq_ignore_ascii_case(&wanted) && is_repo_id(&repo)).then_some(repo)
+    })
 }
 
 impl HubId {
     /// `org/name` or `org/name@REVISION`, as the Hub allows them: one `/` between two names of
     /// ASCII letters, digits, `.`, `_` and `-`, each beginning and ending with a letter, digit or
     /// `_`, with no `--` or `..` (the name at most 96 characters, not ending in `.git`); a revision
-    /// of the same characters and `/`, with no empty, `.` or `..` step. Anything else is a path.
+    /// of the same characters and `/`, with no empty or `.` step and no `..`. Anything else is a path.
     pub fn parse(s: &str) -> Option<HubId> {
         let (repo, revision) = match s.split_once('@') {
             Some((repo, rev)) => (repo, Some(rev)),
@@ -239,11 +392,17 @@ pub fn is_repo_id(s: &str) -> bool {
         && name.rsplit_once('.').is_none_or(|(_, ext)| ext != "git")
 }
 
+/// The longest revision taken (git allows longer names; no Hub branch or tag needs one).
+const MAX_REVISION: usize = 255;
+
 /// A branch, tag or commit name: ASCII letters, digits, `.`, `_`, `-` and `/`, every step between
-/// slashes non-empty and neither `.` nor `..`.
+/// slashes non-empty and not `.`, no `..` anywhere (as git refuses), at most [`MAX_REVISION`]
+/// characters.
 fn is_revision(s: &str) -> bool {
-    s.chars().all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c))
-        && s.split('/').all(|step| !step.is_empty() && step != "." && step != "..")
+    s.len() <= MAX_REVISION
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c))
+        && !s.contains("..")
+        && s.split('/').all(|step| !step.is_empty() && step != ".")
 }
 
 /// A full commit hash as the cache names snapshots: 40 lowercase hexadecimal digits.
@@ -292,11 +451,15 @@ mod tests {
             "org/name@main/",
             "org/name@ma in",
             "org/name@a@b",
+            "org/name@a..b",
+            "org/name@..",
             "",
         ] {
             assert_eq!(HubId::parse(path), None, "{path} is not an id");
         }
         assert!(!is_repo_id(&format!("org/{}", "n".repeat(97))) && is_repo_id(&format!("org/{}", "n".repeat(96))));
+        assert!(HubId::parse(&format!("o/n@{}", "r".repeat(255))).is_some());
+        assert_eq!(HubId::parse(&format!("o/n@{}", "r".repeat(256))), None);
     }
 
     #[test]

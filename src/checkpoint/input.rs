@@ -36,6 +36,8 @@ pub struct Checkpoint {
     pub tensors: BTreeMap<String, TensorEntry>,
     /// config.json, when the input is a directory that has one.
     pub config: Option<Value>,
+    /// Whether the input is a single `.safetensors` file: tensors only, no config.json.
+    pub single_file: bool,
     /// Side files from [`COPIED_FILES`] present next to the shards: name, resolved path.
     pub copied_files: Vec<(String, PathBuf)>,
     /// What the input says about itself beyond config.json, for the output's model card:
@@ -60,6 +62,7 @@ impl Checkpoint {
             let boundary = Boundary::of_file(root)?;
             let resolved = boundary.file(root)?.with_context(|| format!("{}: vanished", root.display()))?;
             let mut ck = Checkpoint::empty(root);
+            ck.single_file = true;
             ck.add_shard(&resolved, None)?;
             ck.extent = input_extent(root)?;
             return Ok(ck);
@@ -99,6 +102,7 @@ impl Checkpoint {
             shards: Vec::new(),
             tensors: BTreeMap::new(),
             config: None,
+            single_file: false,
             copied_files: Vec::new(),
             quantize_config: None,
             card_front_matter: None,

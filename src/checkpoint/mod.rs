@@ -1,6 +1,8 @@
 //! Reading an input checkpoint: shards (memory-mapped), the index, config.json, typed access to
-//! tensor values, and the classification of tensors into modules.
+//! tensor values, the classification of tensors into modules, and the check of config.json
+//! against them.
 
+pub mod architecture;
 mod boundary;
 mod expert;
 mod fingerprint;

@@ -89,6 +89,12 @@ impl CodedModule {
     pub fn expert_count(&self) -> usize {
         self.experts.unwrap_or(1)
     }
+
+    /// Whether the runtime the source was made for adds this linear's `bias` after the matmul:
+    /// exllamav3 does for an EXL3 linear (`LinearEXL3`); Escha's reference runtime never does.
+    pub fn source_applies_bias(&self) -> bool {
+        self.source == CodedSource::Exl3
+    }
 }
 
 /// An int8 weight with one scale per row.
@@ -398,6 +404,16 @@ fn validate_coded(
     }
     let last = code.shape[rank - 1];
     let k = u32::try_from(last / 16).unwrap_or(0);
+    if source == CodedSource::Exl3 && last % 16 == 8 && K_RANGE.contains(&(k + 1)) {
+        // exllamav3 1.6 writes a half-integer K (alternating K−½ and K+½ bit steps) as 16·K words.
+        bail!(err(
+            code_name,
+            format!(
+                "last dimension {last} is 16·K with K = {k}.5: a fractional EXL3 bitrate, which this tool does \
+                 not read yet (integer K in 1..8 only)"
+            )
+        ));
+    }
     if last % 16 != 0 || !K_RANGE.contains(&k) {
         bail!(err(code_name, format!("last dimension {last} must be 16·K with K in 1..8 (words per tile)")));
     }

@@ -41,12 +41,13 @@ pub fn scan_chunks(numel: usize) -> impl Iterator<Item = std::ops::Range<usize>>
     (0..numel).step_by(SCAN_CHUNK).map(move |s| s..(s + SCAN_CHUNK).min(numel))
 }
 
-/// Whether `dtype` is a float type this tool reads as numbers.
+/// Whether `dtype` is a float type this tool reads as numbers (F64 as the nearest f32).
 pub fn is_float(dtype: Dtype) -> bool {
-    matches!(dtype, Dtype::F16 | Dtype::BF16 | Dtype::F32)
+    matches!(dtype, Dtype::F16 | Dtype::BF16 | Dtype::F32 | Dtype::F64)
 }
 
-/// Widens little-endian F16/BF16/F32 bytes to f32 (exact), appending to `out`.
+/// Widens little-endian F16/BF16/F32 bytes to f32 (exact), F64 rounded to the nearest f32,
+/// appending to `out`.
 pub fn floats_to_f32(bytes: &[u8], dtype: Dtype, out: &mut Vec<f32>) -> Result<()> {
     if !crate::quant::dense::decode(bytes, dtype, out) {
         bail!("dtype {dtype:?} is not a float type");

@@ -32,7 +32,42 @@ const BIN: &str = "escha-convert";
 pub fn completion_script(shell: Shell) -> Vec<u8> {
     let mut script = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), BIN, &mut script);
-    script
+    match shell {
+        Shell::Bash => bash_states_agree(&String::from_utf8_lossy(&script)).into_bytes(),
+        Shell::Fish => {
+            script.extend(fish_positional_values().into_bytes());
+            script
+        }
+        _ => script,
+    }
+}
+
+/// `clap_complete`'s bash script names each subcommand's state twice, and for a program name with a
+/// `-` the two disagree: the loop over the words sets `escha__convert__subcmd__verify`, while the
+/// case arm that completes verify's flags reads `escha__subcmd__convert__subcmd__verify` (the `-`
+/// spelled as the subcommand separator), so no arm below the top level ever matched (as of
+/// `clap_complete` 4.6.12). The arms are renamed to the loop's spelling; a script that already
+/// agrees is left as it is.
+fn bash_states_agree(script: &str) -> String {
+    let below = |program: String| format!("{program}__subcmd__");
+    script.replace(&below(BIN.replace('-', "__subcmd__")), &below(BIN.replace('-', "__")))
+}
+
+/// `clap_complete`'s fish script completes subcommands and flags but not the values of positional
+/// arguments (`completions SHELL` offered files): one line per value, under the same condition as
+/// the subcommand's flags.
+fn fish_positional_values() -> String {
+    let using = format!("__fish_{}_using_subcommand", BIN.replace('-', "_"));
+    let mut lines = String::new();
+    for sub in Cli::command().get_subcommands().filter(|s| !s.is_hide_set()) {
+        for arg in sub.get_positionals() {
+            for value in arg.get_possible_values().iter().filter(|v| !v.is_hide_set()) {
+                let (sub, value) = (sub.get_name(), value.get_name());
+                let _ = writeln!(lines, "complete -c {BIN} -n \"{using} {sub}\" -f -a \"{value}\"");
+            }
+        }
+    }
+    lines
 }
 
 /// Every man page, file name and text: `escha-convert.1` first, then one per subcommand.

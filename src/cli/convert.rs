@@ -7,7 +7,7 @@ use crate::backend::{Backend, BackendKind};
 use crate::checkpoint::{locate, Located};
 use crate::convert::{convert, render_plan, render_summary, ConvertOptions, PartSpec, VerifyRequest};
 use crate::failure::ErrorCode;
-use crate::layout::{AutoBits, DenseDtype, GgufOptions, GgufType, MlxOptions, OutputFormat};
+use crate::layout::{AutoBits, BiasMode, DenseDtype, GgufOptions, GgufType, MlxOptions, OutputFormat};
 use crate::quant::affine::{AffineSpec, BITS, GROUP_SIZES};
 use crate::signals;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -45,10 +45,23 @@ pub enum VocabArg {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum BiasArg {
-    /// Leave coded linears' bias tensors out (the reference serving runtime never applies them).
+    /// Each bias as the source's runtime treats it: an EXL3 linear's kept (exllamav3 adds it), an
+    /// Escha linear's dropped (the reference serving runtime never applies it).
+    Auto,
+    /// Leave coded linears' bias tensors out (warned where one is non-zero).
     Drop,
     /// Write them as `<module>.bias`.
     Keep,
+}
+
+impl From<BiasArg> for BiasMode {
+    fn from(a: BiasArg) -> BiasMode {
+        match a {
+            BiasArg::Auto => BiasMode::Auto,
+            BiasArg::Drop => BiasMode::Drop,
+            BiasArg::Keep => BiasMode::Keep,
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -65,7 +78,7 @@ pub struct ConvertArgs {
     #[arg(long, value_enum, ignore_case = true, default_value_t = FormatArg::Bf16)]
     pub format: FormatArg,
     /// What to do with the bias tensors of coded linears.
-    #[arg(long, value_enum, ignore_case = true, default_value_t = BiasArg::Drop)]
+    #[arg(long, value_enum, ignore_case = true, default_value_t = BiasArg::Auto)]
     pub bias: BiasArg,
     /// MLX affine bits per weight: 2, 3, 4, 5, 6, 8, or auto (each coded linear the fewest bits
     /// that keep the added error within --max-added-error · 2^-K) (`--format mlx`; default 4).
@@ -229,12 +242,18 @@ impl ConvertRun {
     /// The run `a` asks for, IN and BASE found by `locate`.
     fn from_args(a: ConvertArgs, locate: impl Fn(&Path) -> anyhow::Result<Located>) -> Result<Self, ArgsError> {
         let format = checked_format(&a).map_err(ArgsError::Usage)?;
-        let input = locate(&a.input).map_err(ArgsError::Input)?;
+        let input = match locate(&a.input) {
+            Ok(found) if found.hub.is_some() || std::fs::symlink_metadata(&found.path).is_ok() => found,
+            other => match swapped(&a.input, &a.output) {
+                Some(e) => return Err(ArgsError::Input(e)),
+                None => other.map_err(ArgsError::Input)?,
+            },
+        };
         let base = a.verify_base.as_deref().map(locate).transpose().map_err(ArgsError::Input)?;
         let options = ConvertOptions {
             hub: input.hub,
             format,
-            keep_bias: a.bias == BiasArg::Keep,
+            bias: a.bias.into(),
             max_shard_size: a.max_shard_size,
             max_size: a.max_size,
             only: a.only,
@@ -259,6 +278,44 @@ impl ConvertRun {
             quiet: a.quiet,
         })
     }
+}
+
+/// The error for IN and OUT given the wrong way round (`escha-convert new-dir checkpoint`): IN is
+/// not there, and OUT is an existing input checkpoint, not an earlier output of this tool.
+fn swapped(input: &Path, output: &Path) -> Option<anyhow::Error> {
+    if !looks_like_input(output) {
+        return None;
+    }
+    let word = |p: &Path| crate::text::shell_word(&p.to_string_lossy()).into_owned();
+    Some(anyhow::anyhow!(
+        "{}: no such file or directory, and OUT {} is an existing checkpoint: the arguments look swapped (IN comes \
+         first: escha-convert {} {})",
+        input.display(),
+        output.display(),
+        word(output),
+        word(input)
+    ))
+}
+
+/// A `.safetensors` file, or a directory with `config.json` and `.safetensors` files and no marker
+/// of this tool (an earlier output, which `--force` may replace, is a fine OUT).
+fn looks_like_input(path: &Path) -> bool {
+    /// Entries of OUT looked at, at most.
+    const MAX_ENTRIES: usize = 10_000;
+    let Ok(meta) = std::fs::metadata(path) else { return false };
+    if meta.is_file() {
+        return path.extension().is_some_and(|e| e == "safetensors");
+    }
+    let has = |name: &str| std::fs::symlink_metadata(path.join(name)).is_ok();
+    meta.is_dir()
+        && has("config.json")
+        && !has(crate::output::MARKER_FILE)
+        && std::fs::read_dir(path).is_ok_and(|entries| {
+            entries
+                .take(MAX_ENTRIES)
+                .filter_map(Result::ok)
+                .any(|e| e.file_name().to_string_lossy().ends_with(".safetensors"))
+        })
 }
 
 /// The output format the flags ask for, or the usage error of a combination clap cannot express.
@@ -496,7 +553,7 @@ mod tests {
         (
             located(),
             format(),
-            any::<bool>(),
+            prop_oneof![Just(BiasMode::Auto), Just(BiasMode::Drop), Just(BiasMode::Keep)],
             // Sizes are read through f64: every whole number up to 2^53 is one.
             proptest::option::of(1u64..=1 << 53),
             proptest::collection::vec(glob, 0..3),
@@ -504,7 +561,7 @@ mod tests {
             verify,
             proptest::option::of(1u64..=1 << 53),
         )
-            .prop_map(|(input, format, keep_bias, max_shard_size, only, checksums, verify, max_size)| {
+            .prop_map(|(input, format, bias, max_shard_size, only, checksums, verify, max_size)| {
                 let base = verify.as_ref().map(|(base, _)| base.clone());
                 // --max-size chooses every width (MLX) or type (GGUF) itself.
                 let (format, max_size) = match (format, max_size) {
@@ -521,7 +578,7 @@ mod tests {
                 let options = ConvertOptions {
                     hub: input.hub.clone(),
                     format,
-                    keep_bias,
+                    bias,
                     max_shard_size,
                     max_size,
                     only,

@@ -2,7 +2,7 @@
 //! stdout carries exactly one document: the report, or on failure the failure document
 //! (`{"schema_version", "error": {"code", "message", "exit_status"}}`) beside stderr's error line.
 
-use crate::failure::{self, code_of, error_document, ErrorCode};
+use crate::failure::{self, class_of, error_document, ErrorCode};
 use crate::text::escape_controls;
 use std::io::Write;
 use std::process::ExitCode;
@@ -19,11 +19,13 @@ pub use crate::signals::INTERRUPTED_EXIT as INTERRUPTED;
 
 /// Prints `e` with its causes on stderr (control characters escaped) and returns `status`; under
 /// `--json` also the failure document on stdout, coded with the class `e` was given where it
-/// arose, else `class`.
+/// arose, else `write_failed` for a full disk, else `class`.
 pub fn fail(e: &anyhow::Error, class: ErrorCode, status: u8) -> ExitCode {
+    // The outcome is decided (what failed was undone): a signal now must not add a document.
+    crate::signals::reporting();
     let message = error_line(e);
     if failure::json() {
-        let _ = write_stdout(&error_document(code_of(e).unwrap_or(class), &message, status));
+        let _ = write_stdout(&error_document(class_of(e, class), &message, status));
     }
     ExitCode::from(status)
 }
@@ -81,6 +83,8 @@ fn write_stdout(text: &str) -> std::io::Result<()> {
 /// Writes `text` to stdout. A reader that went away (`| head -c1`) ends the output quietly:
 /// the work is done, only the rest of the printing is skipped.
 pub fn print_out(text: &str) -> ExitCode {
+    // The work is done: a signal now lets the report finish rather than add a second document.
+    crate::signals::reporting();
     match write_stdout(text) {
         // No failure document: stdout is what failed (and may hold part of a document).
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {

@@ -38,7 +38,8 @@ impl Page {
 /// The exit codes a command ends with, and what each means for it.
 pub fn exit_codes(page: Page) -> Vec<(u8, &'static str)> {
     let usage = (USAGE, "usage error (an unknown flag, a missing or invalid value)");
-    let interrupted = (INTERRUPTED, "interrupted (Ctrl-C, SIGTERM, SIGHUP); partial output removed");
+    let interrupted =
+        (INTERRUPTED, "interrupted (Ctrl-C, SIGTERM, SIGHUP) before the output was in place; partial output removed");
     match page {
         Page::Top => vec![
             (SUCCESS, "success"),

@@ -47,11 +47,11 @@ const LONG_VERSION: &str = concat!(
     name = "escha-convert",
     version,
     long_version = LONG_VERSION,
-    about = "Convert Escha-W2 (EXL3 trellis) checkpoints to dense bf16/f16 safetensors, MLX-affine safetensors or GGUF",
+    about = "Convert Escha-W2 (EXL3 trellis) checkpoints to dense bf16/f16 safetensors, MLX-affine safetensors, GGUF or EXL3",
     long_about = "Convert Escha-W2 (EXL3 trellis) checkpoints to dense bf16/f16 safetensors in Hugging Face \
-layout, to MLX-affine safetensors that mlx-lm loads (--format mlx), or to GGUF that llama.cpp loads \
-(--format gguf).\n\n`escha-convert IN OUT` is short for `escha-convert convert IN OUT`, with flags \
-anywhere (`escha-convert -q IN OUT`).\n\nIN and BASE are paths, or Hub ids `org/name[@REVISION]` read from the \
+layout, to MLX-affine safetensors that mlx-lm loads (--format mlx), to GGUF that llama.cpp loads \
+(--format gguf), or to native EXL3 that exllamav3 loads (--format exl3).\n\n`escha-convert IN OUT` is short \
+for `escha-convert convert IN OUT`, with flags anywhere (`escha-convert -q IN OUT`).\n\nIN and BASE are paths, or Hub ids `org/name[@REVISION]` read from the \
 local Hugging Face cache ($HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub); an existing path is \
 always a path, and nothing is downloaded (`hf download org/name` puts a repository there).",
     after_help = after_help(Page::Top),
@@ -64,7 +64,7 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Decode every tensor and write a bf16/f16, MLX or GGUF checkpoint (the default command).
+    /// Decode every tensor and write a bf16/f16, MLX, GGUF or EXL3 checkpoint (the default command).
     #[command(after_help = after_help(Page::Convert), after_long_help = after_long_help(Page::Convert))]
     Convert(ConvertArgs),
     /// Describe a checkpoint: architecture, coded projections, bits per weight, problems.

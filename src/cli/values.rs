@@ -26,8 +26,8 @@ impl From<Int8Arg> for Int8Mode {
 
 /// `--gguf-type`: the type of every tensor llama.cpp does not keep in F32: what its converter
 /// writes (`bf16`, `f16`, `f32`, `q8_0`), one K-quant for every tensor llama-quantize quantizes
-/// (`q4_k`, `q5_k`, `q6_k`), llama-quantize's mixtures (`q4_k_m`, `q5_k_m`), or per coded linear
-/// within the error budget (`auto`).
+/// (`q4_k`, `q5_k`, `q6_k`), llama-quantize's mixtures (`q2_k`, `q3_k_s`, `q3_k_m`, `q3_k_l`,
+/// `iq4_xs`, `q4_k_m`, `q5_k_m`), or per coded linear within the error budget (`auto`).
 #[allow(non_camel_case_types)] // llama.cpp's names
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum GgufTypeArg {
@@ -51,8 +51,23 @@ pub enum GgufTypeArg {
     /// llama-quantize's `Q5_K_M` mixture.
     #[value(name = "q5_k_m")]
     Q5_K_M,
-    /// Per coded linear, the narrowest of `Q4_K`, `Q5_K`, `Q6_K` and `Q8_0` within the error budget
-    /// (`--max-added-error`), else BF16.
+    /// llama-quantize's `Q2_K` mixture.
+    #[value(name = "q2_k")]
+    Q2_K,
+    /// llama-quantize's `Q3_K_S` mixture.
+    #[value(name = "q3_k_s")]
+    Q3_K_S,
+    /// llama-quantize's `Q3_K_M` mixture.
+    #[value(name = "q3_k_m")]
+    Q3_K_M,
+    /// llama-quantize's `Q3_K_L` mixture.
+    #[value(name = "q3_k_l")]
+    Q3_K_L,
+    /// llama-quantize's `IQ4_XS` mixture.
+    #[value(name = "iq4_xs")]
+    IQ4_XS,
+    /// Per coded linear, the narrowest of `Q2_K`, `Q3_K`, `IQ4_XS`, `Q4_K`, `Q5_K`, `Q6_K` and
+    /// `Q8_0` within the error budget (`--max-added-error`), else BF16.
     Auto,
 }
 
@@ -68,6 +83,11 @@ impl From<GgufTypeArg> for GgufType {
             GgufTypeArg::Q6_K => GgufType::Q6_K,
             GgufTypeArg::Q4_K_M => GgufType::Q4_K_M,
             GgufTypeArg::Q5_K_M => GgufType::Q5_K_M,
+            GgufTypeArg::Q2_K => GgufType::Q2_K,
+            GgufTypeArg::Q3_K_S => GgufType::Q3_K_S,
+            GgufTypeArg::Q3_K_M => GgufType::Q3_K_M,
+            GgufTypeArg::Q3_K_L => GgufType::Q3_K_L,
+            GgufTypeArg::IQ4_XS => GgufType::IQ4_XS,
             GgufTypeArg::Auto => GgufType::Auto,
         }
     }

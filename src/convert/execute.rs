@@ -178,10 +178,32 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
     if !matches!(encoding, Encoding::Float | Encoding::Affine { .. }) && *adjust != Adjust::default() {
         bail!("only float rows can be adjusted");
     }
+    // A block of a coded linear's rows (the unit) whose values the output's precision cannot hold
+    // as normal numbers (channel scales far below 1) would be written as a few bits or zeros.
+    let coded = !source.coded_modules().is_empty();
+    let check_range = |values: &[f32], held_in: safetensors::Dtype| -> Result<()> {
+        match coded.then(|| dense::below_normal_range(values, held_in)).flatten() {
+            Some(largest) => bail!(
+                "rows {}..{}: their largest magnitude {largest:e} is below {held_in:?}'s normal range ({:e}), so they \
+                 would be written with fewer bits than the format holds, or as zeros{}",
+                span.rows.start,
+                span.rows.end,
+                dense::smallest_normal(held_in).unwrap_or_default(),
+                if held_in == safetensors::Dtype::F16 {
+                    " (bf16 holds them: --format bf16, --gguf-type bf16)"
+                } else {
+                    ""
+                }
+            ),
+            None => Ok(()),
+        }
+    };
     match encoding {
         Encoding::Float => {
             reader.f32_rows(source, span, &mut s.values)?;
             reader.adjust(*adjust, source, span, &mut s.values)?;
+            // Block types compute with f16 scales.
+            check_range(&s.values, tensor.storage.element().unwrap_or(safetensors::Dtype::F16))?;
             // The one rounding is to the output storage.
             match tensor.storage {
                 Storage::Element(dtype) => {
@@ -213,7 +235,7 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
         }
         Encoding::Bytes => {
             reader.byte_rows(source, span, &mut s.bytes)?;
-            // Floats this tool does not compute with (F64) pass through, finite or refused alike.
+            // A float stored as it is (no layout does so today) must be finite all the same.
             let dtype = tensor.storage.element().context("stored bytes need an element type")?;
             if let Some(i) = dense::first_non_finite(&s.bytes, dtype) {
                 let (row, col) = at(i);
@@ -233,6 +255,7 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
             let scale_dtype = params_dtype.context("affine tensor without scales")?;
             reader.f32_rows(source, span, &mut s.values)?;
             reader.adjust(*adjust, source, span, &mut s.values)?;
+            check_range(&s.values, scale_dtype)?;
             // The values a model in the scales' dtype holds are what gets quantized.
             let [scales, biases] = &mut s.params;
             let out = &mut AffineOut { packed: &mut s.bytes, scales, biases };

@@ -6,6 +6,7 @@ use super::options::ConvertOptions;
 use super::report::VerifySummary;
 use crate::card::{self, Card};
 use crate::checkpoint::{open_regular, Leaf};
+use crate::failure::{Classify, ErrorCode};
 use crate::layout::mtp::is_mtp;
 use crate::layout::Layout;
 use crate::output::checksums::{sha256_hex, SUMS_FILE};
@@ -29,7 +30,8 @@ pub fn write_side_files(job: &Job, dir: &Path) -> Result<Vec<String>> {
     }
     let mut written = Vec::new();
     for (name, src) in &job.side_files {
-        let mut from = open_regular(src)?;
+        // A side file of IN that cannot be read refuses the input, not the output.
+        let mut from = open_regular(src).class(ErrorCode::InputRefused)?;
         let target = dir.join(name);
         let mut to = std::fs::File::create(&target).with_context(|| format!("{}: cannot create", target.display()))?;
         std::io::copy(&mut from, &mut to)
@@ -60,12 +62,16 @@ pub fn marker(job: &Job, layout: &dyn Layout, opts: &ConvertOptions) -> Marker {
     for name in side.chain(index).chain(config).chain(card).chain(sums).chain([MARKER_FILE]) {
         files.insert(name.to_string(), None);
     }
-    let options = format!("{} {}", layout.name(), opts.shaping_flags());
+    let options = format!("{} {}", layout.name(), opts.recorded_flags(job.bias));
     Marker::new(job.ck.fingerprint(), sha256_hex(options.as_bytes()), files)
 }
 
 /// The model card's file name in OUT.
 pub const CARD_FILE: &str = "README.md";
+
+/// What the card and the warning say of a single `.safetensors` file as IN.
+pub const TENSORS_ONLY: &str = "the source is a single .safetensors file: its tensors are converted as they are, \
+     unchecked against any config, and no config.json or tokenizer is written; add the model's own before loading it";
 
 /// The model card of `job`.
 pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Option<&VerifySummary>) -> Card {
@@ -73,16 +79,12 @@ pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Optio
     // OUT is named by role: the parts of a split job write to differently named directories. A Hub
     // source is named with its commit, so the command reads the same snapshot again.
     let arg = card::source_arg(&opts.input, opts.hub.as_ref());
-    let command = format!("escha-convert {} OUT {}", shell_word(&arg), opts.shaping_flags());
+    let command = format!("escha-convert {} OUT {}", shell_word(&arg), opts.recorded_flags(job.bias));
     let mut notes = Vec::new();
-    if job.cat.coded.iter().any(|m| m.tensor(Leaf::Bias).is_some()) {
-        let bias = if opts.keep_bias && layout.applies_bias() {
-            "kept as `<module>.bias`, which the runtime adds after the matmul (the reference runtime never applies them)"
-        } else if opts.keep_bias {
-            "kept as `<module>.bias` (stock Qwen3.5 models have no slot for them)"
-        } else {
-            "dropped: the reference runtime never applies them"
-        };
+    if job.ck.single_file {
+        notes.push(("tensors only", TENSORS_ONLY.to_string()));
+    }
+    if let Some(bias) = bias_note(job, layout.applies_bias()) {
         notes.push(("coded-linear biases", bias.to_string()));
     }
     if !job.cat.int8.is_empty() {
@@ -117,4 +119,31 @@ pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Optio
         notes,
         verified: verify.map(|v| v.line_quoting(|base| card::md_code(base, true))),
     }
+}
+
+/// The card's line on the biases of coded linears, when the input has any: kept or dropped, and
+/// what the source's runtime does with them (Escha's reference runtime never applies them;
+/// exllamav3 adds an EXL3 linear's).
+fn bias_note(job: &Job, applied: bool) -> Option<&'static str> {
+    let with_bias: Vec<_> = job.cat.coded.iter().filter(|m| m.tensor(Leaf::Bias).is_some()).collect();
+    let escha = with_bias.iter().any(|m| !m.source_applies_bias());
+    let exl3 = with_bias.iter().any(|m| m.source_applies_bias());
+    let kept =
+        |source_applies: bool| with_bias.iter().any(|m| m.source_applies_bias() == source_applies && job.bias.keeps(m));
+    Some(match (escha, exl3) {
+        (false, false) => return None,
+        (true, false) if kept(false) && applied => {
+            "kept as `<module>.bias`, which the runtime adds after the matmul (the reference runtime never applies them)"
+        }
+        (true, false) if kept(false) => "kept as `<module>.bias` (stock Qwen3.5 models have no slot for them)",
+        (true, false) => "dropped: the reference runtime never applies them",
+        (false, true) if kept(true) && applied => {
+            "kept as `<module>.bias`, which exllamav3 adds after the matmul, as the source's runtime did"
+        }
+        (false, true) if kept(true) => {
+            "kept as `<module>.bias` (the source's runtime, exllamav3, adds them; stock Qwen3.5 models have no slot for them)"
+        }
+        (false, true) => "dropped on request, though the source's runtime (exllamav3) adds them after the matmul",
+        (true, true) => "as `--bias` says for each source: Escha's reference runtime never applies a bias, exllamav3 adds an EXL3 linear's",
+    })
 }

@@ -5,10 +5,10 @@ use super::fit::{self, BudgetReport};
 use super::options::ConvertOptions;
 use super::probe::Probe;
 use super::rows::Reader;
-use crate::checkpoint::{catalog, Catalog, Checkpoint};
+use crate::checkpoint::{architecture, catalog, Catalog, Checkpoint, Leaf};
 use crate::codec::TileDecoder;
 use crate::container::Container;
-use crate::layout::{check_unique_names, FitTensor, Kind, Layout, OutputTensor, WidthChoice};
+use crate::layout::{check_unique_names, BiasMode, FitTensor, Layout, OutputTensor, RowSource, WidthChoice};
 use crate::plan::Plan;
 use crate::warning::{Warning, WarningCode};
 use anyhow::{bail, Result};
@@ -36,6 +36,8 @@ pub struct Job {
     pub extra_files: Vec<(String, String)>,
     /// The largest relative change of a channel scale the format stores in its own precision.
     pub fold_change: Option<f64>,
+    /// `--bias` as resolved for this input ([`BiasMode::resolved`]).
+    pub bias: BiasMode,
 }
 
 impl Job {
@@ -53,6 +55,13 @@ impl Job {
     ) -> Result<Job> {
         let cat = catalog(&ck)?;
         cat.check_convertible(&ck, true)?;
+        architecture::check(&ck, &cat)?;
+        if ck.single_file {
+            warnings.push(Warning::new(
+                WarningCode::TensorsOnly,
+                format!("{}: {}", ck.root.display(), super::files::TENSORS_ONLY),
+            ));
+        }
         warnings.extend(cat.notes());
         if !cat.vision.is_empty() {
             warnings.push(Warning::new(
@@ -60,7 +69,8 @@ impl Job {
                 format!("{}: dropped {} vision-tower tensors", ck.root.display(), cat.vision.len()),
             ));
         }
-        let mut all = layout.tensors(&ck, &cat, opts.keep_bias, warnings)?;
+        let bias = opts.bias.resolved(&cat);
+        let mut all = layout.tensors(&ck, &cat, bias, warnings)?;
         check_unique_names(&all, &cat)?;
         ready(&ck)?;
         let reader = Reader { ck: &ck, cat: &cat, decoder };
@@ -96,48 +106,97 @@ impl Job {
                 bail!("{}: nothing to convert (no tensor matches --only)", ck.root.display());
             }
         }
-        bias_notes(&ck, &cat, &tensors, (opts.keep_bias, layout.applies_bias()), warnings)?;
+        bias_notes(&ck, &cat, &tensors, (bias, layout.applies_bias()), warnings)?;
         let index_metadata = layout.index_metadata(&tensors);
         let container = layout.container();
         let plan = Plan::new(tensors, max_shard_size, container.as_ref(), &metadata, index_metadata)?;
         let side_files = if layout.copies_side_files() { ck.copied_files.clone() } else { Vec::new() };
-        Ok(Job { ck, cat, plan, container, side_files, config, mtp_written, widths, budget, extra_files, fold_change })
+        Ok(Job {
+            ck,
+            cat,
+            plan,
+            container,
+            side_files,
+            config,
+            mtp_written,
+            widths,
+            budget,
+            extra_files,
+            fold_change,
+            bias,
+        })
     }
 }
 
-/// Says what happens to the biases of the coded linears being written: dropped (the default, when
-/// any is non-zero), or kept: added by the format's runtime, or where stock loaders have no slot for them.
+/// Says what becomes of the biases of the coded linears being written, where the output differs
+/// from what the source's own runtime computes or stock loaders expect: a non-zero bias left out
+/// (by `--bias`, or for want of a slot in the format), or one kept that the source's runtime never
+/// applies or the output's loaders have no slot for. A bias kept where both runtimes add it (EXL3
+/// to EXL3) goes unsaid.
 fn bias_notes(
     ck: &Checkpoint,
     cat: &Catalog,
     tensors: &[OutputTensor],
-    (keep_bias, applied): (bool, bool),
+    (bias, applied): (BiasMode, bool),
     warnings: &mut Vec<Warning>,
 ) -> Result<()> {
     let root = ck.root.display();
-    if keep_bias {
-        let kept = tensors.iter().filter(|t| t.kind == Kind::Bias).count();
-        if kept > 0 && applied {
-            warnings.push(Warning::new(WarningCode::BiasKept, format!(
-                "{root}: kept {kept} bias tensors of coded linears, which the output's runtime adds after the matmul (the reference runtime never applies them)"
-            )));
-        } else if kept > 0 {
-            warnings.push(Warning::new(WarningCode::BiasKept, format!(
-                "{root}: kept {kept} bias tensors of coded linears: stock Qwen3.5 loaders have no slot for them (a strict load fails, others drop them); loading them needs a patched model"
-            )));
+    let sources = tensors.iter().filter_map(|t| t.recipe.as_ref()).map(|r| &r.source);
+    let modules: BTreeSet<usize> = sources.clone().flat_map(RowSource::coded_modules).collect();
+    let names: BTreeSet<&str> = sources.flat_map(|s| s.tensor_names()).collect();
+    // Counted by whether the source's runtime applies the bias: [Escha, EXL3].
+    let (mut kept, mut dropped, mut no_slot) = ([0usize; 2], [0usize; 2], 0usize);
+    for (i, m) in cat.coded.iter().enumerate() {
+        let Some(b) = m.tensor(Leaf::Bias) else { continue };
+        let written = modules.contains(&i) || m.tensor(Leaf::Code).is_some_and(|c| names.contains(c));
+        if !written {
+            continue;
         }
-        return Ok(());
+        let by_source = usize::from(m.source_applies_bias());
+        if names.contains(b) {
+            kept[by_source] += 1;
+        } else if m.has_nonzero_bias(ck)? {
+            // Left out: by `--bias`, or by a format that has no slot for it.
+            if bias.keeps(m) {
+                no_slot += 1;
+            } else {
+                dropped[by_source] += 1;
+            }
+        }
     }
-    let modules: BTreeSet<usize> =
-        tensors.iter().filter_map(|t| t.recipe.as_ref()).flat_map(|r| r.source.coded_modules()).collect();
-    let mut nonzero = 0;
-    for m in modules {
-        nonzero += usize::from(cat.coded[m].has_nonzero_bias(ck)?);
-    }
-    if nonzero > 0 {
-        warnings.push(Warning::new(WarningCode::BiasDropped, format!(
-            "{root}: dropped {nonzero} non-zero bias tensors of coded linears (the reference runtime never applies them; --bias keep writes them)"
+    // Kept biases worth a word: where the output's runtime adds them, those the source's runtime
+    // never did; elsewhere every one (stock loaders have no slot for them).
+    let kept_said = if applied { kept[0] } else { kept[0] + kept[1] };
+    if kept_said > 0 && applied {
+        warnings.push(Warning::new(WarningCode::BiasKept, format!(
+            "{root}: kept {kept_said} bias tensors of coded linears, which the output's runtime adds after the matmul (the reference runtime never applies them)"
         )));
+    } else if kept_said > 0 {
+        warnings.push(Warning::new(WarningCode::BiasKept, format!(
+            "{root}: kept {kept_said} bias tensors of coded linears: stock Qwen3.5 loaders have no slot for them (a strict load fails, others drop them); loading them needs a patched model"
+        )));
+    }
+    if dropped[0] > 0 {
+        warnings.push(Warning::new(WarningCode::BiasDropped, format!(
+            "{root}: dropped {} non-zero bias tensors of coded linears (the reference runtime never applies them; --bias keep writes them)",
+            dropped[0]
+        )));
+    }
+    if dropped[1] > 0 {
+        warnings.push(Warning::new(WarningCode::BiasDropped, format!(
+            "{root}: dropped {} non-zero bias tensors of EXL3 linears, which exllamav3 adds after the matmul: the output computes without them (--bias auto or keep writes them)",
+            dropped[1]
+        )));
+    }
+    // A format that leaves out biases it has no slot for says so under its own code.
+    let said = warnings.iter().any(|w| w.code == WarningCode::ExpertBiasesDropped);
+    if no_slot > 0 && !said {
+        warnings.push(Warning::new(
+            WarningCode::BiasDropped,
+            format!(
+            "{root}: dropped {no_slot} non-zero bias tensors of coded linears: the output format has no slot for them"
+        ),
+        ));
     }
     Ok(())
 }

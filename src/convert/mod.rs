@@ -181,9 +181,9 @@ fn prove(opts: &ConvertOptions, request: &VerifyRequest, decoder: &dyn TileDecod
     Ok(summary)
 }
 
-/// The class of a failure while the shards were written: an I/O error is the output's (a full
-/// disk, a file-size limit); anything else arose from what was read (a value the format cannot
-/// hold).
+/// The class of a failure while the shards were written that was not classified where it arose
+/// (the shard files classify their own failures as `write_failed`): an I/O error is the output's;
+/// anything else arose from what was read (a value the format cannot hold).
 fn write_class(e: &anyhow::Error) -> ErrorCode {
     if e.chain().any(<dyn std::error::Error>::is::<std::io::Error>) {
         ErrorCode::WriteFailed

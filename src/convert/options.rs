@@ -2,7 +2,7 @@
 //! model card.
 
 use crate::checkpoint::HubSource;
-use crate::layout::{AutoBits, DenseDtype, MtpMode, OutputFormat};
+use crate::layout::{BiasMode, DenseDtype, FlagWords, MtpMode, OutputFormat};
 use crate::plan::PartSpec;
 use crate::text::shell_word;
 use std::path::PathBuf;
@@ -15,8 +15,9 @@ pub struct ConvertOptions {
     pub hub: Option<HubSource>,
     pub output: PathBuf,
     pub format: OutputFormat,
-    /// Write the bias tensors of coded linears (dropped by default).
-    pub keep_bias: bool,
+    /// What becomes of the bias tensors of coded linears (by default, what the source's runtime
+    /// does with them).
+    pub bias: BiasMode,
     /// Largest shard in tensor bytes; the format's default when `None`.
     pub max_shard_size: Option<u64>,
     /// `--max-size`: the model files' total in bytes; every quantized tensor's encoding is chosen
@@ -47,7 +48,7 @@ impl ConvertOptions {
             hub: None,
             output,
             format: OutputFormat::Dense { dtype: DenseDtype::Bf16, mtp: MtpMode::Auto },
-            keep_bias: false,
+            bias: BiasMode::Auto,
             max_shard_size: None,
             max_size: None,
             only: Vec::new(),
@@ -67,50 +68,16 @@ impl ConvertOptions {
     /// the format's name), so the text of an option set never changes. BASE is named by its
     /// directory name or as `org/name@<commit>` (a card names no path of the machine that ran the
     /// job). How the run went (-j, --quiet, --json, --force, --backend, --part) changes no byte
-    /// and is left out.
+    /// and is left out. The format and its own options are spelled by its layout
+    /// ([`Layout::shaping_flags`](crate::layout::Layout::shaping_flags)), so the engine names none.
     pub fn shaping_flags(&self) -> String {
-        let mut w = Words(Vec::new());
-        match self.format {
-            OutputFormat::Dense { dtype, mtp } => {
-                w.value("--format", if dtype == DenseDtype::Bf16 { "bf16" } else { "f16" });
-                w.value("--mtp", mtp.name());
-            }
-            OutputFormat::Mlx(o) if self.max_size.is_some() => {
-                w.value("--format", "mlx");
-                w.value("--max-size", &self.max_size.unwrap_or_default().to_string());
-                w.value("--int8", o.int8.name());
-            }
-            OutputFormat::Mlx(o) => {
-                w.value("--format", "mlx");
-                match o.auto {
-                    Some(auto) => {
-                        w.value("--bits", "auto");
-                        w.budget(auto);
-                    }
-                    None => w.value("--bits", &o.spec.bits.to_string()),
-                }
-                w.value("--group-size", &o.spec.group_size.to_string());
-                w.value("--int8", o.int8.name());
-            }
-            OutputFormat::Exl3 { mtp } => {
-                w.value("--format", "exl3");
-                w.value("--mtp", mtp.name());
-            }
-            OutputFormat::Gguf(o) => {
-                w.value("--format", "gguf");
-                match self.max_size {
-                    Some(size) => w.value("--max-size", &size.to_string()),
-                    None => w.value("--gguf-type", o.ty.name()),
-                }
-                if let Some(auto) = o.auto {
-                    w.budget(auto);
-                }
-                w.value("--gguf-vocab", if o.vocab { "auto" } else { "none" });
-                w.value("--int8", o.int8.name());
-                w.value("--mtp", o.mtp.name());
-            }
+        let mut w = FlagWords::default();
+        self.format.layout().shaping_flags(&mut w);
+        // A fitted format names none of the widths or types: the size chose them.
+        if let Some(size) = self.max_size {
+            w.value("--max-size", &size.to_string());
         }
-        w.value("--bias", if self.keep_bias { "keep" } else { "drop" });
+        w.value("--bias", self.bias.name());
         if let Some(size) = self.max_shard_size {
             w.value("--max-shard-size", &size.to_string());
         }
@@ -129,40 +96,13 @@ impl ConvertOptions {
                 Some(n) => w.value("--verify-sample", &n.to_string()),
             }
         }
-        w.0.join(" ")
-    }
-}
-
-/// The words of a command line, flag by flag.
-struct Words(Vec<String>);
-
-impl Words {
-    fn switch(&mut self, flag: &str) {
-        self.0.push(flag.into());
+        w.line()
     }
 
-    /// `flag value`, for a value no shell treats specially.
-    fn value(&mut self, flag: &str, value: &str) {
-        self.quoted(flag, value, value);
-    }
-
-    /// `flag value`, the value written as `quoted` for a shell; `flag=value` when the value starts
-    /// with `-`, which the command line would otherwise take for a flag.
-    fn quoted(&mut self, flag: &str, value: &str, quoted: &str) {
-        if value.starts_with('-') {
-            self.0.push(format!("{flag}={quoted}"));
-        } else {
-            self.0.push(flag.into());
-            self.0.push(quoted.into());
-        }
-    }
-
-    /// `--max-added-error R` and `--measure-error` of an auto choice.
-    fn budget(&mut self, auto: AutoBits) {
-        self.value("--max-added-error", &auto.max_added_error.to_string());
-        if auto.exact {
-            self.switch("--measure-error");
-        }
+    /// [`Self::shaping_flags`] with `--bias` as a job resolved it for its input
+    /// ([`BiasMode::resolved`]): what the marker fingerprints and the card records.
+    pub fn recorded_flags(&self, bias: BiasMode) -> String {
+        ConvertOptions { bias, ..self.clone() }.shaping_flags()
     }
 }
 
@@ -179,19 +119,22 @@ pub struct VerifyRequest {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::{GgufOptions, GgufType, Int8Mode, MlxOptions};
+    use crate::layout::{AutoBits, GgufOptions, GgufType, Int8Mode, MlxOptions};
 
     /// Option sets and the flags earlier releases recorded for them: the marker's fingerprint of
     /// an existing output must not change (`merge` compares them).
     #[test]
     fn the_flags_of_an_option_set_never_change() {
-        let plain = ConvertOptions::new("/in/dense".into(), "/out".into());
+        // `--bias auto` is recorded as what it resolved to (`BiasMode::resolved`): `drop` for every
+        // Escha input, the choice of the releases before `auto`.
+        let plain = ConvertOptions { bias: BiasMode::Drop, ..ConvertOptions::new("/in/dense".into(), "/out".into()) };
         let with = |format| ConvertOptions { format, ..plain.clone() };
         let auto = |max_added_error, exact| Some(AutoBits { max_added_error, exact });
         let cases = [
             (plain.clone(), "--format bf16 --mtp auto --bias drop"),
+            (ConvertOptions { bias: BiasMode::Auto, ..plain.clone() }, "--format bf16 --mtp auto --bias auto"),
             (
-                ConvertOptions { keep_bias: true, max_shard_size: Some(20000), checksums: true, ..plain.clone() },
+                ConvertOptions { bias: BiasMode::Keep, max_shard_size: Some(20000), checksums: true, ..plain.clone() },
                 "--format bf16 --mtp auto --bias keep --max-shard-size 20000 --checksums",
             ),
             (
@@ -246,7 +189,7 @@ mod tests {
                     max_size: Some(11_000_000_000),
                     ..plain.clone()
                 },
-                "--format mlx --max-size 11000000000 --int8 exact --bias drop",
+                "--format mlx --int8 exact --max-size 11000000000 --bias drop",
             ),
             (
                 ConvertOptions {
@@ -258,7 +201,7 @@ mod tests {
                     max_size: Some(10_000_000_000),
                     ..plain.clone()
                 },
-                "--format gguf --max-size 10000000000 --gguf-vocab auto --int8 exact --mtp auto --bias drop",
+                "--format gguf --gguf-vocab auto --int8 exact --mtp auto --max-size 10000000000 --bias drop",
             ),
         ];
         for (options, flags) in cases.into_iter().chain(fitted) {

@@ -12,13 +12,16 @@
 //! * int8 pairs → `P.weight` bf16 (the exact product rounded once); every other tensor as in the
 //!   Hugging Face layout ([`super::hf`]): norms zero-centred (exllamav3 adds the 1), 16-bit floats
 //!   bf16, F32 kept;
-//! * biases of coded linears (`--bias keep`) → `P.bias` F16, which exllamav3 applies;
+//! * biases of coded linears, where `--bias` keeps them (by default an EXL3 input's) → `P.bias` F16,
+//!   which exllamav3 adds after the matmul;
 //! * config.json flattened to the text model, with the `quantization_config` exllamav3's converter
 //!   writes, and `quantization_config.json` with its `tensor_storage` map.
 
+use super::flags::FlagWords;
 use super::hf::{self, DenseDtype};
 use super::mtp::{self, MtpMode};
 use super::names::natural_key;
+use super::options::BiasMode;
 use super::policy::{FormatCard, Layout};
 use super::tensor::{Encoding, Kind, OutputTensor, RowSource};
 use crate::checkpoint::tensor::to_f32_vec;
@@ -173,22 +176,47 @@ fn pieces<'a>(ck: &Checkpoint, m: &'a CodedModule) -> Result<Vec<Piece<'a>>> {
     Ok(out)
 }
 
+/// The largest relative change one rounding to f16 makes to a value in float16's normal range:
+/// half a unit in the last of its 11 significant bits.
+pub const FOLD_BOUND: f64 = 1.0 / 2048.0;
+
 /// The largest relative change folding `s` into `r` makes, over every channel of every coded
-/// linear: `|f16(r·s) − r·s| / |r·s|`, 0 where s is 1 (or absent).
+/// linear: `|f16(r·s) − r·s| / |r·s|`, 0 where s is 1 (or absent). A channel whose product f16
+/// cannot hold within [`FOLD_BOUND`] (beyond 65504, or below float16's normal range, where
+/// rounding keeps fewer bits or none) is refused naming the tensor: the EXL3 output would compute
+/// other weights than IN's.
 pub fn fold_change(ck: &Checkpoint, cat: &Catalog) -> Result<f64> {
     let mut worst = 0.0f64;
     for m in &cat.coded {
-        for (r, s) in [(Leaf::Rin, Leaf::SIn), (Leaf::Rout, Leaf::SOut)] {
-            let Some(s) = m.tensor(s) else { continue };
-            let r = m.tensor(r).expect("validated: rin and rout");
-            let (re, se) = (ck.entry(r)?, ck.entry(s)?);
+        for (r, s, leaf, len) in
+            [(Leaf::Rin, Leaf::SIn, "suh", m.in_padded), (Leaf::Rout, Leaf::SOut, "svh", m.out_padded)]
+        {
+            let Some(s_name) = m.tensor(s) else { continue };
+            let r_name = m.tensor(r).expect("validated: rin and rout");
+            let (re, se) = (ck.entry(r_name)?, ck.entry(s_name)?);
             let (rv, sv) = (to_f32_vec(ck.bytes(re), re.dtype)?, to_f32_vec(ck.bytes(se), se.dtype)?);
-            for (&r, &s) in rv.iter().zip(&sv) {
+            for (i, (&r, &s)) in rv.iter().zip(&sv).enumerate() {
                 let exact = f64::from(r) * f64::from(s);
-                if exact != 0.0 {
-                    let stored = f64::from(f16::from_f32(crate::quant::dense::round_to_odd(exact)).to_f32());
-                    worst = worst.max((stored - exact).abs() / exact.abs());
+                if exact == 0.0 {
+                    continue;
                 }
+                let stored = f64::from(f16::from_f32(crate::quant::dense::round_to_odd(exact)).to_f32());
+                let change = (stored - exact).abs() / exact.abs();
+                if change > FOLD_BOUND {
+                    let why = if stored.is_infinite() {
+                        "beyond float16's largest value, 65504"
+                    } else {
+                        "below float16's normal range (2^-14), where it keeps fewer bits, or none"
+                    };
+                    let expert = m.experts.map(|_| format!(" of expert {}", i / len)).unwrap_or_default();
+                    bail!(
+                        "tensor {s_name}: channel {}{expert}: {r:e} × {s:e} = {exact:.4e} becomes {stored:.4e} in the \
+                         f16 {}.{leaf}, a change of {change:.1e} (the fold allows 2^-11): {why}; --format bf16 holds it",
+                        i % len,
+                        m.path,
+                    );
+                }
+                worst = worst.max(change);
             }
         }
     }
@@ -200,16 +228,21 @@ impl Layout for Exl3Layout {
         "exl3"
     }
 
+    fn shaping_flags(&self, flags: &mut FlagWords) {
+        flags.value("--format", self.name());
+        flags.value("--mtp", self.mtp.name());
+    }
+
     fn tensors(
         &self,
         ck: &Checkpoint,
         cat: &Catalog,
-        keep_bias: bool,
+        bias: BiasMode,
         warnings: &mut Vec<crate::warning::Warning>,
     ) -> Result<Vec<OutputTensor>> {
         let mut tensors = Vec::new();
         // Everything but the coded linears (and their biases) as in the Hugging Face layout.
-        for t in hf::tensors(ck, cat, DenseDtype::Bf16, false) {
+        for t in hf::tensors(ck, cat, DenseDtype::Bf16, BiasMode::Drop) {
             let coded = t.recipe.as_ref().is_some_and(|r| !r.source.coded_modules().is_empty());
             if !coded {
                 tensors.push(t);
@@ -218,7 +251,7 @@ impl Layout for Exl3Layout {
         for m in &cat.coded {
             let kind = if m.experts.is_some() { Kind::CodedExperts } else { Kind::Coded };
             for piece in pieces(ck, m)? {
-                tensors.extend(piece.tensors(keep_bias, kind));
+                tensors.extend(piece.tensors(bias.keeps(m), kind));
             }
         }
         tensors.sort_by_cached_key(|t| natural_key(&t.name));

@@ -6,13 +6,15 @@
 //! * int8 pair `P` → `P.weight`;
 //! * norms are kept exactly as stored: HF Qwen3.5 norms are zero-centred and the runtime adds 1;
 //! * every other tensor passes through, 16-bit floats cast to the output dtype, F32 kept F32;
-//! * `bias` of coded linears only with `keep_bias`;
+//! * `bias` of coded linears where `--bias` keeps it ([`BiasMode`]);
 //! * the MTP head as `mtp.*` tensors in the main shards, when complete (see [`super::mtp`]);
 //! * a native EXL3 `MoE`'s per-expert linears (`….experts.{e}.gate_proj`, …) stacked as the fused
 //!   `….experts.gate_up_proj` / `down_proj` transformers expects.
 
+use super::flags::FlagWords;
 use super::mtp::{self, MtpMode};
 use super::names::{natural_key, norm_kind};
+use super::options::BiasMode;
 use super::policy::{FormatCard, Layout};
 use super::tensor::{Encoding, Kind, OutputTensor, RowSource};
 use crate::checkpoint::tensor::is_float;
@@ -53,14 +55,19 @@ impl Layout for HfLayout {
         }
     }
 
+    fn shaping_flags(&self, flags: &mut FlagWords) {
+        flags.value("--format", self.name());
+        flags.value("--mtp", self.mtp.name());
+    }
+
     fn tensors(
         &self,
         ck: &Checkpoint,
         cat: &Catalog,
-        keep_bias: bool,
+        bias: BiasMode,
         warnings: &mut Vec<crate::warning::Warning>,
     ) -> Result<Vec<OutputTensor>> {
-        let mut tensors = tensors(ck, cat, self.dtype, keep_bias);
+        let mut tensors = tensors(ck, cat, self.dtype, bias);
         restack_experts(&mut tensors, true);
         mtp::apply(self.mtp, &mut tensors, ck.config.as_ref(), warnings);
         Ok(tensors)
@@ -101,7 +108,7 @@ impl Layout for HfLayout {
 }
 
 /// The output tensors in Hugging Face names, in model order.
-pub fn tensors(ck: &Checkpoint, cat: &Catalog, dtype: DenseDtype, keep_bias: bool) -> Vec<OutputTensor> {
+pub fn tensors(ck: &Checkpoint, cat: &Catalog, dtype: DenseDtype, bias: BiasMode) -> Vec<OutputTensor> {
     let out = dtype.dtype();
     let mut tensors = Vec::new();
     for (i, m) in cat.coded.iter().enumerate() {
@@ -120,8 +127,8 @@ pub fn tensors(ck: &Checkpoint, cat: &Catalog, dtype: DenseDtype, keep_bias: boo
             source,
             Encoding::Float,
         ));
-        if let Some(bias) = m.tensor(Leaf::Bias).filter(|_| keep_bias) {
-            let source = RowSource::Tensor { name: bias.to_string(), rows: 0..m.expert_count(), cols: m.out_features };
+        if let Some(b) = m.tensor(Leaf::Bias).filter(|_| bias.keeps(m)) {
+            let source = RowSource::Tensor { name: b.to_string(), rows: 0..m.expert_count(), cols: m.out_features };
             let name = format!("{}.bias", m.path);
             tensors.push(OutputTensor::new(name, out, shape(&[m.out_features]), Kind::Bias, source, Encoding::Float));
         }
@@ -134,6 +141,8 @@ pub fn tensors(ck: &Checkpoint, cat: &Catalog, dtype: DenseDtype, keep_bias: boo
         let entry = &ck.tensors[&p.name];
         let (dtype, encoding) = match entry.dtype {
             Dtype::F16 | Dtype::BF16 => (out, Encoding::Float),
+            // F64 is read as f32 and written as an F32 tensor is: kept F32 (no client loads F64).
+            Dtype::F64 => (Dtype::F32, Encoding::Float),
             other if is_float(other) => (other, Encoding::Float),
             other => (other, Encoding::Bytes),
         };
@@ -156,8 +165,8 @@ pub(crate) fn expert_leaf(name: &str) -> Option<(&str, usize, &str)> {
 }
 
 /// Per-expert coded linears (`….experts.{e}.gate_proj` / `up_proj` / `down_proj`, every e of
-/// 0..E, one shape per projection, no bias) stacked as the fused parameters transformers'
-/// `Qwen3.5-MoE` expects: `….experts.gate_up_proj` `[E, 2·I, H]` (gate rows first) and
+/// 0..E, one shape per projection) stacked as the fused parameters transformers' `Qwen3.5-MoE`
+/// expects (their biases, which it has no slot for, left out): `….experts.gate_up_proj` `[E, 2·I, H]` (gate rows first) and
 /// `….experts.down_proj` `[E, H, I]`. Stored `[E, 2·I, H]` is stored `[2·E, I, H]`: the gate and
 /// up of each expert stack as leads of their own. Without `fuse_gate_up`, gate and up stack apart
 /// (`….experts.gate_proj`, `….experts.up_proj`, `[E, I, H]` each: the halves GGUF splits the fused
@@ -176,8 +185,7 @@ pub fn restack_experts(tensors: &mut Vec<OutputTensor>, fuse_gate_up: bool) {
         let at = |e: usize, p: &str| members.get(&(e, p.to_string())).map(|&i| &tensors[i]);
         let complete = members.len() == 3 * experts
             && (0..experts).all(|e| ["gate_proj", "up_proj", "down_proj"].iter().all(|p| at(e, p).is_some()));
-        let has_bias = tensors.iter().any(|t| t.name.starts_with(&format!("{parent}.")) && t.kind == Kind::Bias);
-        if experts == 0 || !complete || has_bias {
+        if experts == 0 || !complete {
             continue;
         }
         let shape_of = |p: &str| at(0, p).map(|t| t.shape.clone()).unwrap_or_default();
@@ -207,6 +215,15 @@ pub fn restack_experts(tensors: &mut Vec<OutputTensor>, fuse_gate_up: bool) {
             fused.push(OutputTensor::new(name, storage, shape, Kind::CodedExperts, source, Encoding::Float));
         }
         gone.extend(members.values().copied());
+        // The fused layout has no slot for an expert's bias: left out (the engine says so).
+        let prefix = format!("{parent}.");
+        gone.extend(
+            tensors
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.kind == Kind::Bias && t.name.starts_with(&prefix))
+                .map(|(i, _)| i),
+        );
     }
     if gone.is_empty() {
         return;

@@ -24,11 +24,13 @@
 //!   norms a second time or fail a strict load).
 
 use super::fit::{FitOption, FitTensor};
+use super::flags::FlagWords;
 use super::mtp;
 use super::names::{natural_key, norm_kind};
-use super::options::{AutoBits, Int8Mode};
+use super::options::{AutoBits, BiasMode, Int8Mode};
 use super::policy::{Chosen, FormatCard, Layout, WeightProbe, WidthChoice};
 use super::tensor::{Adjust, AffineParams, Encoding, Kind, OutputTensor, Recipe, RowSource};
+use crate::checkpoint::tensor::is_float;
 use crate::checkpoint::{Catalog, Checkpoint, Leaf};
 use crate::container::{MetaValue, Metadata};
 use crate::quant::affine::{int8_group_size, AffineSpec, BITS, GROUP_SIZES};
@@ -85,14 +87,31 @@ impl Layout for MlxLayout {
         "mlx"
     }
 
+    fn shaping_flags(&self, flags: &mut FlagWords) {
+        let o = &self.opts;
+        flags.value("--format", self.name());
+        // Fitted, the engine's `--max-size` chose every width and group size.
+        if !o.fitted {
+            match o.auto {
+                Some(auto) => {
+                    flags.value("--bits", "auto");
+                    auto.shaping_flags(flags);
+                }
+                None => flags.value("--bits", &o.spec.bits.to_string()),
+            }
+            flags.value("--group-size", &o.spec.group_size.to_string());
+        }
+        flags.value("--int8", o.int8.name());
+    }
+
     fn tensors(
         &self,
         ck: &Checkpoint,
         cat: &Catalog,
-        keep_bias: bool,
+        bias: BiasMode,
         warnings: &mut Vec<Warning>,
     ) -> Result<Vec<OutputTensor>> {
-        let (tensors, dropped) = tensors(ck, cat, self.opts, keep_bias)?;
+        let (tensors, dropped) = tensors(ck, cat, self.opts, bias)?;
         let root = ck.root.display();
         if dropped.mtp > 0 {
             warnings.push(Warning::new(
@@ -453,7 +472,7 @@ pub fn tensors(
     ck: &Checkpoint,
     cat: &Catalog,
     opts: MlxOptions,
-    keep_bias: bool,
+    bias: BiasMode,
 ) -> Result<(Vec<OutputTensor>, Dropped)> {
     let family = family(ck)?;
     let text = ck.text_config();
@@ -494,8 +513,8 @@ pub fn tensors(
         }
         let Some(e) = m.experts else {
             b.linear(&path, &[], oc, ic, all_rows, Kind::Coded);
-            if let Some(bias) = m.tensor(Leaf::Bias).filter(|_| keep_bias) {
-                let source = RowSource::Tensor { name: bias.to_string(), rows: 0..1, cols: oc };
+            if let Some(name) = m.tensor(Leaf::Bias).filter(|_| bias.keeps(m)) {
+                let source = RowSource::Tensor { name: name.to_string(), rows: 0..1, cols: oc };
                 b.out.push(OutputTensor::new(
                     format!("{path}.bias"),
                     dtype,
@@ -507,7 +526,7 @@ pub fn tensors(
             }
             continue;
         };
-        if keep_bias && m.tensor(Leaf::Bias).is_some() {
+        if bias.keeps(m) && m.tensor(Leaf::Bias).is_some() {
             dropped.expert_biases += 1;
         }
         let kind = Kind::CodedExperts;
@@ -580,7 +599,7 @@ pub fn tensors(
         }
         let entry = &ck.tensors[&p.name];
         let name = mlx_name(family, &p.name);
-        let float = matches!(entry.dtype, Dtype::F16 | Dtype::BF16 | Dtype::F32);
+        let float = is_float(entry.dtype);
         let shape = entry.shape.clone();
         if !float {
             let source = RowSource::whole(&p.name, &shape);
@@ -594,7 +613,9 @@ pub fn tensors(
             let shape = if shape[2] != 1 && shape[1] == 1 { vec![shape[0], shape[2], 1] } else { shape };
             b.out.push(OutputTensor::new(name, dtype, shape, Kind::Plain, source, Encoding::Float));
         } else if name.ends_with("A_log") {
-            let keep = if family == Family::Qwen35 { entry.dtype } else { dtype };
+            // F64 is kept as F32 is: mlx loads no F64.
+            let kept = if entry.dtype == Dtype::F64 { Dtype::F32 } else { entry.dtype };
+            let keep = if family == Family::Qwen35 { kept } else { dtype };
             b.float(name, &p.name, keep, shape, Kind::Plain);
         } else if let Some((prefix, expert, leaf)) =
             name.strip_suffix(".weight").filter(|_| shape.len() == 2).and_then(per_expert)

@@ -6,10 +6,11 @@
 //! (MLX layout, affine-quantized), [`exl3`] (the trellis codes as stored, for exllamav3) and
 //! [`gguf`] (GGUF for llama.cpp: bf16, f16, f32, `Q8_0` or K-quants). `tensor.rs` describes an
 //! output tensor in terms every format shares; `options.rs` holds the options more than one
-//! format takes ([`Int8Mode`], [`AutoBits`]).
+//! format takes ([`Int8Mode`], [`AutoBits`], [`BiasMode`]).
 
 pub mod exl3;
 mod fit;
+mod flags;
 pub mod gguf;
 pub mod hf;
 pub mod mlx;
@@ -21,12 +22,13 @@ mod tensor;
 
 pub use exl3::Exl3Layout;
 pub use fit::{FitOption, FitTensor, TABLE_BITS};
+pub use flags::FlagWords;
 pub use gguf::{GgufLayout, GgufOptions, GgufType};
 pub use hf::{DenseDtype, HfLayout};
 pub use mlx::{MlxLayout, MlxOptions};
 pub use mtp::MtpMode;
 pub use names::{natural_key, norm_kind, NormKind};
-pub use options::{AutoBits, Int8Mode};
+pub use options::{AutoBits, BiasMode, Int8Mode};
 pub use policy::{Chosen, FormatCard, Layout, WeightProbe, WidthChoice};
 pub use tensor::{
     check_unique_names, Adjust, AffineParams, Encoding, HeadOrder, Kind, OutputTensor, Recipe, RowSource,

@@ -2,7 +2,9 @@
 //! and what goes into the files around them.
 
 use super::fit::FitTensor;
+use super::flags::FlagWords;
 use super::mtp::is_mtp;
+use super::options::BiasMode;
 use super::tensor::{Adjust, OutputTensor, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint};
 use crate::container::{Container, MetaValue, Metadata, Safetensors};
@@ -113,13 +115,18 @@ pub trait Layout: Sync {
     /// The format's name in reports: "bf16", "f16", "mlx".
     fn name(&self) -> &'static str;
 
-    /// The output tensors of a checkpoint, in output order. What the format leaves out is said in
-    /// `warnings`.
+    /// The flags that ask for this format and its own options (`--format NAME` first), every
+    /// default spelled out: the marker fingerprints them and the model card records them, so the
+    /// words of an option set never change.
+    fn shaping_flags(&self, flags: &mut FlagWords);
+
+    /// The output tensors of a checkpoint, in output order, the biases of coded linears as `bias`
+    /// says. What the format leaves out is said in `warnings`.
     fn tensors(
         &self,
         ck: &Checkpoint,
         cat: &Catalog,
-        keep_bias: bool,
+        bias: BiasMode,
         warnings: &mut Vec<crate::warning::Warning>,
     ) -> Result<Vec<OutputTensor>>;
 
@@ -165,7 +172,7 @@ pub trait Layout: Sync {
         Vec::new()
     }
 
-    /// Whether the format's runtime adds a coded linear's `bias` (written with `--bias keep`) after
+    /// Whether the format's runtime adds a coded linear's `bias` (when `--bias` writes it) after
     /// the matmul; stock Qwen3.5 loaders have no slot for it.
     fn applies_bias(&self) -> bool {
         false

@@ -123,6 +123,18 @@ impl RowSource {
         }
     }
 
+    /// The input tensors the rows are read from by name (a coded module's or an int8 pair's are
+    /// not named here).
+    pub fn tensor_names(&self) -> Vec<&str> {
+        match self {
+            RowSource::Tensor { name, .. } | RowSource::Slice { name, .. } => vec![name.as_str()],
+            RowSource::Stack(members) => members.iter().flat_map(RowSource::tensor_names).collect(),
+            RowSource::Reordered { inner, .. } => inner.tensor_names(),
+            RowSource::Product(a, b) => a.tensor_names().into_iter().chain(b.tensor_names()).collect(),
+            RowSource::Coded { .. } | RowSource::Int8(_) | RowSource::Literal { .. } => Vec::new(),
+        }
+    }
+
     /// Every row and column of an input tensor of shape `shape`.
     pub fn whole(name: &str, shape: &[usize]) -> RowSource {
         let (_, rows, cols) = view(shape);

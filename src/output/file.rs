@@ -3,15 +3,21 @@
 //! never lands on something that is not a regular file.
 
 use crate::checkpoint::file_kind;
+use crate::failure::{Classify, ErrorCode};
 use crate::paths::{overlaps, parent_dir, physical_destination};
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Checks that `path` may receive a file: where it physically is lies outside `inputs` (the
 /// physical places of IN and BASE), it is a regular file or absent (never a link, device, FIFO or
-/// directory), and its directory takes a new file. Returns the physical path to write.
+/// directory), and its directory takes a new file. Returns the physical path to write. A refusal
+/// is the output's (`output_refused`).
 pub fn check_destination(path: &Path, inputs: &[PathBuf]) -> Result<PathBuf> {
+    checked_destination(path, inputs).class(ErrorCode::OutputRefused)
+}
+
+fn checked_destination(path: &Path, inputs: &[PathBuf]) -> Result<PathBuf> {
     let target = physical_destination(path)?;
     if target.file_name().is_none() {
         bail!("{}: not a file name", path.display());
@@ -43,7 +49,8 @@ pub fn check_destination(path: &Path, inputs: &[PathBuf]) -> Result<PathBuf> {
 pub fn write_whole(target: &Path, bytes: &[u8]) -> Result<()> {
     if let Ok(m) = std::fs::symlink_metadata(target) {
         if !m.is_file() {
-            bail!("{}: {} appeared there; not replacing it", target.display(), file_kind(&m));
+            return Err(anyhow!("{}: {} appeared there; not replacing it", target.display(), file_kind(&m)))
+                .class(ErrorCode::OutputRefused);
         }
     }
     let tmp = temporary(target);
@@ -53,12 +60,12 @@ pub fn write_whole(target: &Path, bytes: &[u8]) -> Result<()> {
         .create_new(true)
         .open(&tmp)
         .and_then(|mut f| f.write_all(bytes).and_then(|()| f.sync_all()))
-        .and_then(|()| std::fs::rename(&tmp, target));
+        .and_then(|()| crate::signals::put_in_place(|| std::fs::rename(&tmp, target)));
     if written.is_err() {
         let _ = std::fs::remove_file(&tmp);
     }
     crate::signals::forget(&tmp);
-    written.with_context(|| format!("{}: cannot write", target.display()))
+    written.with_context(|| format!("{}: cannot write", target.display())).class(ErrorCode::WriteFailed)
 }
 
 /// The hidden sibling a file is written to before it is renamed into place.

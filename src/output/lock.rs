@@ -1,6 +1,7 @@
 //! An advisory lock on OUT, held for the whole run: a second run into the same OUT fails at once
 //! instead of racing the first to the final rename.
 
+use super::writable::cannot_create;
 use crate::checkpoint::file_kind as kind;
 use crate::signals;
 use anyhow::{bail, Context, Result};
@@ -70,7 +71,7 @@ impl OutputLock {
                             kind(&m)
                         )
                     }
-                    _ => anyhow::Error::new(e).context(format!("{}: cannot create the output lock", path.display())),
+                    _ => cannot_create(path, "the output lock", e),
                 })?;
             let meta = file.metadata().with_context(|| format!("{}: cannot read", path.display()))?;
             if !meta.is_file() {
@@ -86,7 +87,7 @@ impl OutputLock {
             }
             // A run that just finished may have removed the file we opened: lock the one at `path`.
             if same_file(&file, path) {
-                signals::remove_on_signal(path);
+                signals::remove_leftover_on_signal(path);
                 return Ok(Some(OutputLock { path: path.to_path_buf(), _file: file }));
             }
         }

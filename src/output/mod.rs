@@ -9,6 +9,7 @@ mod lock;
 pub mod ours;
 mod queue;
 mod staging;
+mod writable;
 
 pub use files::ShardFiles;
 pub use ours::{Marker, MARKER_FILE};

@@ -3,6 +3,7 @@
 //! write-back throttling. Buffers are recycled, so memory stays bounded by the queue depth.
 
 use super::ShardFiles;
+use crate::failure::{classified, ErrorCode};
 use anyhow::{anyhow, Result};
 use std::sync::mpsc::{sync_channel, SyncSender};
 use std::sync::{Arc, Mutex};
@@ -65,7 +66,9 @@ impl WriteQueue {
 
     fn close(&mut self) -> Result<ShardFiles> {
         drop(self.tx.take());
-        self.writer.take().expect("closed once").join().map_err(|_| anyhow!("the output writer panicked"))?
+        // A panic is a defect of this tool, not of what it read or wrote: class `failed`.
+        let joined = self.writer.take().expect("closed once").join();
+        joined.map_err(|_| classified(anyhow!("the output writer panicked"), ErrorCode::Failed))?
     }
 }
 

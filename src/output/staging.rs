@@ -13,6 +13,8 @@
 
 use super::lock::{sibling_name, OutputLock};
 use super::ours::{check_replaceable, first_foreign_entry, MARKER_FILE};
+use super::writable::cannot_create;
+use crate::failure::{Classify, ErrorCode};
 use crate::paths::{overlaps, physical_destination};
 use crate::signals;
 use crate::warning::{Warning, WarningCode};
@@ -56,7 +58,7 @@ impl Claim {
     pub fn take(out: &Destination) -> Result<Claim> {
         let dest = resolve(out)?;
         let (parent, name) = split(&dest, out.path)?;
-        std::fs::create_dir_all(parent).with_context(|| format!("{}: cannot create", parent.display()))?;
+        std::fs::create_dir_all(parent).map_err(|e| cannot_create(parent, "OUT's parent directory", e))?;
         let lock = OutputLock::acquire(out.path, parent, name)?;
         check_destination(&dest, out)?;
         Ok(Claim { dest, shown: out.path.to_path_buf(), force: out.force, lock })
@@ -78,10 +80,12 @@ impl Staging {
         let tmp = parent.join(sibling_name(name, &format!("{PARTIAL}{}", std::process::id())));
         signals::remove_on_signal(&tmp);
         // create_dir fails on anything already there: a staging directory is always new.
-        std::fs::create_dir(&tmp).with_context(|| format!("{}: cannot create", tmp.display()))?;
+        std::fs::create_dir(&tmp).map_err(|e| cannot_create(&tmp, "the staging directory", e))?;
         let staging = Staging { tmp, dest, shown, force, _lock: lock, committed: false };
         let marker_path = staging.tmp.join(MARKER_FILE);
-        std::fs::write(&marker_path, marker).with_context(|| format!("{}: cannot write", marker_path.display()))?;
+        std::fs::write(&marker_path, marker)
+            .with_context(|| format!("{}: cannot write", marker_path.display()))
+            .class(ErrorCode::WriteFailed)?;
         Ok(staging)
     }
 
@@ -106,14 +110,16 @@ impl Staging {
                 if self.force { "" } else { ", with --force if it is an earlier output" }
             )
         };
+        // A signal that arrived before the rename ends the run (the staging is removed); one after
+        // it finds the run succeeded.
+        let move_in =
+            || signals::put_in_place(|| std::fs::rename(&self.tmp, dest).map_err(|_| anyhow::anyhow!(appeared())));
         match std::fs::symlink_metadata(dest) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 // rename(2) never replaces a non-empty directory: a race loses with an error.
-                std::fs::rename(&self.tmp, dest).map_err(|_| anyhow::anyhow!(appeared()))?;
+                move_in()?;
             }
-            Ok(m) if m.is_dir() && std::fs::read_dir(dest)?.next().is_none() => {
-                std::fs::rename(&self.tmp, dest).map_err(|_| anyhow::anyhow!(appeared()))?;
-            }
+            Ok(m) if m.is_dir() && std::fs::read_dir(dest)?.next().is_none() => move_in()?,
             Ok(_) if !self.force => bail!(appeared()),
             Ok(_) => {
                 check_replaceable(dest, shown)?;
@@ -129,6 +135,8 @@ impl Staging {
     /// Replaces the old output at OUT with the staging directory: the old one is moved aside, the
     /// new one moved in, then the old one removed. A signal arriving during the two renames waits
     /// for them, and they are then undone, so an interrupted run leaves the old output in place.
+    /// Once the new output is in place the run has succeeded: the old one is removed whatever
+    /// signal comes.
     fn swap(&self) -> Result<()> {
         let parent = self.tmp.parent().expect("staging has a parent");
         let old = parent
@@ -137,6 +145,9 @@ impl Staging {
             bail!("{}: in the way of replacing {}; remove it first", old.display(), self.shown.display());
         }
         let swapped = signals::uninterrupted(|| -> Result<bool> {
+            if signals::interrupted() {
+                return Ok(false);
+            }
             std::fs::rename(&self.dest, &old)
                 .with_context(|| format!("{}: cannot move the old output aside", self.shown.display()))?;
             signals::pause_point("swap");
@@ -151,13 +162,23 @@ impl Staging {
                 )?;
                 return Ok(false);
             }
-            signals::remove_on_signal(&old);
+            signals::remove_leftover_on_signal(&old);
+            signals::output_in_place();
             Ok(true)
         })?;
         if !swapped {
             signals::await_interruption();
         }
-        std::fs::remove_dir_all(&old).with_context(|| format!("{}: cannot remove the old output", old.display()))?;
+        signals::pause_point("in_place");
+        std::fs::remove_dir_all(&old)
+            .with_context(|| {
+                format!(
+                    "{}: cannot remove the old output (the new one is in place at {})",
+                    old.display(),
+                    self.shown.display()
+                )
+            })
+            .class(ErrorCode::WriteFailed)?;
         signals::forget(&old);
         Ok(())
     }

@@ -97,6 +97,8 @@ fn measured(storage: Storage, row: &[f32]) -> f64 {
 /// stored scale (the step over the sub-block scales' levels, for the K-quants) is subnormal.
 fn smallest_exact_step(block: BlockType) -> f64 {
     let sub_levels = match block {
+        BlockType::Q2_K => 15.0,
+        BlockType::Q3_K => 32.0,
         BlockType::Q4_K | BlockType::Q5_K => 63.0,
         BlockType::Q6_K => 127.0,
         _ => 1.0,
@@ -108,10 +110,15 @@ fn smallest_exact_step(block: BlockType) -> f64 {
 /// The estimated squared error of `row` stored as `block`: per group of values sharing a step,
 /// `n · s²/12` with the step of its format (symmetric ones from the largest magnitude, those
 /// with a minimum from the range down to at most zero); `None` where a non-zero step is too small
-/// for f16 scales to hold exactly, so the row must be measured.
+/// for f16 scales to hold exactly, so the row must be measured, and for the IQ4 types, whose
+/// levels are not evenly spaced.
 fn estimate(block: BlockType, row: &[f32]) -> Option<f64> {
     let smallest = smallest_exact_step(block);
     let (group, levels, with_min) = match block {
+        BlockType::IQ4_NL | BlockType::IQ4_XS => return None,
+        // The 16-value groups: Q2_K's 4 levels from a minimum, Q3_K's 8 symmetric ones.
+        BlockType::Q2_K => (16, 3.0, true),
+        BlockType::Q3_K => (16, 8.0, false),
         BlockType::Q4_0 => (32, 16.0, false),
         BlockType::Q5_0 => (32, 32.0, false),
         BlockType::Q8_0 => (32, 254.0, false),
@@ -150,11 +157,19 @@ mod tests {
         let (rows, cols) = (32, 1024);
         let mut values: Vec<f32> = (0..rows * cols).map(|_| gauss()).collect();
         values[..cols].fill(0.0); // a pruned row counts for nothing
-        let candidates: Vec<Storage> = [BlockType::Q4_K, BlockType::Q5_K, BlockType::Q6_K, BlockType::Q8_0]
-            .into_iter()
-            .map(Storage::Block)
-            .chain([Storage::Element(Dtype::BF16)])
-            .collect();
+        let candidates: Vec<Storage> = [
+            BlockType::Q2_K,
+            BlockType::Q3_K,
+            BlockType::IQ4_XS,
+            BlockType::Q4_K,
+            BlockType::Q5_K,
+            BlockType::Q6_K,
+            BlockType::Q8_0,
+        ]
+        .into_iter()
+        .map(Storage::Block)
+        .chain([Storage::Element(Dtype::BF16)])
+        .collect();
         let (mut est, mut exact) = (StorageErrors::new(&candidates), StorageErrors::new(&candidates));
         est.add_estimate(&values, cols);
         exact.add_exact(&values, cols);
@@ -169,10 +184,19 @@ mod tests {
 
     #[test]
     fn tiny_and_huge_weights_are_measured_with_their_f16_scales() {
-        let candidates: Vec<Storage> = [BlockType::Q4_K, BlockType::Q5_K, BlockType::Q6_K, BlockType::Q8_0]
-            .into_iter()
-            .map(Storage::Block)
-            .collect();
+        let candidates: Vec<Storage> = [
+            BlockType::Q2_K,
+            BlockType::Q3_K,
+            BlockType::IQ4_NL,
+            BlockType::IQ4_XS,
+            BlockType::Q4_K,
+            BlockType::Q5_K,
+            BlockType::Q6_K,
+            BlockType::Q8_0,
+        ]
+        .into_iter()
+        .map(Storage::Block)
+        .collect();
         let mut rng = SplitMix64(5);
         let gauss: Vec<f32> = (0..8 * 1024).map(|_| rng.gaussian() as f32).collect();
         for scale in [2e-5f32, 1e-6, 1e-9, 5e6, 1e9] {

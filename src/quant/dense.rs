@@ -1,5 +1,6 @@
 //! Dense values: f32 rounded once to bf16 or f16 (round to nearest, ties to even) or kept f32, and
-//! such bytes widened back to f32.
+//! such bytes widened back to f32 (F64 rounded to the nearest f32: every value this tool computes
+//! with is an f32).
 
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
@@ -33,10 +34,14 @@ pub fn encode(values: &[f32], dtype: Dtype, out: &mut Vec<u8>) {
     }
 }
 
-/// Appends little-endian `bytes` of `dtype` widened to f32 (exact), the inverse of [`encode`];
-/// `false` (nothing appended) when `dtype` is not BF16, F16 or F32.
+/// Appends little-endian `bytes` of `dtype` widened to f32 (exact), the inverse of [`encode`]; F64
+/// rounded to the nearest f32 (beyond f32's range: an infinity, which the finite check after the
+/// output's rounding refuses, naming the tensor); `false` (nothing appended) when `dtype` is not
+/// BF16, F16, F32 or F64.
 pub fn decode(bytes: &[u8], dtype: Dtype, out: &mut Vec<f32>) -> bool {
     match dtype {
+        #[allow(clippy::cast_possible_truncation)] // rounding to nearest is the point
+        Dtype::F64 => out.extend(bytes.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().unwrap()) as f32)),
         Dtype::F32 => out.extend(bytes.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap()))),
         Dtype::F16 => out.extend(bytes.chunks_exact(2).map(|b| f16::from_le_bytes([b[0], b[1]]).to_f32())),
         Dtype::BF16 => out.extend(bytes.chunks_exact(2).map(|b| bf16::from_le_bytes([b[0], b[1]]).to_f32())),
@@ -68,6 +73,24 @@ pub fn non_finite_reason(value: f32, dtype: Dtype) -> String {
         Dtype::F16 => format!("{value} does not fit float16 (at most 65504); --format bf16 keeps the f32 range"),
         other => format!("{value} does not fit {other:?}"),
     }
+}
+
+/// The smallest normal magnitude of float `dtype` (BF16, F16, F32), below which it keeps fewer
+/// significant bits than its own precision.
+pub fn smallest_normal(dtype: Dtype) -> Option<f32> {
+    match dtype {
+        Dtype::F16 => Some(f16::MIN_POSITIVE.to_f32()),
+        Dtype::BF16 | Dtype::F32 => Some(f32::MIN_POSITIVE),
+        _ => None,
+    }
+}
+
+/// The largest magnitude of `values` when they are not all zero but all below `dtype`'s normal
+/// range: held in `dtype`, every one of them keeps fewer bits than the format promises, or none.
+pub fn below_normal_range(values: &[f32], dtype: Dtype) -> Option<f32> {
+    let normal = smallest_normal(dtype)?;
+    let largest = values.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    (largest > 0.0 && largest < normal).then_some(largest)
 }
 
 /// The bytes of a u16 slice in memory order.
@@ -109,6 +132,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn values_all_below_the_normal_range_are_found_and_zeros_are_not() {
+        assert_eq!(below_normal_range(&[0.0, 1e-5, -3e-5, 1e-7], Dtype::F16), Some(3e-5));
+        assert_eq!(below_normal_range(&[0.0, 1e-5, -3e-5, 0.5], Dtype::F16), None);
+        assert_eq!(below_normal_range(&[1e-5, -3e-5], Dtype::BF16), None);
+        assert_eq!(below_normal_range(&[1e-39, 0.0], Dtype::BF16), Some(1e-39));
+        assert_eq!(below_normal_range(&[0.0, 0.0], Dtype::F16), None);
+        assert_eq!(below_normal_range(&[1e-7], Dtype::I8), None);
+    }
+
+    #[test]
     fn bf16_bits_agree_with_half_everywhere_that_matters() {
         // Every exponent with mantissas at, around and between the rounding boundaries, plus
         // infinities and NaN.
@@ -127,6 +160,15 @@ mod tests {
             }
         }
         assert_eq!(checked, 65536 * 8);
+    }
+
+    #[test]
+    fn f64_is_read_as_the_nearest_f32() {
+        let values = [1.5f64, -0.1, 1.0 + f64::EPSILON, 1e300, f64::from(f32::MAX)];
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let mut out = Vec::new();
+        assert!(decode(&bytes, Dtype::F64, &mut out));
+        assert_eq!(out, [1.5, -0.1f32, 1.0, f32::INFINITY, f32::MAX]);
     }
 
     #[test]

@@ -17,9 +17,10 @@ use std::ops::{Add, BitAnd, BitOr, BitXor, Div, Mul, Neg, Not, Sub};
 pub struct Neon(());
 
 impl Neon {
-    /// The token, if this CPU has NEON.
+    /// The token, if this CPU has NEON (every aarch64 CPU that Linux and macOS run on does). The
+    /// one place that asks the CPU.
     pub fn detect() -> Option<Neon> {
-        crate::cpu::has_neon().then_some(Neon(()))
+        std::arch::is_aarch64_feature_detected!("neon").then_some(Neon(()))
     }
 }
 

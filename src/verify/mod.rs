@@ -29,7 +29,7 @@ pub use report::render;
 
 use crate::checkpoint::{catalog, Checkpoint, Leaf};
 use crate::codec::TileDecoder;
-use crate::layout::{hf, DenseDtype, RowSource};
+use crate::layout::{hf, BiasMode, DenseDtype, RowSource};
 use crate::select::selected;
 use anyhow::{bail, Result};
 use base::Base;
@@ -47,7 +47,7 @@ pub fn verify(opts: &VerifyOptions, decoder: &dyn TileDecoder) -> Result<VerifyR
     let mut warnings = cat.notes();
     let pool = crate::pool::pool(opts.threads, &mut warnings)?;
 
-    let outputs: Vec<_> = hf::tensors(&ck, &cat, DenseDtype::Bf16, false)
+    let outputs: Vec<_> = hf::tensors(&ck, &cat, DenseDtype::Bf16, BiasMode::Drop)
         .into_iter()
         .filter(|t| selected(&t.name, &opts.only) && base.may_hold(&t.name))
         .collect();

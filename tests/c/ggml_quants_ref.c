@@ -1,9 +1,12 @@
 // Runs ggml's reference encoders (no importance matrix) over a row read from stdin, so
 // tests/it/kquants_ref.rs can compare the Rust encoders byte for byte: the K-quants
-// (quantize_row_q{4,5,6}_K_ref, 256 values a block) and the legacy types
-// (quantize_row_q{4,5}_{0,1}_ref, 32 values a block) and Q8_0 (quantize_row_q8_0_ref).
+// (quantize_row_q{2,3,4,5,6}_K_ref, 256 values a block), the legacy types
+// (quantize_row_q{4,5}_{0,1}_ref, 32 values a block), Q8_0 (quantize_row_q8_0_ref) and the IQ4
+// types as llama-quantize encodes them without an importance matrix (quantize_iq4_nl, whose 7
+// trial scales the _ref function leaves out, and quantize_row_iq4_xs_ref).
 //
-// stdin:  u32 type (2 = Q4_0, 3 = Q4_1, 6 = Q5_0, 7 = Q5_1, 8 = Q8_0, 12 = Q4_K, 13 = Q5_K, 14 = Q6_K),
+// stdin:  u32 type (2 = Q4_0, 3 = Q4_1, 6 = Q5_0, 7 = Q5_1, 8 = Q8_0, 10 = Q2_K, 11 = Q3_K,
+//         12 = Q4_K, 13 = Q5_K, 14 = Q6_K, 20 = IQ4_NL, 23 = IQ4_XS),
 //         u32 n (a multiple of the type's block length), then n f32; all little-endian.
 // stdout: the blocks as ggml lays them out in memory.
 //
@@ -103,9 +106,13 @@ int main(void) {
         case GGML_TYPE_Q5_0: block_size = sizeof(block_q5_0); block_len = QK5_0; break;
         case GGML_TYPE_Q5_1: block_size = sizeof(block_q5_1); block_len = QK5_1; break;
         case GGML_TYPE_Q8_0: block_size = sizeof(block_q8_0); block_len = QK8_0; break;
+        case GGML_TYPE_Q2_K: block_size = sizeof(block_q2_K); block_len = QK_K; break;
+        case GGML_TYPE_Q3_K: block_size = sizeof(block_q3_K); block_len = QK_K; break;
         case GGML_TYPE_Q4_K: block_size = sizeof(block_q4_K); block_len = QK_K; break;
         case GGML_TYPE_Q5_K: block_size = sizeof(block_q5_K); block_len = QK_K; break;
         case GGML_TYPE_Q6_K: block_size = sizeof(block_q6_K); block_len = QK_K; break;
+        case GGML_TYPE_IQ4_NL: block_size = sizeof(block_iq4_nl); block_len = QK4_NL; break;
+        case GGML_TYPE_IQ4_XS: block_size = sizeof(block_iq4_xs); block_len = QK_K; break;
         default:
             fprintf(stderr, "ggml_quants_ref: unsupported type %u\n", type);
             return 2;
@@ -135,6 +142,10 @@ int main(void) {
             case GGML_TYPE_Q5_0: dequantize_row_q5_0(blocks, values, n); break;
             case GGML_TYPE_Q5_1: dequantize_row_q5_1(blocks, values, n); break;
             case GGML_TYPE_Q8_0: dequantize_row_q8_0(blocks, values, n); break;
+            case GGML_TYPE_Q2_K: dequantize_row_q2_K(blocks, values, n); break;
+            case GGML_TYPE_Q3_K: dequantize_row_q3_K(blocks, values, n); break;
+            case GGML_TYPE_IQ4_NL: dequantize_row_iq4_nl(blocks, values, n); break;
+            case GGML_TYPE_IQ4_XS: dequantize_row_iq4_xs(blocks, values, n); break;
             case GGML_TYPE_Q4_K: dequantize_row_q4_K(blocks, values, n); break;
             case GGML_TYPE_Q5_K: dequantize_row_q5_K(blocks, values, n); break;
             default:             dequantize_row_q6_K(blocks, values, n); break;
@@ -163,6 +174,10 @@ int main(void) {
             case GGML_TYPE_Q5_0: quantize_row_q5_0_ref(values, blocks, n); break;
             case GGML_TYPE_Q5_1: quantize_row_q5_1_ref(values, blocks, n); break;
             case GGML_TYPE_Q8_0: quantize_row_q8_0_ref(values, blocks, n); break;
+            case GGML_TYPE_Q2_K: quantize_row_q2_K_ref(values, blocks, n); break;
+            case GGML_TYPE_Q3_K: quantize_row_q3_K_ref(values, blocks, n); break;
+            case GGML_TYPE_IQ4_NL: quantize_iq4_nl(values, blocks, 1, n, NULL); break;
+            case GGML_TYPE_IQ4_XS: quantize_row_iq4_xs_ref(values, blocks, n); break;
             case GGML_TYPE_Q4_K: quantize_row_q4_K_ref(values, blocks, n); break;
             case GGML_TYPE_Q5_K: quantize_row_q5_K_ref(values, blocks, n); break;
             default:             quantize_row_q6_K_ref(values, blocks, n); break;

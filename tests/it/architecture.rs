@@ -79,3 +79,38 @@ fn no_module_imports_one_on_a_higher_floor() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// The files of `src/<dir>`, with their text.
+fn sources(dir: &str) -> Vec<(PathBuf, String)> {
+    let mut files = Vec::new();
+    rust_files(&Path::new(ROOT).join("src").join(dir), &mut files);
+    assert!(!files.is_empty(), "src/{dir} has Rust files");
+    files.into_iter().map(|f| (f.clone(), std::fs::read_to_string(&f).unwrap())).collect()
+}
+
+#[test]
+fn the_lanes_import_nothing_of_the_crate() {
+    let mut wrong = Vec::new();
+    for (file, text) in sources("simd") {
+        for target in imports(&text).into_iter().filter(|t| t != "simd") {
+            wrong.push(format!("{} imports crate::{target}", file.strip_prefix(ROOT).unwrap().display()));
+        }
+    }
+    assert!(wrong.is_empty(), "src/simd stands below every other module:\n{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_engine_names_no_format() {
+    // A format's name as a string in the engine means the engine decides something per format;
+    // each format's layout spells its own words (`Layout::shaping_flags`, `Layout::name`).
+    let mut wrong = Vec::new();
+    for (file, text) in sources("convert") {
+        let lower = text.to_lowercase();
+        for name in ["\"mlx\"", "\"gguf\"", "\"exl3\""] {
+            if lower.contains(name) {
+                wrong.push(format!("{} names {name}", file.strip_prefix(ROOT).unwrap().display()));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

@@ -4,7 +4,7 @@
 use crate::synth::*;
 use std::path::{Path, PathBuf};
 
-const CODED: &str = "model.language_model.layers.0.mlp.up_proj";
+const CODED: &str = "model.language_model.layers.0.mlp.shared_expert.up_proj";
 
 /// Converts `input` into a fresh OUT and checks the failure contract; returns stderr.
 fn fails(input: &Path, expect: &[&str]) -> String {
@@ -183,11 +183,11 @@ fn a_damaged_leaf_name_of_a_coded_linear_is_refused() {
 
 #[test]
 fn f64_values_that_are_not_finite_are_refused_like_f32_ones() {
-    let name = "model.language_model.layers.0.linear_attn.extra";
-    let values = [1.0f64, f64::NAN, 2.0];
+    let name = "model.language_model.layers.0.linear_attn.dt_bias";
+    let values = [f64::NAN];
     let (_t, dir) =
-        with(|ts| ts.push(T::new(name, "F64", &[3], values.iter().flat_map(|v| v.to_le_bytes()).collect())));
-    fails(&dir, &[name, "column 1", "not finite"]);
+        with(|ts| *tensor(ts, name) = T::new(name, "F64", &[1], values.iter().flat_map(|v| v.to_le_bytes()).collect()));
+    fails(&dir, &[name, "index 0", "non-finite"]);
 }
 
 #[test]

@@ -47,6 +47,36 @@ fn every_help_lists_examples_and_its_exit_codes() {
     assert!(exit_codes(Page::Convert).iter().any(|(c, m)| *c == 2 && m.starts_with("usage error")));
 }
 
+/// The words a user reads first (the summary of `--help`, of `convert`, and the man pages' NAME)
+/// name every output format, EXL3 among them, not only the input's trellis.
+#[test]
+fn the_first_words_name_every_output_format() {
+    // What follows "checkpoints to" or "write": the outputs, not the input.
+    let outputs = |line: &str| -> String {
+        let tail = line.split_once(" to ").or_else(|| line.split_once(" write ")).map_or("", |(_, t)| t);
+        tail.to_string()
+    };
+    let names_every_format = |what: &str, line: &str| {
+        let out = outputs(line);
+        for format in ["bf16", "f16", "MLX", "GGUF", "EXL3"] {
+            assert!(out.contains(format), "{what} does not name {format} as an output: {line:?}");
+        }
+    };
+    let top = text(&run(&[&"--help"]).stdout);
+    names_every_format("the summary of --help", top.lines().next().unwrap());
+    let convert = top.lines().find(|l| l.trim_start().starts_with("convert ")).expect("convert in the command list");
+    names_every_format("convert's line in --help", convert);
+    names_every_format("convert --help", text(&run(&[&"convert", &"--help"]).stdout).lines().next().unwrap());
+
+    let tmp = tempfile::tempdir().unwrap();
+    assert!(run(&[&"man", &tmp.path()]).status.success());
+    for page in ["escha-convert.1", "escha-convert-convert.1"] {
+        let roff = std::fs::read_to_string(tmp.path().join(page)).unwrap();
+        let name = roff.split(".SH NAME\n").nth(1).and_then(|s| s.lines().next()).unwrap_or_default();
+        names_every_format(&format!("the NAME of {page}"), name);
+    }
+}
+
 /// The completion script for `shell`, checked to be non-empty.
 fn completion(shell: &str) -> String {
     let o = run(&[&"completions", &shell]);

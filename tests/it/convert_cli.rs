@@ -57,7 +57,7 @@ fn converted_values_are_the_f64_reconstruction_rounded_once_to_bf16() {
     let find = |name: &str| tensors.iter().find(|t| t.name == name).unwrap();
 
     // Dense coded linear with s_in/s_out.
-    let p = "model.language_model.layers.0.mlp.up_proj";
+    let p = "model.language_model.layers.0.mlp.shared_expert.up_proj";
     let fold = |r: &str, s: &str| -> Vec<f64> {
         let r = f16s(&find(r).data);
         let s = f32s(&find(s).data);
@@ -73,17 +73,17 @@ fn converted_values_are_the_f64_reconstruction_rounded_once_to_bf16() {
     // Stacked experts: [E, OC, IC], each expert from its own slice of every vector.
     let p = "model.language_model.layers.0.mlp.experts.gate_up_proj";
     let (dtype, shape, bytes) = &got[p];
-    assert_eq!((dtype.as_str(), shape.as_slice()), ("BF16", &[3usize, 256, 128][..]));
+    assert_eq!((dtype.as_str(), shape.as_slice()), ("BF16", &[3usize, 256, 256][..]));
     let values = bf16s(bytes);
     let code = &find(&format!("{p}.escha_code")).data;
     let (rin, rout) = (f16s(&find(&format!("{p}.escha_rin")).data), f16s(&find(&format!("{p}.escha_rout")).data));
     let (s_in, s_out) = (f32s(&find(&format!("{p}.escha_s_in")).data), f32s(&find(&format!("{p}.escha_s_out")).data));
     for e in 0..3 {
-        let su: Vec<f64> = (0..128).map(|i| (rin[e * 128 + i] * s_in[e * 128 + i]) as f64).collect();
+        let su: Vec<f64> = (0..256).map(|i| (rin[e * 256 + i] * s_in[e * 256 + i]) as f64).collect();
         let sv: Vec<f64> = (0..256).map(|o| (rout[e * 256 + o] * s_out[e * 256 + o]) as f64).collect();
         let per = code.len() / 3;
-        let want = reference_linear(&code[e * per..(e + 1) * per], 128, 256, 2, &su, &sv);
-        assert_bf16_rounding_of(&values[e * 256 * 128..(e + 1) * 256 * 128], &want, &format!("{p}[{e}]"));
+        let want = reference_linear(&code[e * per..(e + 1) * per], 256, 256, 2, &su, &sv);
+        assert_bf16_rounding_of(&values[e * 256 * 256..(e + 1) * 256 * 256], &want, &format!("{p}[{e}]"));
     }
 
     // int8: exact product, one rounding.
@@ -102,7 +102,7 @@ fn converted_values_are_the_f64_reconstruction_rounded_once_to_bf16() {
     assert_eq!(got[a_log].0, "F32");
     assert_eq!(got[a_log].2, find(a_log).data);
     let conv = "model.language_model.layers.0.linear_attn.conv1d.weight";
-    assert_eq!((&got[conv].1, &got[conv].2), (&vec![8usize, 1, 4], &find(conv).data));
+    assert_eq!((&got[conv].1, &got[conv].2), (&vec![256usize, 1, 4], &find(conv).data));
 }
 
 #[test]
@@ -113,17 +113,8 @@ fn layout_index_config_and_side_files() {
     let o = run(&[&input, &out, &"--max-shard-size", &"300KB", &"--quiet"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let names: Vec<String> = output_tensors(&out).into_keys().collect();
-    let l = "model.language_model.layers.0";
-    let mut want = vec![
-        format!("{l}.input_layernorm.weight"),
-        format!("{l}.linear_attn.A_log"),
-        format!("{l}.linear_attn.conv1d.weight"),
-        format!("{l}.linear_attn.norm.weight"),
-        format!("{l}.linear_attn.out_proj.weight"),
-        format!("{l}.mlp.experts.gate_up_proj"),
-        format!("{l}.mlp.up_proj.weight"),
-        "model.language_model.embed_tokens.weight".to_string(),
-    ];
+    // Every tensor of the model, by its Hugging Face name.
+    let mut want: Vec<String> = Model::small().tensors().into_iter().map(|(name, _)| name).collect();
     want.sort();
     assert_eq!(names, want, "bias dropped by default, no escha_* leaves left");
 
@@ -161,7 +152,7 @@ fn bias_keep_writes_the_stored_bias() {
     let out = tmp.path().join("out");
     let o = run(&[&input, &out, &"--bias", &"keep", &"--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    let p = "model.language_model.layers.0.mlp.up_proj.bias";
+    let p = "model.language_model.layers.0.mlp.shared_expert.up_proj.bias";
     let stored = &tensors.iter().find(|t| t.name == p).unwrap().data;
     let want: Vec<f32> = f16s(stored).iter().map(|&v| half::bf16::from_f32(v).to_f32()).collect();
     assert_eq!(bf16s(&output_tensors(&out)[p].2), want);
@@ -245,7 +236,7 @@ fn dry_run_plans_without_writing() {
     let o = run(&[&input, &out, &"--dry-run"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let text = String::from_utf8(o.stdout).unwrap();
-    assert!(text.contains("model.language_model.layers.0.mlp.up_proj.weight"));
+    assert!(text.contains("model.language_model.layers.0.mlp.shared_expert.up_proj.weight"));
     assert!(text.contains("384×256"));
     assert!(text.contains("peak memory estimate"));
     assert!(!out.exists());
@@ -256,12 +247,15 @@ fn only_selects_a_subset() {
     let tmp = tempfile::tempdir().unwrap();
     let input = write_checkpoint(&tmp.path().join("in"), &small_checkpoint(13));
     let out = tmp.path().join("out");
-    let o = run(&[&input, &out, &"--only", &"*.mlp.*", &"--quiet"]);
+    let o = run(&[&input, &out, &"--only", &"*.mlp.experts.*", &"--quiet"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let names: Vec<String> = output_tensors(&out).into_keys().collect();
     assert_eq!(
         names,
-        ["model.language_model.layers.0.mlp.experts.gate_up_proj", "model.language_model.layers.0.mlp.up_proj.weight"]
+        [
+            "model.language_model.layers.0.mlp.experts.down_proj",
+            "model.language_model.layers.0.mlp.experts.gate_up_proj"
+        ]
     );
     let o = run(&[&input, &tmp.path().join("none"), &"--only", &"nothing.*"]);
     assert_eq!(o.status.code(), Some(1));
@@ -273,10 +267,16 @@ fn single_safetensors_file_input() {
     let tmp = tempfile::tempdir().unwrap();
     let input = write_checkpoint(&tmp.path().join("in"), &small_checkpoint(14)).join("model.safetensors");
     let out = tmp.path().join("out");
-    let o = run(&[&input, &out, &"--quiet"]);
+    let o = run(&[&input, &out, &"--quiet", &"--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(output_tensors(&out).len(), 8);
+    assert_eq!(output_tensors(&out).len(), Model::small().tensors().len());
     assert!(!out.join("config.json").exists());
+    // The documented tensors-only case, said in the report and on the card.
+    let report: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let codes: Vec<&str> = report["warnings"].as_array().unwrap().iter().filter_map(|w| w["code"].as_str()).collect();
+    assert!(codes.contains(&"tensors_only"), "{codes:?}");
+    let card = std::fs::read_to_string(out.join("README.md")).unwrap();
+    assert!(card.contains("| tensors only |") && card.contains("no config.json"), "{card}");
 }
 
 #[test]
@@ -285,9 +285,10 @@ fn interrupted_conversion_leaves_nothing_behind() {
     let mut rng = Rng::new(15);
     let mut tensors = Vec::new();
     for l in 0..12 {
-        tensors.extend(coded_linear(&mut rng, &format!("layers.{l}.mlp.down_proj"), None, 1024, 1024, 8, false, false));
+        let path = format!("model.language_model.layers.{l}.mlp.down_proj");
+        tensors.extend(coded_linear(&mut rng, &path, None, 1024, 1024, 8, false, false));
     }
-    let input = write_checkpoint(&tmp.path().join("in"), &tensors);
+    let input = write_model(&tmp.path().join("in"), &tensors, &Model::dense(1024, 12));
     let out = tmp.path().join("out");
     let mut child = bin()
         .args([input.as_os_str(), out.as_os_str()])
@@ -321,36 +322,35 @@ extern "C" {
 fn native_exl3_checkpoints_convert_through_the_same_path() {
     let tmp = tempfile::tempdir().unwrap();
     let mut rng = Rng::new(16);
-    let (ic, oc, k) = (256, 128, 4);
-    let code = rng.bytes(ic * oc * k / 8);
-    let (suh, svh) = (rng.vec(ic, -0.03, 0.03), rng.vec(oc, -1.0, 1.0));
+    // A text-only model (names under `model.`): hidden 128, MLP width 256.
+    let model = Model { hidden: 128, intermediate: 256, prefix: "model.", ..Model::dense(128, 1) };
+    let k = 4;
+    let code = rng.bytes(256 * 128 * k / 8);
+    let (s256, s128) = (rng.vec(256, -0.03, 0.03), rng.vec(128, -1.0, 1.0));
+    let modules = [
+        ("model.layers.0.mlp.down_proj", Some("mul1"), Codebook::Mul1, 256, 128),
+        ("model.layers.0.mlp.up_proj", Some("mcg"), Codebook::Mcg, 128, 256),
+        ("model.layers.0.mlp.gate_proj", None, Codebook::ThreeInst, 128, 256),
+    ];
+    let vector = |n: usize| if n == 256 { s256.clone() } else { s128.clone() };
     let mut tensors = Vec::new();
-    for (p, marker) in [
-        ("model.layers.0.mlp.down_proj", Some("mul1")),
-        ("model.layers.0.mlp.up_proj", Some("mcg")),
-        ("model.layers.0.mlp.gate_proj", None),
-    ] {
+    for (p, marker, _, ic, oc) in modules {
         tensors.push(T::new(&format!("{p}.trellis"), "I16", &[ic / 16, oc / 16, 16 * k], code.clone()));
-        tensors.push(T::f16(&format!("{p}.suh"), &[ic], &suh));
-        tensors.push(T::f16(&format!("{p}.svh"), &[oc], &svh));
+        tensors.push(T::f16(&format!("{p}.suh"), &[ic], &vector(ic)));
+        tensors.push(T::f16(&format!("{p}.svh"), &[oc], &vector(oc)));
         if let Some(m) = marker {
             tensors.push(T::new(&format!("{p}.{m}"), "I32", &[], vec![0; 4]));
         }
     }
-    let input = write_checkpoint(&tmp.path().join("in"), &tensors);
+    let input = write_model(&tmp.path().join("in"), &tensors, &model);
     let out = tmp.path().join("out");
     let o = run(&[&input, &out, &"--quiet"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let got = output_tensors(&out);
-    assert_eq!(got.len(), 3, "markers are consumed, one weight per module");
-    let su: Vec<f64> = f16s(&tensors[1].data).iter().map(|&v| v as f64).collect();
-    let sv: Vec<f64> = f16s(&tensors[2].data).iter().map(|&v| v as f64).collect();
-    for (p, cb) in [
-        ("model.layers.0.mlp.down_proj", Codebook::Mul1),
-        ("model.layers.0.mlp.up_proj", Codebook::Mcg),
-        ("model.layers.0.mlp.gate_proj", Codebook::ThreeInst),
-    ] {
-        let want = reference_linear_with(cb, &code, ic, oc, k as u32, &su, &sv);
+    assert_eq!(got.len(), model.tensors().len(), "markers are consumed, one weight per module");
+    let f64s = |v: &[f32]| -> Vec<f64> { f16s(&T::f16("", &[v.len()], v).data).iter().map(|&x| x as f64).collect() };
+    for (p, _, cb, ic, oc) in modules {
+        let want = reference_linear_with(cb, &code, ic, oc, k as u32, &f64s(&vector(ic)), &f64s(&vector(oc)));
         assert_bf16_rounding_of(&bf16s(&got[&format!("{p}.weight")].2), &want, p);
     }
 }

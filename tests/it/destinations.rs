@@ -139,13 +139,7 @@ fn force_replaces_only_what_the_marker_proves_ours() {
 
 /// A checkpoint that takes a second or two to convert with `SLOW`.
 fn slow_checkpoint(dir: &Path) -> PathBuf {
-    let mut rng = Rng::new(78);
-    let mut t = Vec::new();
-    for l in 0..6 {
-        let path = format!("model.language_model.layers.{l}.mlp.up_proj");
-        t.extend(coded_linear(&mut rng, &path, None, 2048, 4096, 1, false, false));
-    }
-    write_checkpoint(dir, &t)
+    crate::synth::slow_checkpoint(dir, 78)
 }
 
 const SLOW: &[&str] = &["--backend", "scalar", "-j", "1", "--format", "mlx", "--bits", "2", "--quiet"];
@@ -282,6 +276,33 @@ impl Drop for Unmount {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg(&self.0).status();
     }
+}
+
+/// Permission bits do not stop root, which CI runs as, so the place that refuses is a read-only
+/// tmpfs (the unit tests of `output/writable.rs` hold the same message for `Permission denied`).
+#[test]
+fn an_unwritable_place_for_out_says_to_choose_another() {
+    if !root_or_skip("a tmpfs mount") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let ro = tmp.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    let mounted = Command::new("mount").args(["-t", "tmpfs", "-o", "ro,size=1m", "tmpfs"]).arg(&ro).status();
+    if !mounted.is_ok_and(|s| s.success()) {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "mount -t tmpfs -o ro failed under CI");
+        eprintln!("skipped: cannot mount a tmpfs here");
+        return;
+    }
+    let _unmount = Unmount(ro.clone());
+    for (out, what) in [(ro.join("out"), "the output lock"), (ro.join("new").join("out"), "OUT's parent directory")] {
+        let o = run(&[&fixture("dense"), &out, &"--quiet"]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        assert!(err.contains(&format!("cannot create {what}: Read-only file system")), "the cause: {err}");
+        assert!(err.contains("choose a writable place for OUT"), "the fix: {err}");
+    }
+    assert_eq!(std::fs::read_dir(&ro).unwrap().count(), 0);
 }
 
 #[test]

@@ -138,14 +138,14 @@ fn quantized_and_sub_byte_tensors_never_pass_through() {
 #[test]
 fn two_inputs_for_one_output_name_are_refused_naming_both() {
     let tmp = tempfile::tempdir().unwrap();
-    let up = "model.language_model.layers.0.mlp.up_proj";
+    let up = "model.language_model.layers.0.mlp.shared_expert.up_proj";
     let input = checkpoint(&tmp.path().join("a"), |t| t.push(T::f16(&format!("{up}.weight"), &[2], &[0.0, 0.0])));
     refused(&input, &[], &[&format!("{up}.weight"), "coded module", "tensor"]);
     let embed = "model.language_model.embed_tokens";
     let input = checkpoint(&tmp.path().join("b"), |t| t.push(T::f16(&format!("{embed}.weight"), &[2], &[0.0, 0.0])));
     refused(&input, &[], &[&format!("{embed}.weight"), "int8 pair", "tensor"]);
     // In the MLX layout a quantized module writes `.scales`: a plain tensor of that name collides.
-    let scales = "language_model.model.layers.0.mlp.up_proj.scales";
+    let scales = "language_model.model.layers.0.mlp.shared_expert.up_proj.scales";
     let input = checkpoint(&tmp.path().join("c"), |t| t.push(T::f16(scales, &[2], &[0.0, 0.0])));
     refused(&input, &["--format", "mlx"], &[scales]);
 }
@@ -155,7 +155,7 @@ fn two_inputs_for_one_output_name_are_refused_naming_both() {
 #[test]
 fn values_that_are_not_finite_in_the_output_are_refused() {
     let tmp = tempfile::tempdir().unwrap();
-    let up = "model.language_model.layers.0.mlp.up_proj";
+    let up = "model.language_model.layers.0.mlp.shared_expert.up_proj";
     // rin·s_in overflows f32.
     let input = checkpoint(&tmp.path().join("fold"), |t| {
         let rin = t.iter_mut().find(|t| t.name == format!("{up}.escha_rin")).unwrap();
@@ -248,21 +248,7 @@ fn a_long_valid_out_name_works() {
 
 /// A checkpoint that takes a second or two to convert with `SLOW` (scalar decoder, one thread).
 pub(crate) fn slow_checkpoint(dir: &Path) -> PathBuf {
-    let mut rng = Rng::new(77);
-    let mut t = Vec::new();
-    for l in 0..6 {
-        t.extend(coded_linear(
-            &mut rng,
-            &format!("model.language_model.layers.{l}.mlp.up_proj"),
-            None,
-            2048,
-            4096,
-            1,
-            false,
-            false,
-        ));
-    }
-    write_checkpoint(dir, &t)
+    crate::synth::slow_checkpoint(dir, 77)
 }
 
 const SLOW: &[&str] = &["--backend", "scalar", "-j", "1", "--format", "mlx", "--bits", "2", "--quiet"];
@@ -521,10 +507,12 @@ fn a_long_row_is_converted_in_bounded_pieces() {
     // One row of 2^25 F32 values (128 MiB in and out) under a 96 MiB limit on the heap: the
     // run fits only when the row goes through in pieces.
     let len = 1usize << 25;
-    let name = "model.language_model.layers.0.linear_attn.long";
+    // A tensor of an MTP head the config announces no layer of: the model has no shape for it,
+    // and `--mtp keep` writes it as it is.
+    let name = "mtp.fc.weight";
     let tmp = tempfile::tempdir().unwrap();
     let input = checkpoint(&tmp.path().join("in"), |ts| ts.push(T::new(name, "F32", &[len], vec![0u8; len * 4])));
-    let dry = run(&[&input, &tmp.path().join("dry"), &"--dry-run", &"--json"]);
+    let dry = run(&[&input, &tmp.path().join("dry"), &"--dry-run", &"--json", &"--mtp", &"keep"]);
     let report: Value = serde_json::from_slice(&dry.stdout).unwrap();
     let estimate = report["peak_memory_estimate"].as_u64().unwrap();
     assert!(estimate < 96 << 20, "the estimate counts pieces, not rows: {estimate}");
@@ -532,7 +520,7 @@ fn a_long_row_is_converted_in_bounded_pieces() {
     let out = tmp.path().join("out");
     let limit = 96u64 << 20;
     let mut cmd = bin();
-    cmd.arg(&input).arg(&out).arg("--quiet");
+    cmd.arg(&input).arg(&out).args(["--quiet", "--mtp", "keep"]);
     // SAFETY: setrlimit in the child before exec; no allocation or lock is involved.
     unsafe {
         cmd.pre_exec(move || {

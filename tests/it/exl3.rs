@@ -226,20 +226,23 @@ fn every_k_and_codebook_goes_to_exl3_and_back_unchanged() {
     for k in 1..=8 {
         for codebook in 0..3 {
             let p = format!("model.language_model.layers.{layer}.mlp");
-            let mut linear = |leaf: &str, experts, oc| {
-                crate::synth::coded_linear(&mut rng, &format!("{p}.{leaf}"), experts, 128, oc, k, false, false)
+            let mut linear = |leaf: &str, experts, ic, oc| {
+                crate::synth::coded_linear(&mut rng, &format!("{p}.{leaf}"), experts, ic, oc, k, false, false)
             };
-            let mut ts = linear("shared_expert.down_proj", None, 256);
-            ts.extend(linear("experts.gate_up_proj", Some(2), 256));
-            ts.extend(linear("experts.down_proj", Some(2), 128));
+            let mut ts = linear("shared_expert.down_proj", None, 128, 256);
+            ts.extend(linear("experts.gate_up_proj", Some(2), 256, 256));
+            ts.extend(linear("experts.down_proj", Some(2), 128, 256));
             input.extend(with_codebook(ts, codebook));
             layer += 1;
         }
     }
-    let dir = crate::synth::write_checkpoint(&tmp.path().join("in"), &input);
-    let mut config = crate::synth::config_json();
-    config["text_config"]["num_hidden_layers"] = layer.into();
-    std::fs::write(dir.join("config.json"), config.to_string()).unwrap();
+    // A Qwen3.5-MoE of hidden 256 with two experts of width 128, one layer each.
+    let model = crate::synth::Model {
+        layer_types: vec!["linear_attention"; layer],
+        experts: Some((2, 128, 128)),
+        ..crate::synth::Model::small()
+    };
+    let dir = crate::synth::write_model(&tmp.path().join("in"), &input, &model);
 
     let (direct, back, change) = both_ways(&dir, tmp.path());
     assert_eq!(change, 0.0);
@@ -379,15 +382,26 @@ fn padded_linears_are_refused_naming_the_tensor() {
     let tmp = tempfile::tempdir().unwrap();
     let input = tmp.path().join("in");
     copy_tree(&fixture("moe"), &input);
-    let config = "model.language_model.layers.0.mlp.experts.down_proj.escha_config";
+    let mut config: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(input.join("config.json")).unwrap()).unwrap();
+    config["text_config"]["moe_intermediate_size"] = 112.into();
+    std::fs::write(input.join("config.json"), config.to_string()).unwrap();
     let shard = input.join("model-00001-of-00001.safetensors");
     let ts: Vec<T> = read_safetensors(&shard)
         .into_iter()
         .map(|(n, (dtype, shape, mut data))| {
-            if n == config {
-                // [16, K, 2, 1, E, IC, OC, IC_p, OC_p]: 16 true output channels fewer than stored.
-                let oc = i32::from_le_bytes(data[24..28].try_into().unwrap());
-                data[24..28].copy_from_slice(&(oc - 16).to_le_bytes());
+            // [16, K, 2, 1, E, IC, OC, IC_p, OC_p]: every layer's experts 16 channels narrower than
+            // stored (down_proj's inputs, each half of gate_up's outputs), as config.json says.
+            let field = if n.ends_with("experts.down_proj.escha_config") {
+                Some((20, 16))
+            } else if n.ends_with("experts.gate_up_proj.escha_config") {
+                Some((24, 32))
+            } else {
+                None
+            };
+            if let Some((at, fewer)) = field {
+                let width = i32::from_le_bytes(data[at..at + 4].try_into().unwrap());
+                data[at..at + 4].copy_from_slice(&(width - fewer).to_le_bytes());
             }
             T::new(&n, Box::leak(dtype.into_boxed_str()), &shape, data)
         })
@@ -424,6 +438,8 @@ fn native_exl3_input_keeps_its_vectors_and_gets_exllamav3s_markers() {
         ("model.language_model.layers.0.mlp.gate_proj", None, None),
     ];
     for (p, marker, _) in modules {
+        // A dense model of hidden 128 and MLP width 256: down_proj 256 → 128, the others 128 → 256.
+        let (ic, oc) = if p.ends_with("down_proj") { (ic, oc) } else { (oc, ic) };
         input.push(T::new(&format!("{p}.trellis"), "I16", &[ic / 16, oc / 16, 16 * k], rng.bytes(ic * oc * k / 8)));
         input.push(T::f16(&format!("{p}.suh"), &[ic], &rng.vec(ic, -0.03, 0.03)));
         input.push(T::f16(&format!("{p}.svh"), &[oc], &rng.vec(oc, -1.0, 1.0)));
@@ -432,7 +448,8 @@ fn native_exl3_input_keeps_its_vectors_and_gets_exllamav3s_markers() {
             input.push(T::new(&format!("{p}.{m}"), "I32", &[], vec![0; 4]));
         }
     }
-    let dir = crate::synth::write_checkpoint(&tmp.path().join("in"), &input);
+    let model = crate::synth::Model { hidden: 128, intermediate: 256, ..crate::synth::Model::dense(128, 1) };
+    let dir = crate::synth::write_model(&tmp.path().join("in"), &input, &model);
     let out = tmp.path().join("out");
     convert(&dir, &out, &["--format", "exl3"]);
     let got = tensors(&out);
@@ -494,4 +511,28 @@ fn parts_merge_into_the_one_run_output_and_only_selects_expert_modules() {
         std::fs::read(whole.join("quantization_config.json")).unwrap(),
         std::fs::read(only.join("quantization_config.json")).unwrap()
     );
+}
+
+#[test]
+fn a_fractional_bitrate_is_refused_as_not_read_yet() {
+    // exllamav3 1.6 writes K = 2.5 (alternating 2- and 3-bit steps, mul1 codebook) as 40 words a tile.
+    let tmp = tempfile::tempdir().unwrap();
+    let mut rng = crate::synth::Rng::new(41);
+    let (ic, oc, words) = (128, 128, 40);
+    let p = "model.language_model.layers.0.mlp.down_proj";
+    let input = [
+        T::new(&format!("{p}.trellis"), "I16", &[ic / 16, oc / 16, words], rng.bytes(ic * oc / 256 * words * 2)),
+        T::f16(&format!("{p}.suh"), &[ic], &rng.vec(ic, -0.03, 0.03)),
+        T::f16(&format!("{p}.svh"), &[oc], &rng.vec(oc, -1.0, 1.0)),
+        T::new(&format!("{p}.mul1"), "I32", &[], 0x83DC_D12D_u32.to_le_bytes().to_vec()),
+    ];
+    let dir = crate::synth::write_checkpoint(&tmp.path().join("in"), &input);
+    for format in ["exl3", "bf16"] {
+        let o = escha_convert().arg(&dir).arg(tmp.path().join(format)).args(["--format", format]).output().unwrap();
+        assert_eq!(o.status.code(), Some(1));
+        let err = String::from_utf8_lossy(&o.stderr);
+        for needle in [&format!("{p}.trellis"), "K = 2.5", "fractional", "not read yet"] {
+            assert!(err.contains(needle), "{needle:?} in {err}");
+        }
+    }
 }

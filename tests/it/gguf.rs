@@ -47,6 +47,13 @@ pub(crate) struct GgufFile {
     bytes: Vec<u8>,
 }
 
+impl TensorInfo {
+    /// gguf-py's name of its ggml type (`Q4_K`).
+    pub(crate) fn type_name(&self) -> &'static str {
+        ggml_type(self.ty).0
+    }
+}
+
 impl GgufFile {
     pub(crate) fn get(&self, key: &str) -> Option<&Val> {
         self.kv.iter().find(|(k, _)| k == key).map(|(_, v)| v)
@@ -151,9 +158,13 @@ fn ggml_type(ty: u32) -> (&'static str, u64, u64) {
         6 => ("Q5_0", 32, 22),
         7 => ("Q5_1", 32, 24),
         8 => ("Q8_0", 32, 34),
+        10 => ("Q2_K", 256, 84),
+        11 => ("Q3_K", 256, 110),
         12 => ("Q4_K", 256, 144),
         13 => ("Q5_K", 256, 176),
         14 => ("Q6_K", 256, 210),
+        20 => ("IQ4_NL", 32, 18),
+        23 => ("IQ4_XS", 256, 136),
         30 => ("BF16", 1, 2),
         other => panic!("ggml type {other}, not one this tool writes"),
     }
@@ -475,7 +486,7 @@ fn a_failure_leaves_nothing_behind() {
     });
     fails(&llama, &[], &["config.json", "LlamaForCausalLM"]);
 
-    // Mid-way: a NaN in a norm is found while the file is being written (staging exists then).
+    // A NaN in a norm: refused by name before anything is written.
     let nan = tmp.path().join("nan");
     copy_tree(&fixture("dense"), &nan);
     poke_f16(
@@ -484,8 +495,9 @@ fn a_failure_leaves_nothing_behind() {
         5,
         0x7e00,
     );
-    fails(&nan, &[], &["blk.3.post_attention_norm.weight", "NaN"]);
-    fails(&nan, &["--max-shard-size", "200KB"], &["blk.3.post_attention_norm.weight", "NaN"]);
+    let norm = "model.language_model.layers.3.post_attention_layernorm.weight";
+    fails(&nan, &[], &[norm, "NaN", "index 5"]);
+    fails(&nan, &["--max-shard-size", "200KB"], &[norm, "NaN"]);
 }
 
 /// Sets element `index` of F16 tensor `name` in safetensors file `path` to the bits `bits`.
@@ -834,7 +846,7 @@ fn layers_beyond_num_hidden_layers_are_refused_not_made_an_mtp_head() {
         text(c)["layer_types"].as_array_mut().unwrap().pop();
     });
     for extra in [&[][..], &["--mtp", "drop"], &["--mtp", "keep"]] {
-        fails(&input, extra, &["layers.3.", "block 3", "num_hidden_layers is 3"]);
+        fails(&input, extra, &["layers.3.", "layer 3", "num_hidden_layers is 3"]);
     }
 }
 
@@ -845,34 +857,35 @@ fn configs_contradicting_the_tensors_are_refused_before_decoding() {
     let mut wrong = Vec::new();
     let mut check =
         |input: PathBuf, extra: &[&str], expect: &[&str]| wrong.extend(failure(&input, extra, expect).err());
-    // Block 0 declared full attention while it holds linear attention.
+    // Layer 0 declared full attention while it holds linear attention.
     check(
         edited(t, "layer-types", "dense", "config.json", |c| {
             text(c)["layer_types"][0] = Value::from("full_attention");
+            text(c).remove("full_attention_interval");
         }),
         &["--gguf-type", "auto"],
-        &["blk.0.", "block 0 is full attention"],
+        &["layers.0.linear_attn.", "layer 0 (full_attention in config.json)"],
     );
     check(
         edited(t, "hidden", "moe", "config.json", |c| {
             text(c)["hidden_size"] = Value::from(64);
         }),
         &[],
-        &["shape", "embedding_length"],
+        &["shape", "hidden_size"],
     );
     check(
         edited(t, "heads", "dense", "config.json", |c| {
             text(c)["num_attention_heads"] = Value::from(2);
         }),
         &[],
-        &["blk.3.attn_", "head_count"],
+        &["layers.3.self_attn.", "num_attention_heads"],
     );
     check(
         edited(t, "kv-heads", "moe", "config.json", |c| {
             text(c)["num_key_value_heads"] = Value::from(4);
         }),
         &[],
-        &["blk.3.attn_k.weight", "head_count"],
+        &["num_key_value_heads", "4"],
     );
     check(
         edited(t, "no-context", "dense", "config.json", |c| {
@@ -886,7 +899,7 @@ fn configs_contradicting_the_tensors_are_refused_before_decoding() {
             text(c)["num_experts_per_tok"] = Value::from(9);
         }),
         &[],
-        &["9 experts used", "of 4"],
+        &["num_experts_per_tok is 9", "4 experts"],
     );
     check(
         edited(t, "interval-0", "dense", "config.json", |c| {

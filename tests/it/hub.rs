@@ -246,6 +246,22 @@ fn a_snapshot_that_links_outside_its_blobs_is_still_refused() {
     assert!(stderr(&o).contains("blobs is a link"), "{}", stderr(&o));
 }
 
+#[test]
+fn a_snapshot_without_config_json_is_refused_by_every_format() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let snap = dense_cache(&cache);
+    std::fs::remove_file(snap.join("config.json")).unwrap();
+    for format in ["bf16", "mlx", "gguf", "exl3"] {
+        let out = tmp.path().join(format!("out-{format}"));
+        let o =
+            cmd(&[("HF_HUB_CACHE", &cache)]).args(["org/name"]).arg(&out).args(["--format", format]).output().unwrap();
+        assert_eq!(o.status.code(), Some(1), "{format}: {}", stderr(&o));
+        assert!(stderr(&o).contains("config.json") && stderr(&o).contains("missing"), "{format}: {}", stderr(&o));
+        assert!(!out.exists(), "{format}");
+    }
+}
+
 /// The model card's command, as written in its table row.
 fn card_command(card: &str) -> String {
     let row = card.lines().find(|l| l.starts_with("| command |")).unwrap();
@@ -321,4 +337,254 @@ fn verify_and_verify_base_take_hub_ids() {
     let command = card_command(&card);
     assert!(command.starts_with(&format!("escha-convert org/name@{C1} OUT ")), "{command}");
     assert!(command.contains(&format!("--verify-base org/base@{C2} --verify-sample 1")), "{command}");
+}
+
+/// What every refused case must print: a secret kept in files outside the cache.
+const SECRET: &str = "SECRET-OUTSIDE-THE-CACHE";
+
+/// Runs `arg` as IN of convert (with `--json`), as IN of `inspect --json`, as BASE of `verify
+/// --json` and of convert's `--verify-base`: each is refused with the class `input_refused`, a
+/// message holding `says`, exit 1 (verify: 2, a run that could check nothing), nothing written, no
+/// byte of the secret and no line longer than a short quote.
+fn assert_refused(cache: &Path, arg: &str, says: &str, tmp: &Path) {
+    let out = tmp.join("out");
+    let runs: [(&str, Vec<std::ffi::OsString>, i32); 4] = [
+        ("convert", vec![arg.into(), out.clone().into(), "--json".into()], 1),
+        ("inspect", vec!["inspect".into(), arg.into(), "--json".into()], 1),
+        (
+            "verify --base",
+            vec!["verify".into(), fixture("dense").into(), "--base".into(), arg.into(), "--json".into()],
+            2,
+        ),
+        (
+            "--verify-base",
+            vec![fixture("dense").into(), out.clone().into(), "--verify-base".into(), arg.into(), "--json".into()],
+            1,
+        ),
+    ];
+    for (what, args, code) in runs {
+        let o = cmd(&[("HF_HUB_CACHE", cache)]).args(&args).output().unwrap();
+        let (err, stdout) = (stderr(&o), String::from_utf8_lossy(&o.stdout).into_owned());
+        assert_eq!(o.status.code(), Some(code), "{what} {arg}: {err}");
+        assert!(err.contains(says), "{what} {arg}: {err}");
+        assert!(!err.contains(SECRET) && !stdout.contains(SECRET), "{what} {arg} printed the outside file: {err}");
+        assert!(err.lines().all(|l| l.len() < 2000), "{what} {arg}: a line of {} bytes", err.len());
+        let doc: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{what} {arg}: {e}: {stdout}"));
+        assert_eq!(doc["error"]["code"], "input_refused", "{what} {arg}: {doc}");
+        assert_eq!(doc["error"]["exit_status"], code, "{what} {arg}: {doc}");
+        assert!(!out.exists(), "{what} {arg} wrote OUT");
+    }
+}
+
+/// A directory outside the cache holding a file `passwd` of the secret (and `main`, naming C1).
+fn outside_dir(tmp: &Path) -> PathBuf {
+    let dir = tmp.join("outside");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("passwd"), format!("root:x:0:0:{SECRET}:/root:/bin/sh\n")).unwrap();
+    std::fs::write(dir.join("main"), C1).unwrap();
+    dir
+}
+
+#[test]
+fn links_in_refs_never_lead_out_of_the_cache() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    dense_cache(&cache);
+    let outside = outside_dir(tmp.path());
+    let refs = cache.join("models--org--name/refs");
+    // A ref that is a directory link: a revision with a `/` reads a file in it.
+    std::os::unix::fs::symlink(&outside, refs.join("x")).unwrap();
+    assert_refused(&cache, "org/name@x/passwd", "refs/x: a link", tmp.path());
+    assert_refused(&cache, "org/name@x/main", "refs/x: a link", tmp.path());
+    // A ref that is a link to a file outside, whatever that file holds.
+    std::os::unix::fs::symlink(outside.join("passwd"), refs.join("secret")).unwrap();
+    assert_refused(&cache, "org/name@secret", "refs/secret: a link", tmp.path());
+    std::os::unix::fs::symlink(outside.join("main"), refs.join("commit")).unwrap();
+    assert_refused(&cache, "org/name@commit", "refs/commit: a link", tmp.path());
+    // A link to another ref of the same repository is not how huggingface_hub writes refs either.
+    std::os::unix::fs::symlink("main", refs.join("alias")).unwrap();
+    assert_refused(&cache, "org/name@alias", "refs/alias: a link", tmp.path());
+    // A directory on the way to a ref that is a link.
+    std::fs::create_dir_all(refs.join("refs")).unwrap();
+    std::os::unix::fs::symlink(&outside, refs.join("refs/pr")).unwrap();
+    assert_refused(&cache, "org/name@refs/pr/main", "refs/refs/pr: a link", tmp.path());
+}
+
+#[test]
+fn a_ref_of_junk_is_quoted_by_a_short_escaped_prefix() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    dense_cache(&cache);
+    let refs = cache.join("models--org--name/refs");
+    std::fs::write(refs.join("huge"), "junk-of-a-ref\n".repeat(300_000)).unwrap();
+    assert_refused(&cache, "org/name@huge", "more than 256 bytes, not a ref", tmp.path());
+    std::fs::write(refs.join("junk"), "not a commit\n\u{1b}[2J FORGED LINE, and then text past the quote").unwrap();
+    assert_refused(&cache, "org/name@junk", "names no commit", tmp.path());
+    let o = cmd(&[("HF_HUB_CACHE", &cache)]).arg("org/name@junk").arg(tmp.path().join("out")).output().unwrap();
+    let err = stderr(&o);
+    assert!(
+        err.contains(r#": "not a commit\n\u{1b}[2J FORGED LINE, and then text pas"…"#) && err.lines().count() == 1,
+        "{err}"
+    );
+    // A ref is never opened as anything but a regular file.
+    std::fs::create_dir(refs.join("dir")).unwrap();
+    assert_refused(&cache, "org/name@dir", "refs/dir: a directory is not a regular file", tmp.path());
+}
+
+#[test]
+fn a_revision_with_dot_dot_an_absolute_path_or_an_empty_step_is_refused_as_a_revision() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    dense_cache(&cache);
+    let outside = outside_dir(tmp.path());
+    let absolute = format!("org/name@{}", outside.join("passwd").display());
+    let climbing = format!("org/name@../../../{}", outside.file_name().unwrap().to_str().unwrap());
+    for arg in [absolute.as_str(), &climbing, "org/name@main/../main", "org/name@a..b", "org/name@a//b", "org/name@"] {
+        assert_refused(&cache, arg, "is not a revision a Hub id can name", tmp.path());
+    }
+    let long = format!("org/name@{}", "a".repeat(300));
+    assert_refused(&cache, &long, "is not a revision a Hub id can name", tmp.path());
+}
+
+#[test]
+fn a_linked_snapshot_is_refused_not_converted_under_the_ids_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    dense_cache(&cache);
+    let snaps = cache.join("models--org--name/snapshots");
+    // A snapshot that is a link to a checkpoint outside the cache.
+    crate::common::copy_tree(&fixture("dense"), &tmp.path().join("elsewhere"));
+    std::os::unix::fs::symlink(tmp.path().join("elsewhere"), snaps.join(C2)).unwrap();
+    set_ref(&cache, "org/name", "dev", C2);
+    assert_refused(&cache, "org/name@dev", &format!("snapshots/{C2}: a link"), tmp.path());
+    assert_refused(&cache, &format!("org/name@{C2}"), &format!("snapshots/{C2}: a link"), tmp.path());
+    // A snapshot that is a link to another repository's snapshot.
+    add_snapshot(&cache, "org/other", C3, &fixture("dense"));
+    std::os::unix::fs::symlink(format!("../../models--org--other/snapshots/{C3}"), snaps.join(C3)).unwrap();
+    assert_refused(&cache, &format!("org/name@{C3}"), &format!("snapshots/{C3}: a link"), tmp.path());
+    // The same snapshots given by their paths.
+    for commit in [C2, C3] {
+        let path = snaps.join(commit);
+        assert_refused(&cache, path.to_str().unwrap(), &format!("snapshots/{commit}: a link"), tmp.path());
+        let o = cmd(&[])
+            .current_dir(cache.join("models--org--name"))
+            .args(["convert", &format!("snapshots/{commit}"), "--dry-run"])
+            .arg(tmp.path().join("out"))
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        assert!(stderr(&o).contains(&format!("snapshots/{commit}: a link")), "{}", stderr(&o));
+    }
+    // The real snapshot beside them still converts, by id and by path.
+    json(&dry_run(&mut cmd(&[("HF_HUB_CACHE", &cache)]), "org/name", tmp.path()));
+    json(&dry_run(&mut cmd(&[]), snaps.join(C1).to_str().unwrap(), tmp.path()));
+}
+
+#[test]
+fn linked_refs_snapshots_and_repository_directories_are_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    dense_cache(&cache);
+    let repo = cache.join("models--org--name");
+    let moved = tmp.path().join("moved");
+    std::fs::create_dir(&moved).unwrap();
+    let relink = |name: &str| {
+        std::fs::rename(repo.join(name), moved.join(name)).unwrap();
+        std::os::unix::fs::symlink(moved.join(name), repo.join(name)).unwrap();
+    };
+    let restore = |name: &str| {
+        std::fs::remove_file(repo.join(name)).unwrap();
+        std::fs::rename(moved.join(name), repo.join(name)).unwrap();
+    };
+    for dir in ["refs", "snapshots"] {
+        relink(dir);
+        assert_refused(&cache, "org/name", &format!("models--org--name/{dir}: a link"), tmp.path());
+        if dir == "snapshots" {
+            assert_refused(&cache, &format!("org/name@{C1}"), "snapshots: a link", tmp.path());
+            let path = repo.join("snapshots").join(C1);
+            assert_refused(&cache, path.to_str().unwrap(), "snapshots: a link", tmp.path());
+        }
+        restore(dir);
+    }
+    // The repository directory itself.
+    std::fs::rename(&repo, tmp.path().join("repo-elsewhere")).unwrap();
+    std::os::unix::fs::symlink(tmp.path().join("repo-elsewhere"), &repo).unwrap();
+    assert_refused(&cache, "org/name", "models--org--name: a link", tmp.path());
+    let path = repo.join("snapshots").join(C1);
+    assert_refused(&cache, path.to_str().unwrap(), "models--org--name: a link", tmp.path());
+    std::fs::remove_file(&repo).unwrap();
+    std::fs::rename(tmp.path().join("repo-elsewhere"), &repo).unwrap();
+    json(&dry_run(&mut cmd(&[("HF_HUB_CACHE", &cache)]), "org/name", tmp.path()));
+}
+
+#[test]
+fn a_cache_that_is_itself_a_link_is_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("disk/cache");
+    dense_cache(&cache);
+    let link = tmp.path().join("hub-cache");
+    std::os::unix::fs::symlink(&cache, &link).unwrap();
+    let r = json(&dry_run(&mut cmd(&[("HF_HUB_CACHE", &link)]), "org/name", tmp.path()));
+    assert_eq!(r["hub"]["commit"], C1);
+    // Through a linked HF_HOME too, and by a path that passes through the link.
+    std::fs::create_dir(tmp.path().join("hf-home")).unwrap();
+    std::os::unix::fs::symlink(&cache, tmp.path().join("hf-home/hub")).unwrap();
+    let r = json(&dry_run(&mut cmd(&[("HF_HOME", &tmp.path().join("hf-home"))]), "org/name", tmp.path()));
+    assert_eq!(r["hub"]["commit"], C1);
+    let by_path = link.join("models--org--name/snapshots").join(C1);
+    json(&dry_run(&mut cmd(&[]), by_path.to_str().unwrap(), tmp.path()));
+}
+
+#[test]
+fn in_and_out_the_wrong_way_round_are_called_swapped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    dense_cache(&cache);
+    let model = tmp.path().join("dense");
+    crate::common::copy_tree(&fixture("dense"), &model);
+    let before = snapshot(&model);
+    for new in ["out/new-x", "./out/new-x"] {
+        let o =
+            cmd(&[("HF_HUB_CACHE", &cache)]).current_dir(tmp.path()).args([new, "dense", "--json"]).output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{new}: {err}");
+        assert!(err.contains("look swapped") && err.contains(&format!("escha-convert dense {new}")), "{new}: {err}");
+        assert!(!err.contains("hf download"), "{new}: {err}");
+        let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(doc["error"]["code"], "input_refused");
+    }
+    assert!(snapshot(&model) == before && !tmp.path().join("out").exists());
+    // An earlier output of this tool as OUT, or a missing OUT, is no sign of a swap.
+    let converted = tmp.path().join("converted");
+    let o = cmd(&[]).arg(&model).arg(&converted).arg("--quiet").output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = cmd(&[("HF_HUB_CACHE", &cache)]).current_dir(tmp.path()).args(["out/new-x", "converted"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(!stderr(&o).contains("swapped") && stderr(&o).contains("hf download out/new-x"), "{}", stderr(&o));
+    // A Hub id the cache holds is an IN that exists.
+    let o = cmd(&[("HF_HUB_CACHE", &cache)]).current_dir(tmp.path()).args(["org/name", "dense", "--dry-run"]).output();
+    let o = o.unwrap();
+    assert!(!stderr(&o).contains("swapped"), "{}", stderr(&o));
+}
+
+#[test]
+fn an_id_in_the_wrong_case_is_told_the_cached_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    add_snapshot(&cache, "EschaTest/Dense-W2", C1, &fixture("dense"));
+    set_ref(&cache, "EschaTest/Dense-W2", "main", C1);
+    for (arg, pass) in
+        [("eschatest/dense-w2", "pass EschaTest/Dense-W2)"), ("ESCHATEST/dense-W2@v1", "pass EschaTest/Dense-W2@v1)")]
+    {
+        let o = cmd(&[("HF_HUB_CACHE", &cache)]).arg(arg).arg(tmp.path().join("out")).output().unwrap();
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(1), "{arg}: {err}");
+        assert!(err.contains("it holds EschaTest/Dense-W2") && err.contains(pass), "{arg}: {err}");
+        let o = cmd(&[("HF_HUB_CACHE", &cache)]).args(["inspect", arg]).output().unwrap();
+        assert!(stderr(&o).contains(pass), "{arg}: {}", stderr(&o));
+    }
+    // The id as cached reads it; another id gets no hint.
+    json(&dry_run(&mut cmd(&[("HF_HUB_CACHE", &cache)]), "EschaTest/Dense-W2", tmp.path()));
+    let o = cmd(&[("HF_HUB_CACHE", &cache)]).arg("eschatest/other").arg(tmp.path().join("out")).output().unwrap();
+    assert!(!stderr(&o).contains("it holds"), "{}", stderr(&o));
 }

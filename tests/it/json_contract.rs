@@ -2,8 +2,16 @@
 //! "error": {"code", "message", "exit_status"}}`, whose message is stderr's error line and whose
 //! status is the run's. (Every document is validated against `docs/escha-convert.schema.json` by
 //! `tests/python/test_json_schema.py`.)
+//!
+//! Every class of `docs/escha-convert.schema.json` is provoked here where it can be: `usage`,
+//! `input_refused`, `output_refused`, `input_changed`, `write_failed` (a full disk, a file-size
+//! limit), `verify_failed`, `backend_unavailable`; `interrupted` is provoked in `interrupts.rs`.
+//! `failed` is the class of what no input, output or flag can cause (a thread pool the system
+//! refuses to start, a report that does not serialise): no test can provoke it without breaking the
+//! machine the test runs on, so none does.
 
-use crate::common::{escha_convert, fixture};
+use crate::common::{copy_tree, escha_convert, fixture};
+use crate::synth::{read_safetensors, write_safetensors, T};
 use serde_json::Value;
 use std::process::Output;
 
@@ -130,4 +138,131 @@ fn something_appearing_at_out_mid_run_prints_output_refused() {
     std::fs::create_dir(&out).unwrap();
     std::fs::write(out.join("precious.txt"), "mine").unwrap();
     failed_mid_run(&child.wait_with_output().unwrap(), "output_refused");
+}
+
+/// Runs `cmd` under a file-size limit of `limit` bytes (`ulimit -f`).
+fn with_file_size_limit(cmd: &mut std::process::Command, limit: u64) -> Output {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setrlimit in the child before exec; no allocation or lock is involved.
+    unsafe {
+        cmd.pre_exec(move || {
+            let l = libc::rlimit { rlim_cur: limit, rlim_max: limit };
+            if libc::setrlimit(libc::RLIMIT_FSIZE, &raw const l) == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        });
+    }
+    cmd.output().unwrap()
+}
+
+/// Unmounts a test's tmpfs when the test ends, however it ends.
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+#[test]
+fn a_full_disk_or_a_file_size_limit_at_preallocation_is_write_failed() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Shards of about 100 MB: reserved before any weight is decoded.
+    let input = crate::edges::slow_checkpoint(&tmp.path().join("in"));
+    let shard = "model-00001-of-00001.safetensors";
+
+    let out = tmp.path().join("limited");
+    let o = with_file_size_limit(escha_convert().arg(&input).arg(&out).args(["--json", "--quiet"]), 1 << 20);
+    failed_mid_run(&o, "write_failed");
+    assert!(stderr(&o).contains(shard) && stderr(&o).contains("File too large"), "{}", stderr(&o));
+
+    // A 1 MiB tmpfs (root only; anywhere else the reason is printed and this case skipped).
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "a tmpfs mount needs root, which CI has");
+        eprintln!("skipped: the full-disk case needs root to mount a tmpfs");
+        return;
+    }
+    let disk = tmp.path().join("disk");
+    std::fs::create_dir(&disk).unwrap();
+    let mounted =
+        std::process::Command::new("mount").args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"]).arg(&disk).status();
+    if !mounted.is_ok_and(|s| s.success()) {
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "mount -t tmpfs failed under CI");
+        eprintln!("skipped: cannot mount a tmpfs here");
+        return;
+    }
+    let _unmount = Unmount(disk.clone());
+    let o = run(&[&input, &disk.join("out"), &"--json", &"--quiet"]);
+    failed_mid_run(&o, "write_failed");
+    let err = stderr(&o);
+    assert!(err.contains(shard) && err.contains("No space left on device"), "{err}");
+    assert_eq!(std::fs::read_dir(&disk).unwrap().count(), 0, "no staging and no lock left");
+    // A disk already full: whichever step meets it first (OUT's directory, its lock, the marker).
+    let _ = std::fs::write(disk.join("filler"), vec![0u8; 2 << 20]);
+    let o = run(&[&fixture("dense"), &disk.join("deeper/out"), &"--json", &"--quiet"]);
+    failed_mid_run(&o, "write_failed");
+}
+
+#[test]
+fn a_proof_that_fails_is_verify_failed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    copy_tree(&fixture("dense-base"), &base);
+    // Every matrix of the base negated: the decode disagrees with it.
+    let file = base.join("model.safetensors");
+    let tensors: Vec<T> = read_safetensors(&file)
+        .into_iter()
+        .map(|(name, (dtype, shape, mut data))| {
+            if shape.len() == 2 && (dtype == "BF16" || dtype == "F16") {
+                data.iter_mut().skip(1).step_by(2).for_each(|b| *b ^= 0x80);
+            }
+            let dtype: &'static str = Box::leak(dtype.into_boxed_str());
+            T::new(&name, dtype, &shape, data)
+        })
+        .collect();
+    write_safetensors(&file, &tensors);
+    let out = tmp.path().join("out");
+    failed_mid_run(&run(&[&fixture("dense"), &out, &"--json", &"--verify-base", &base]), "verify_failed");
+    assert!(!out.exists());
+}
+
+#[test]
+fn a_backend_this_machine_lacks_is_backend_unavailable() {
+    if cfg!(all(target_os = "macos", feature = "metal")) {
+        eprintln!("skipped: this build has Metal");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dense = fixture("dense");
+    for (args, status) in [
+        (&[&dense as &dyn AsRef<std::ffi::OsStr>, &tmp.path().join("out"), &"--backend", &"metal", &"--json"][..], 1),
+        (&[&"verify", &dense, &"--base", &fixture("dense-base"), &"--backend", &"metal", &"--json"], 2),
+    ] {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(status), "{}", stderr(&o));
+        let doc = error_document(&o);
+        assert_eq!(doc["error"]["code"], "backend_unavailable", "{doc}");
+    }
+    assert!(!tmp.path().join("out").exists());
+}
+
+#[test]
+fn merge_s_own_output_is_refused_as_output_and_its_input_as_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let parts = tmp.path().join("parts");
+    let o = escha_convert()
+        .arg(fixture("dense"))
+        .arg(&parts)
+        .args(["--checksums", "--part", "1/1", "--quiet"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    // Where SHA256SUMS goes, a directory: merge's output cannot be written there.
+    std::fs::create_dir(parts.join("SHA256SUMS")).unwrap();
+    let o = run(&[&"merge", &parts, &"--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert_eq!(error_document(&o)["error"]["code"], "output_refused");
 }

@@ -1,7 +1,8 @@
-//! The K-quant encoders of `src/quant/kquants/`, the legacy ones of `src/quant/legacy.rs` and
-//! `Q8_0` (`src/quant/q8_0.rs`) against ggml's own C: `tests/c/ggml_quants_ref.c` is compiled with the llama.cpp sources named
-//! by `ESCHA_LLAMA_CPP` (the `vendor/llama.cpp` of the llama-cpp-python sdist) and
-//! `quantize_row_q{4,5,6}_K_ref` / `quantize_row_q{4,5}_{0,1}_ref` must write exactly the bytes
+//! The K-quant encoders of `src/quant/kquants/`, the legacy ones of `src/quant/legacy.rs`, `Q8_0`
+//! (`src/quant/q8_0.rs`) and the IQ4 ones (`src/quant/iq4.rs`) against ggml's own C:
+//! `tests/c/ggml_quants_ref.c` is compiled with the llama.cpp sources named by `ESCHA_LLAMA_CPP`
+//! (the `vendor/llama.cpp` of the llama-cpp-python sdist) and `quantize_row_q{2,3,4,5,6}_K_ref` /
+//! `quantize_row_q{4,5}_{0,1}_ref` / `quantize_iq4_{nl,xs}` must write exactly the bytes
 //! `quantize_row` writes, for random rows and for every edge the scale search has (zeros,
 //! constants, huge, tiny and subnormal values, outliers, exact ties); ggml's dequantization of
 //! those blocks must equal `dequantize_row` bit for bit.
@@ -10,7 +11,7 @@ use crate::common::Rng;
 use escha_convert::block_type::BlockType;
 use escha_convert::quant::kquants::{self, QK_K};
 use escha_convert::quant::legacy::{self, QK};
-use escha_convert::quant::{blocks, q8_0};
+use escha_convert::quant::{blocks, iq4, q8_0};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -29,6 +30,8 @@ fn quantize_reference(kind: BlockType, values: &[f32]) -> Vec<u8> {
         kquants::quantize_row_with(kquants::Kernel::Reference, kind, values, &mut out);
     } else if kind == BlockType::Q8_0 {
         q8_0::quantize_row_reference(values, &mut out);
+    } else if matches!(kind, BlockType::IQ4_NL | BlockType::IQ4_XS) {
+        iq4::quantize_row(kind, values, &mut out);
     } else {
         legacy::quantize_row_reference(kind, values, &mut out);
     }
@@ -402,7 +405,8 @@ fn kquant_encoders_match_ggml_byte_for_byte() {
     let harness = Harness::build(&llama);
     let cases = cases();
     let mut failures = Vec::new();
-    for kind in BlockType::K_QUANTS {
+    // IQ4_XS shares the K-quants' 256-value super-blocks.
+    for kind in BlockType::K_QUANTS.into_iter().chain([BlockType::IQ4_XS]) {
         let (blocks, _) = compare(&harness, kind, &cases, |_| false, &mut failures);
         assert!(blocks > 4096);
         println!("{}: {} cases, {blocks} blocks compared", kind.name(), cases.len());
@@ -683,4 +687,19 @@ fn q8_0_encoder_matches_ggml_byte_for_byte() {
     let (blocks, excused) = compare(&harness, BlockType::Q8_0, &cases, q8_0_cast_undefined, &mut failures);
     println!("q8_0: {blocks} blocks, {excused} where C's conversion is undefined");
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn iq4_nl_encoder_matches_ggml_byte_for_byte() {
+    let Some(llama) = llama_cpp_dir() else { return };
+    let harness = Harness::build(&llama);
+    // The K-quant cases (whole multiples of 32 too) and the legacy ones, non-finite values included:
+    // no step of the IQ4 search converts a float to an integer the way C leaves undefined.
+    let mut cases = cases();
+    cases.extend(legacy_cases(&mut Rng(0x1a4_0a1)));
+    let mut failures = Vec::new();
+    let (blocks, _) = compare(&harness, BlockType::IQ4_NL, &cases, |_| false, &mut failures);
+    assert!(blocks > 8192);
+    println!("iq4_nl: {} cases, {blocks} blocks compared", cases.len());
+    assert!(failures.is_empty(), "{} mismatches with ggml:\n{}", failures.len(), failures.join("\n"));
 }

@@ -124,7 +124,7 @@ fn finishes(mut cmd: std::process::Command) -> Output {
 fn a_huge_mtp_layer_count_is_a_claim_not_a_loop_bound() {
     let tmp = tempfile::tempdir().unwrap();
     let mut tensors = small_checkpoint(6);
-    tensors.push(T::f16("mtp.fc.weight", &[2, 2], &[0.0; 4]));
+    tensors.push(T::f16("mtp.fc.weight", &[256, 512], &vec![0.0; 256 * 512]));
     let input = write_checkpoint(&tmp.path().join("in"), &tensors);
     let mut config = config_json();
     config["text_config"]["mtp_num_hidden_layers"] = serde_json::json!(1_000_000_000_000_000u64);

@@ -174,6 +174,26 @@ def test_exllamav3_builds_the_model_and_every_module_loads_its_tensors(exl3_out,
     assert not unread, f"tensors no module reads: {sorted(unread)[:5]}"
 
 
+def test_an_exl3_input_keeps_the_biases_exllamav3_applies(exl3_out, escha_convert, tmp_path):
+    """OUT is itself an EXL3 checkpoint whose biases exllamav3 adds: converted to EXL3 again with
+    no flag, every coded linear's bias is still where exllamav3's `Linear.load_exl3` reads it (its
+    values, which exllamav3 reads through the extension, are compared by tests/it/biases.rs)."""
+    name, out = exl3_out
+    if name != "dense":
+        pytest.skip("the MoE fixture has no biases")
+    again = tmp_path / "again"
+    subprocess.run([str(escha_convert), str(out), str(again), "--format", "exl3", "--quiet"], check=True)
+    model = Model.from_config(Config.from_directory(str(again)))
+    for module in model.modules:
+        module.load(CPU)
+    exl3 = [m for m in model if isinstance(m, Linear) and m.quant_type == "exl3"]
+    assert {f"{m.key}.bias" for m in exl3} == {k for k in stored_tensors(out) if k.endswith(".bias")}
+    for m in exl3:
+        bias = m.inner.bias
+        assert bias is not None and tuple(bias.shape) == (m.out_features,), f"{m.key}: bias loaded"
+        assert bias.dtype == torch.half, m.key
+
+
 def test_quantization_config_json_is_what_exllamav3_makes_of_the_checkpoint(exl3_out, tmp_path):
     name, out = exl3_out
     ours = json.loads((out / "quantization_config.json").read_text())
@@ -212,15 +232,18 @@ def test_quantization_config_json_is_what_exllamav3_makes_of_the_checkpoint(exl3
 
 
 def test_the_way_back_to_bf16_loads_in_transformers_as_the_direct_conversion(exl3_out, escha_convert, repo_root, tmp_path):
-    """OUT converted back to bf16 (the per-expert linears stacked into the fused expert tensors)
-    loads in transformers with no missing or unexpected key, and gives the direct bf16
+    """OUT converted back to bf16 with `--bias drop` (the per-expert linears stacked into the fused
+    expert tensors) loads in transformers with no missing or unexpected key, and gives the direct bf16
     conversion's logits: exactly on the MoE fixture (s_in = s_out = 1, so no weight changes), and
     within the effect of a bf16 rounding on the dense one (its s fold moves some bf16 values by one
     step; test_transformers.py sizes that effect at up to 0.053 on this fixture)."""
     transformers = require("transformers")
     name, out = exl3_out
     back, direct = tmp_path / "back", tmp_path / "direct"
-    subprocess.run([str(escha_convert), str(out), str(back), "--quiet"], check=True)
+    # OUT keeps the biases (`--bias keep`), and exllamav3 applies an EXL3 linear's, so the way back
+    # keeps them by default; the direct conversion drops them (the reference runtime never applies
+    # them), and so does this way back when asked.
+    subprocess.run([str(escha_convert), str(out), str(back), "--bias", "drop", "--quiet"], check=True)
     subprocess.run([str(escha_convert), str(repo_root / "fixtures" / name), str(direct), "--quiet"], check=True)
     ids = torch.tensor([[1, 5, 9, 33, 70, 2, 100, 7, 12, 200, 3, 64]])
     logits = []

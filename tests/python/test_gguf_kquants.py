@@ -9,8 +9,8 @@ The fixtures' hidden size is 128, so the K types (256-value blocks) apply only t
 (dense: ssm_out, ffn_down; MoE: ssm_out, an int8 pair, so a K type only with `--int8 requant`); other
 rows get llama-quantize's fallbacks (Q5_0, Q5_1, Q8_0).
 
-1. `test_logits_within_quantization_error` (dense and moe x q4_k_m, q6_k, auto with the default
-   `--int8 exact`; moe x q4_k_m, q6_k with `--int8 requant`, the only MoE files with K-type tensors).
+1. `test_logits_within_quantization_error` (dense and moe x q4_k_m, q6_k, auto, and dense x q3_k_m,
+   iq4_xs, with the default `--int8 exact`; moe x q4_k_m, q6_k with `--int8 requant`, the only MoE files with K-type tensors).
    llama.cpp must load the file, and its logits of TOKENS (all 16 positions x 256) must stay within
    what errors of that size do to this model. The bound is calibrated, not guessed:
 
@@ -60,19 +60,21 @@ rows get llama-quantize's fallbacks (Q5_0, Q5_1, Q8_0).
    every `width_choices` entry the chosen tensor of the auto file, decoded, against the f32 file's:
    the relative error over non-zero rows, in float64, equals `actual` (RTOL_ACTUAL) and is <= `budget`
    (= R * 2^-K; not asserted for the BF16 fallback, which is unconditional, though it holds here);
-   `predicted` is within 30 % of `actual`. Every narrower candidate ([Q4_K, Q5_K, Q6_K, Q8_0, BF16]
-   whose block, 256 or 32, divides the row), taken from our uniform file (`--gguf-type
+   `predicted` is within 30 % of `actual`. Every narrower candidate ([Q2_K, Q3_K, IQ4_XS, Q4_K, Q5_K,
+   Q6_K, Q8_0, BF16] whose block, 256 or 32, divides the row), taken from our uniform file (`--gguf-type
    q4_k|q5_k|q6_k`, exactly that type for a 256-wide coded linear; `--gguf-type q8_0 --int8 requant`
-   for Q8_0), has an error > budget; the chosen type's tensor is that uniform file's, byte for byte
+   for Q8_0; for Q2_K, Q3_K, IQ4_XS, which have no uniform --gguf-type, `llama-quantize --pure` on our
+   f32 file), has an error > budget; the chosen type's tensor is that uniform file's, byte for byte
    (one encoder). Per fixture at least one entry must have a narrower candidate, so the test is not
    vacuous (dense at R = 0.5: ffn_down, K = 3, Q5_K 0.0370 within 0.0625 where Q4_K has 0.0735; MoE at
    R = 0.03: ffn_down_exps, K = 3, BF16 0.0017 within 0.00375 where Q8_0 has 0.0055).
 
-3. `test_matches_llama_quantize` (dense, moe x q4_k_m, q5_k_m against llama-quantize's mixtures, and
-   q4_k, q5_k, q6_k against `llama-quantize --pure`): llama-quantize without an imatrix calls
-   ggml_quantize_chunk -> quantize_q4_K etc., which with quant_weights == NULL run quantize_row_*_ref
-   (ggml-quants.c quantize_q4_K / q5_K / q6_K / q5_0 / q5_1; quantize_q8_0 always does), the
-   reference path this tool follows, so from the same f32 values the bytes must be identical:
+3. `test_matches_llama_quantize` (dense, moe x q4_k_m, q5_k_m, q2_k, q3_k_s, q3_k_m, q3_k_l, iq4_xs
+   against llama-quantize's mixtures, and q4_k, q5_k, q6_k against `llama-quantize --pure`):
+   llama-quantize without an imatrix calls ggml_quantize_chunk -> quantize_q4_K etc., which with
+   quant_weights == NULL run quantize_row_*_ref (ggml-quants.c quantize_q2_K ... q6_K / q4_0 / q5_0 /
+   q5_1; quantize_q8_0 always does; quantize_iq4_xs and quantize_iq4_nl their own 7-try search),
+   the path this tool follows, so from the same f32 values the bytes must be identical:
    * types: our `--int8 requant` file vs llama-quantize on our `--gguf-type bf16 --int8 requant`
      file: the same tensor names, every tensor's ggml type, and general.file_type (for --pure Q4_K /
      Q5_K llama-quantize writes its Q4_K_M / Q5_K_M numbers, 15 / 17, and so does this tool);
@@ -127,14 +129,20 @@ PREDICTED_RTOL = 0.30
 # --max-added-error values for test_auto_budget (see the docstring).
 AUTO_R = [0.5, 0.03]
 
-BLOCK = {"Q4_K": 256, "Q5_K": 256, "Q6_K": 256, "Q8_0": 32, "BF16": 1}
-CANDIDATES = ["Q4_K", "Q5_K", "Q6_K", "Q8_0", "BF16"]
+BLOCK = {"Q2_K": 256, "Q3_K": 256, "IQ4_XS": 256, "Q4_K": 256, "Q5_K": 256, "Q6_K": 256, "Q8_0": 32, "BF16": 1}
+CANDIDATES = ["Q2_K", "Q3_K", "IQ4_XS", "Q4_K", "Q5_K", "Q6_K", "Q8_0", "BF16"]
 # Our uniform file that holds a coded linear of 256-wide rows in exactly that type: (--gguf-type, --int8).
 UNIFORM = {"Q4_K": ("q4_k", "exact"), "Q5_K": ("q5_k", "exact"), "Q6_K": ("q6_k", "exact"), "Q8_0": ("q8_0", "requant")}
+# The low-bit types have no uniform --gguf-type (only llama-quantize's mixtures of them): their
+# encoding of a coded linear is `llama-quantize --pure TYPE` on our f32 file, whose coded linears are
+# the exact reconstruction in F32 (test_matches_llama_quantize holds our encoders to the same bytes).
+PURE = {"Q2_K", "Q3_K", "IQ4_XS"}
 # Our --gguf-type -> llama-quantize's type and whether --pure (one type, with its fallbacks) is given.
 LLAMA_QUANTIZE = {
     "q4_k_m": ("Q4_K_M", False), "q5_k_m": ("Q5_K_M", False),
     "q4_k": ("Q4_K", True), "q5_k": ("Q5_K", True), "q6_k": ("Q6_K", True),
+    "q2_k": ("Q2_K", False), "q3_k_s": ("Q3_K_S", False), "q3_k_m": ("Q3_K_M", False),
+    "q3_k_l": ("Q3_K_L", False), "iq4_xs": ("IQ4_XS", False),
 }
 
 # llama.cpp's CPU vec_dot_type of each weight type (ggml-cpu.c type_traits_cpu): how the activation
@@ -143,6 +151,7 @@ VEC_DOT = {
     GT.F32: None, GT.F16: "F16", GT.BF16: "BF16",
     GT.Q8_0: "Q8_0", GT.Q4_0: "Q8_0", GT.Q5_0: "Q8_0", GT.Q4_1: "Q8_0", GT.Q5_1: "Q8_0",  # Q8_1: Q8_0's grid
     GT.Q4_K: "Q8_K", GT.Q5_K: "Q8_K", GT.Q6_K: "Q8_K",
+    GT.Q2_K: "Q8_K", GT.Q3_K: "Q8_K", GT.IQ4_XS: "Q8_K", GT.IQ4_NL: "Q8_0",
 }
 NOT_A_MATMUL = {"token_embd.weight"}  # ggml_get_rows: dequantized rows, no activation operand
 # A weight type not in VEC_DOT is taken to round activations like Q8_K, the coarsest of them.
@@ -177,6 +186,12 @@ class Workspace:
 
     def path(self, fixture, ty, int8="exact"):
         return self.convert(fixture, ty, int8)[0]
+
+    def uniform(self, fixture, block):
+        """A file holding every 256-wide coded linear of `fixture` as `block` (see UNIFORM, PURE)."""
+        if block in PURE:
+            return self.llama_quantize(self.path(fixture, "f32", "requant"), block, True)
+        return self.path(fixture, *UNIFORM[block])
 
     def llama_quantize(self, src, qtype, pure):
         key = ("lq", str(src), qtype, pure)
@@ -333,7 +348,7 @@ def rms_dev(a, b):
 
 
 LOGIT_CASES = [
-    ("dense", ty, "exact") for ty in ("q4_k_m", "q6_k", "auto")
+    ("dense", ty, "exact") for ty in ("q4_k_m", "q6_k", "auto", "q3_k_m", "iq4_xs")
 ] + [("moe", ty, "exact") for ty in ("q4_k_m", "q6_k", "auto")] + [("moe", ty, "requant") for ty in ("q4_k_m", "q6_k")]
 
 
@@ -472,19 +487,19 @@ def test_auto_budget(kq, fixture):
                 problems.append(f"{where}: {chosen} is not a candidate for rows of {ne[0]} ({cands})")
                 continue
             # The chosen type's bytes are the uniform file's (the same encoder as the narrower ones below).
-            if chosen in UNIFORM:
-                ut = kq.tensors(kq.path(fixture, *UNIFORM[chosen]))[name]
+            if chosen in UNIFORM or chosen in PURE:
+                ut = kq.tensors(kq.uniform(fixture, chosen))[name]
                 mine = kq.tensors(path)[name]
                 if ut.tensor_type.name != chosen:
-                    problems.append(f"{where}: --gguf-type {UNIFORM[chosen][0]} writes it as {ut.tensor_type.name}")
+                    problems.append(f"{where}: the uniform {chosen} file holds it as {ut.tensor_type.name}")
                 elif not np.array_equal(raw(ut), raw(mine)):
-                    problems.append(f"{where}: bytes differ from --gguf-type {UNIFORM[chosen][0]}'s")
+                    problems.append(f"{where}: bytes differ from the uniform {chosen} file's")
             narrower = []
             for c in cands[: cands.index(chosen)]:
-                u = kq.values(kq.path(fixture, *UNIFORM[c]))
+                u = kq.values(kq.uniform(fixture, c))
                 ut, _, uv = u[name]
                 if ut.name != c:
-                    problems.append(f"{where}: --gguf-type {UNIFORM[c][0]} writes it as {ut.name}, want {c}")
+                    problems.append(f"{where}: the uniform {c} file holds it as {ut.name}")
                     continue
                 ce = rel_error(uv, w, ne[0])
                 narrower.append(f"{c} {ce:.5g}")

@@ -10,7 +10,7 @@
 //! held to the rules of a load with MTP (`--spec-type draft-mtp`), which requires all of them.
 
 use crate::container::{MetaValue, Metadata};
-use crate::layout::OutputTensor;
+use crate::layout::{Kind, OutputTensor};
 use anyhow::{bail, Result};
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -308,8 +308,10 @@ pub fn check(kv: &Metadata, tensors: &[OutputTensor]) -> Result<()> {
     for t in tensors {
         let ne = trimmed(t.shape.iter().rev().map(|&d| d as u64).collect());
         let Some(e) = expected.get(&t.name) else {
+            let way_out =
+                if t.kind == Kind::Bias { "; --bias drop leaves the biases of coded linears out" } else { "" };
             bail!(
-                "tensor {}: llama.cpp's {arch} has no place for it and refuses a file holding it (\"wrong number of tensors\"){}",
+                "tensor {}: llama.cpp's {arch} has no place for it and refuses a file holding it (\"wrong number of tensors\"){}{way_out}",
                 t.name,
                 block_kind(&t.name, &s)
             );

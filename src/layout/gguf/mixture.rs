@@ -1,11 +1,13 @@
-//! The k-quant mixtures of `llama-quantize` (`Q4_K_M`, `Q5_K_M`, `Q4_K_S`, `Q5_K_S`, `Q6_K`, `Q8_0`):
+//! The mixtures of `llama-quantize` (`Q2_K`, `Q3_K_S`, `Q3_K_M`, `Q3_K_L`, `Q4_K_M`, `Q5_K_M`,
+//! `Q4_K_S`, `Q5_K_S`, `Q6_K`, `IQ4_XS`, `Q8_0`):
 //! which ggml type each tensor of a `qwen35` / `qwen35moe` GGUF gets, as llama.cpp decides it in
 //! `src/llama-quant.cpp` (`tensor_allows_quantization`, `llama_tensor_get_type_impl`,
 //! `tensor_type_fallback`) of the llama-cpp-python 0.3.36 sdist, without an importance matrix and
 //! with llama-quantize's default options.
 //!
-//! The choice depends on the header's `block_count` (every block, the MTP ones too) and
-//! `expert_count`, on a tensor's name, number of dimensions and row length (the innermost
+//! The choice depends on the header's `block_count` (every block, the MTP ones too),
+//! `expert_count` and grouped-query ratio (`head_count / head_count_kv` of the first block), on a
+//! tensor's name, number of dimensions and row length (the innermost
 //! dimension), and on which other tensors the file holds: whether it has `output.weight` (else the
 //! embeddings are tied and `token_embd` takes the output's rule) and where an `attn_v`-like tensor
 //! (`attn_v`, `attn_qkv`) or, without experts, an `ffn_down` falls among its kind in llama.cpp's
@@ -32,12 +34,28 @@ pub enum Mixture {
     Q5KS,
     Q6K,
     Q8_0,
+    Q2K,
+    Q3KS,
+    Q3KM,
+    Q3KL,
+    IQ4XS,
 }
 
 #[cfg_attr(not(test), allow(dead_code))]
 impl Mixture {
-    pub const ALL: [Mixture; 6] =
-        [Mixture::Q4KM, Mixture::Q4KS, Mixture::Q5KM, Mixture::Q5KS, Mixture::Q6K, Mixture::Q8_0];
+    pub const ALL: [Mixture; 11] = [
+        Mixture::Q4KM,
+        Mixture::Q4KS,
+        Mixture::Q5KM,
+        Mixture::Q5KS,
+        Mixture::Q6K,
+        Mixture::Q8_0,
+        Mixture::Q2K,
+        Mixture::Q3KS,
+        Mixture::Q3KM,
+        Mixture::Q3KL,
+        Mixture::IQ4XS,
+    ];
 
     /// llama-quantize's name (`Q4_K_M`).
     pub fn name(self) -> &'static str {
@@ -48,6 +66,11 @@ impl Mixture {
             Mixture::Q5KS => "Q5_K_S",
             Mixture::Q6K => "Q6_K",
             Mixture::Q8_0 => "Q8_0",
+            Mixture::Q2K => "Q2_K",
+            Mixture::Q3KS => "Q3_K_S",
+            Mixture::Q3KM => "Q3_K_M",
+            Mixture::Q3KL => "Q3_K_L",
+            Mixture::IQ4XS => "IQ4_XS",
         }
     }
 
@@ -59,11 +82,16 @@ impl Mixture {
     pub fn file_type(self) -> u32 {
         match self {
             Mixture::Q8_0 => 7,
+            Mixture::Q2K => 10,
+            Mixture::Q3KS => 11,
+            Mixture::Q3KM => 12,
+            Mixture::Q3KL => 13,
             Mixture::Q4KS => 14,
             Mixture::Q4KM => 15,
             Mixture::Q5KS => 16,
             Mixture::Q5KM => 17,
             Mixture::Q6K => 18,
+            Mixture::IQ4XS => 30,
         }
     }
 
@@ -74,6 +102,9 @@ impl Mixture {
             Mixture::Q5KM | Mixture::Q5KS => BlockType::Q5_K,
             Mixture::Q6K => BlockType::Q6_K,
             Mixture::Q8_0 => BlockType::Q8_0,
+            Mixture::Q2K => BlockType::Q2_K,
+            Mixture::Q3KS | Mixture::Q3KM | Mixture::Q3KL => BlockType::Q3_K,
+            Mixture::IQ4XS => BlockType::IQ4_XS,
         }
     }
 }
@@ -85,6 +116,8 @@ pub struct ModelShape {
     block_count: u32,
     /// `{arch}.expert_count`, 0 without one.
     expert_count: u32,
+    /// `n_gqa()` of the first block: `head_count / head_count_kv`, 0 where `head_count_kv` is 0.
+    gqa: u32,
     /// No `output.weight`: the output shares `token_embd`.
     tied: bool,
     /// `attn_v`-like tensors (`attn_v`, `attn_qkv`, `attn_kv_b`) in the model.
@@ -106,6 +139,7 @@ impl ModelShape {
         let mut m = ModelShape {
             block_count,
             expert_count,
+            gqa: 1,
             tied: true,
             n_attention_wv: 0,
             attention_wv: Vec::new(),
@@ -129,6 +163,15 @@ impl ModelShape {
         m.attention_wv.sort();
         m.ffn_down.sort();
         m
+    }
+
+    /// The model with `head_count` query heads and `head_count_kv` key/value heads in its first
+    /// block (llama.cpp's default for an absent `head_count_kv` is `head_count`): without this,
+    /// a grouped-query ratio of 1.
+    #[must_use]
+    pub fn with_heads(mut self, head_count: u32, head_count_kv: u32) -> ModelShape {
+        self.gqa = head_count.checked_div(head_count_kv).unwrap_or(0);
+        self
     }
 }
 
@@ -289,6 +332,7 @@ fn mixture_type(mixture: Mixture, model: &ModelShape, name: &str, ncols: usize) 
     let default = mixture.default_type();
     let category = category(name);
     let eight_experts = model.expert_count == 8;
+    let gqa4 = model.gqa >= 4;
     let n_layer = model.block_count as i64;
     // `layer_info`: with experts the block number from the name, else the kind's counter.
     let layer_info = |counter: &[(i64, String)]| -> Result<i64> {
@@ -316,6 +360,12 @@ fn mixture_type(mixture: Mixture, model: &ModelShape, name: &str, ncols: usize) 
         c if c.is_attn_v() => {
             let (i, n) = (position(&model.attention_wv, name), model.n_attention_wv as i64);
             let t = match mixture {
+                M::Q2K if gqa4 => T::Q4_K,
+                M::Q2K => T::Q3_K,
+                M::Q3KM if i < 2 => T::Q5_K,
+                M::Q3KM => T::Q4_K,
+                M::Q3KL => T::Q5_K,
+                M::IQ4XS if gqa4 => T::Q5_K,
                 M::Q4KM | M::Q5KM if use_more_bits(i, n) => T::Q6_K,
                 M::Q4KS if i < 4 => T::Q5_K,
                 _ => default,
@@ -330,12 +380,26 @@ fn mixture_type(mixture: Mixture, model: &ModelShape, name: &str, ncols: usize) 
         Category::FfnDown => {
             let i = layer_info(&model.ffn_down)?;
             match mixture {
+                M::Q2K => T::Q3_K,
+                M::Q3KM if i < n_layer / 16 => T::Q5_K,
+                M::Q3KM => T::Q4_K,
+                M::Q3KL => T::Q5_K,
                 M::Q4KM | M::Q5KM if use_more_bits(i, n_layer) => T::Q6_K,
-                M::Q4KS if i < n_layer / 8 => T::Q5_K,
+                // IQ4_XS: without an importance matrix, as here.
+                M::IQ4XS | M::Q4KS if i < n_layer / 8 => T::Q5_K,
                 _ => default,
             }
         }
-        Category::AttentionOutput if eight_experts && matches!(mixture, M::Q4KM | M::Q4KS) => T::Q5_K,
+        Category::AttentionOutput if eight_experts => match mixture {
+            M::Q2K | M::Q3KS | M::Q3KM | M::IQ4XS | M::Q4KS | M::Q4KM => T::Q5_K,
+            _ => default,
+        },
+        Category::AttentionOutput => match mixture {
+            M::Q2K => T::Q3_K,
+            M::Q3KM => T::Q4_K,
+            M::Q3KL => T::Q5_K,
+            _ => default,
+        },
         Category::FfnGate | Category::FfnUp => {
             // Only IQ3_XS singles these out, but llama-quantize checks the layer for every mixture.
             layer_info(&[])?;
@@ -346,19 +410,20 @@ fn mixture_type(mixture: Mixture, model: &ModelShape, name: &str, ncols: usize) 
 }
 
 /// `tensor_type_fallback`: a row length that is not a multiple of the type's block gets the next
-/// type with 32-value blocks, and F16 where that does not fit either. (llama.cpp also falls back
-/// from `Q2_K` and `Q3_K`, which no mixture here chooses.)
+/// type with 32-value blocks, and F16 where that does not fit either.
 fn fallback(t: BlockType, ncols: usize) -> Storage {
     use BlockType as T;
     if ncols.is_multiple_of(t.elements()) {
         return Storage::Block(t);
     }
     let smaller = match t {
+        T::Q2_K | T::Q3_K => T::Q4_0,
+        T::IQ4_XS => T::IQ4_NL,
         T::Q4_K => T::Q5_0,
         T::Q5_K => T::Q5_1,
         T::Q6_K => T::Q8_0,
         // The 32-value types: nothing smaller, F16 below.
-        T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0 => t,
+        T::Q4_0 | T::Q4_1 | T::Q5_0 | T::Q5_1 | T::Q8_0 | T::IQ4_NL => t,
     };
     if ncols.is_multiple_of(smaller.elements()) {
         Storage::Block(smaller)
@@ -421,11 +486,13 @@ mod tests {
                     (t[0].as_str().unwrap().to_string(), shape, named(t[2].as_str().unwrap()))
                 })
                 .collect();
+            let heads = kv("attention.head_count").unwrap();
             let shape = ModelShape::new(
                 kv("block_count").unwrap(),
                 kv("expert_count").unwrap_or(0),
                 tensors.iter().map(|(n, s, _)| (n.as_str(), s.as_slice())),
-            );
+            )
+            .with_heads(heads, kv("attention.head_count_kv").unwrap_or(heads));
             let types = m["types"].as_object().unwrap();
             assert_eq!(types.len(), Mixture::ALL.len());
             for (mixture, want) in types {
@@ -532,6 +599,60 @@ mod tests {
     #[test]
     fn file_types() {
         let ft: Vec<u32> = Mixture::ALL.iter().map(|m| m.file_type()).collect();
-        assert_eq!(ft, [15, 14, 17, 16, 18, 7]);
+        assert_eq!(ft, [15, 14, 17, 16, 18, 7, 10, 11, 12, 13, 30]);
+    }
+
+    #[test]
+    fn low_bit_rules() {
+        use BlockType as T;
+        let names: Vec<String> = (0..16).map(|b| format!("blk.{b}.attn_v.weight")).collect();
+        let tensors: Vec<(&str, &[usize])> = names.iter().map(|n| (n.as_str(), &[256usize, 512][..])).collect();
+        let one = ModelShape::new(16, 0, tensors.iter().copied());
+        // Four query heads per key/value head: llama.cpp gives attn_v more bits.
+        let gqa4 = one.clone().with_heads(8, 2);
+        let v = |m: Mixture, shape: &ModelShape, b: usize| ty(m, shape, &names[b], &[256, 512]);
+        assert_eq!(v(Mixture::Q2K, &one, 5), Some(T::Q3_K));
+        assert_eq!(v(Mixture::Q2K, &gqa4, 5), Some(T::Q4_K));
+        assert_eq!(v(Mixture::IQ4XS, &one, 5), Some(T::IQ4_XS));
+        assert_eq!(v(Mixture::IQ4XS, &gqa4, 5), Some(T::Q5_K));
+        assert_eq!(v(Mixture::Q3KS, &gqa4, 5), Some(T::Q3_K));
+        assert_eq!(v(Mixture::Q3KL, &one, 5), Some(T::Q5_K));
+        let q3km: Vec<Option<BlockType>> = (0..4).map(|b| v(Mixture::Q3KM, &one, b)).collect();
+        assert_eq!(q3km, [Some(T::Q5_K), Some(T::Q5_K), Some(T::Q4_K), Some(T::Q4_K)]);
+        // No key/value heads: a ratio of 0, never 4.
+        assert_eq!(v(Mixture::Q2K, &one.clone().with_heads(8, 0), 5), Some(T::Q3_K));
+
+        // ffn_down by position among 32 blocks; attn_output by mixture.
+        let names: Vec<String> = (0..32).map(|b| format!("blk.{b}.ffn_down.weight")).collect();
+        let tensors: Vec<(&str, &[usize])> = names.iter().map(|n| (n.as_str(), &[256usize, 512][..])).collect();
+        let m = ModelShape::new(32, 0, tensors.iter().copied());
+        let down = |mix: Mixture, b: usize| ty(mix, &m, &names[b], &[256, 512]);
+        assert_eq!((down(Mixture::Q2K, 0), down(Mixture::Q2K, 31)), (Some(T::Q3_K), Some(T::Q3_K)));
+        assert_eq!((down(Mixture::Q3KM, 1), down(Mixture::Q3KM, 2)), (Some(T::Q5_K), Some(T::Q4_K)));
+        assert_eq!(down(Mixture::Q3KL, 20), Some(T::Q5_K));
+        assert_eq!((down(Mixture::IQ4XS, 3), down(Mixture::IQ4XS, 4)), (Some(T::Q5_K), Some(T::IQ4_XS)));
+        assert_eq!(down(Mixture::Q3KS, 0), Some(T::Q3_K));
+        let out = |mix: Mixture| ty(mix, &m, "blk.3.attn_output.weight", &[256, 256]);
+        let outs = [Mixture::Q2K, Mixture::Q3KS, Mixture::Q3KM, Mixture::Q3KL, Mixture::IQ4XS].map(out);
+        assert_eq!(outs, [Some(T::Q3_K), Some(T::Q3_K), Some(T::Q4_K), Some(T::Q5_K), Some(T::IQ4_XS)]);
+        // The output takes Q6_K whatever the mixture.
+        assert_eq!(ty(Mixture::Q2K, &m, "output.weight", &[64, 256]), Some(T::Q6_K));
+    }
+
+    #[test]
+    fn low_bit_fallbacks() {
+        use BlockType as T;
+        let f16 = Storage::Element(Dtype::F16);
+        for (t, n, want) in [
+            (T::Q2_K, 128, Storage::Block(T::Q4_0)),
+            (T::Q3_K, 160, Storage::Block(T::Q4_0)),
+            (T::IQ4_XS, 128, Storage::Block(T::IQ4_NL)),
+            (T::IQ4_XS, 512, Storage::Block(T::IQ4_XS)),
+            (T::Q2_K, 80, f16),
+            (T::IQ4_XS, 80, f16),
+            (T::IQ4_NL, 96, Storage::Block(T::IQ4_NL)),
+        ] {
+            assert_eq!(fallback(t, n), want, "{t:?} {n}");
+        }
     }
 }

@@ -17,9 +17,10 @@ use types::{choose_by_budget, quantize_as_llama_does};
 mod vocab;
 
 use super::fit::FitTensor;
+use super::flags::FlagWords;
 use super::hf::{self, DenseDtype};
 use super::mtp::{self, MtpMode};
-use super::options::{AutoBits, Int8Mode};
+use super::options::{AutoBits, BiasMode, Int8Mode};
 use super::policy::{FormatCard, Layout, WeightProbe, WidthChoice};
 use super::tensor::{OutputTensor, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint};
@@ -209,16 +210,31 @@ impl Layout for GgufLayout {
         "gguf"
     }
 
+    fn shaping_flags(&self, flags: &mut FlagWords) {
+        let o = &self.opts;
+        flags.value("--format", self.name());
+        // Fitted, the engine's `--max-size` chose every type.
+        if !o.fitted {
+            flags.value("--gguf-type", o.ty.name());
+        }
+        if let Some(auto) = o.auto {
+            auto.shaping_flags(flags);
+        }
+        flags.value("--gguf-vocab", if o.vocab { "auto" } else { "none" });
+        flags.value("--int8", o.int8.name());
+        flags.value("--mtp", o.mtp.name());
+    }
+
     fn tensors(
         &self,
         ck: &Checkpoint,
         cat: &Catalog,
-        keep_bias: bool,
+        bias: BiasMode,
         warnings: &mut Vec<crate::warning::Warning>,
     ) -> Result<Vec<OutputTensor>> {
         let hp = Hparams::new(ck.config.as_ref())?;
         let model = Model { ck, cat, layers: u64::from(hp.layers()?), heads: LinearHeads::new(&hp)? };
-        let mut hf_tensors = hf::tensors(ck, cat, DenseDtype::Bf16, keep_bias);
+        let mut hf_tensors = hf::tensors(ck, cat, DenseDtype::Bf16, bias);
         // A native EXL3 MoE's per-expert linears, stacked as llama.cpp's expert tensors.
         hf::restack_experts(&mut hf_tensors, false);
         mtp::apply(self.opts.mtp, &mut hf_tensors, ck.config.as_ref(), warnings);
@@ -256,6 +272,12 @@ impl Layout for GgufLayout {
                 &mut out,
                 blocks,
                 hp.count("num_experts")?.or(hp.count("num_local_experts")?),
+                // `head_count` and `head_count_kv` as the header writes them; llama.cpp reads an
+                // absent `head_count_kv` as `head_count`.
+                {
+                    let heads = hp.count("num_attention_heads")?.unwrap_or(0);
+                    (heads, hp.count("num_key_value_heads")?.unwrap_or(heads))
+                },
             )?;
         }
         Ok(out)

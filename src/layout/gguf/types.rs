@@ -17,8 +17,8 @@ use safetensors::Dtype;
 
 /// `--gguf-type`: the type of every tensor llama.cpp does not keep in F32: what its converter
 /// writes (`bf16`, `f16`, `f32`, `q8_0`), one K-quant for every tensor llama-quantize quantizes
-/// (`q4_k`, `q5_k`, `q6_k`), llama-quantize's mixtures (`q4_k_m`, `q5_k_m`), or per coded linear
-/// within the error budget (`auto`).
+/// (`q4_k`, `q5_k`, `q6_k`), llama-quantize's mixtures (`q2_k`, `q3_k_s`, `q3_k_m`, `q3_k_l`,
+/// `iq4_xs`, `q4_k_m`, `q5_k_m`), or per coded linear within the error budget (`auto`).
 #[allow(non_camel_case_types)] // llama.cpp's names
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GgufType {
@@ -36,8 +36,18 @@ pub enum GgufType {
     Q4_K_M,
     /// llama-quantize's `Q5_K_M` mixture.
     Q5_K_M,
-    /// Per coded linear, the narrowest of `Q4_K`, `Q5_K`, `Q6_K` and `Q8_0` within the error budget
-    /// (`--max-added-error`), else BF16.
+    /// llama-quantize's `Q2_K` mixture.
+    Q2_K,
+    /// llama-quantize's `Q3_K_S` mixture.
+    Q3_K_S,
+    /// llama-quantize's `Q3_K_M` mixture.
+    Q3_K_M,
+    /// llama-quantize's `Q3_K_L` mixture.
+    Q3_K_L,
+    /// llama-quantize's `IQ4_XS` mixture.
+    IQ4_XS,
+    /// Per coded linear, the narrowest of `Q2_K`, `Q3_K`, `IQ4_XS`, `Q4_K`, `Q5_K`, `Q6_K` and
+    /// `Q8_0` within the error budget (`--max-added-error`), else BF16.
     Auto,
 }
 
@@ -67,6 +77,11 @@ impl GgufType {
             GgufType::Q6_K => Quantize::Uniform(BlockType::Q6_K),
             GgufType::Q4_K_M => Quantize::Mixture(Mixture::Q4KM),
             GgufType::Q5_K_M => Quantize::Mixture(Mixture::Q5KM),
+            GgufType::Q2_K => Quantize::Mixture(Mixture::Q2K),
+            GgufType::Q3_K_S => Quantize::Mixture(Mixture::Q3KS),
+            GgufType::Q3_K_M => Quantize::Mixture(Mixture::Q3KM),
+            GgufType::Q3_K_L => Quantize::Mixture(Mixture::Q3KL),
+            GgufType::IQ4_XS => Quantize::Mixture(Mixture::IQ4XS),
             GgufType::Bf16 | GgufType::F16 | GgufType::F32 | GgufType::Q8_0 | GgufType::Auto => return None,
         })
     }
@@ -83,6 +98,11 @@ impl GgufType {
             GgufType::Q6_K => Mixture::Q6K.file_type(),
             GgufType::Q4_K | GgufType::Q4_K_M => Mixture::Q4KM.file_type(),
             GgufType::Q5_K | GgufType::Q5_K_M => Mixture::Q5KM.file_type(),
+            GgufType::Q2_K => Mixture::Q2K.file_type(),
+            GgufType::Q3_K_S => Mixture::Q3KS.file_type(),
+            GgufType::Q3_K_M => Mixture::Q3KM.file_type(),
+            GgufType::Q3_K_L => Mixture::Q3KL.file_type(),
+            GgufType::IQ4_XS => Mixture::IQ4XS.file_type(),
             GgufType::Bf16 => 32,
         })
     }
@@ -98,6 +118,11 @@ impl GgufType {
             GgufType::Q6_K => "q6_k",
             GgufType::Q4_K_M => "q4_k_m",
             GgufType::Q5_K_M => "q5_k_m",
+            GgufType::Q2_K => "q2_k",
+            GgufType::Q3_K_S => "q3_k_s",
+            GgufType::Q3_K_M => "q3_k_m",
+            GgufType::Q3_K_L => "q3_k_l",
+            GgufType::IQ4_XS => "iq4_xs",
             GgufType::Auto => "auto",
         }
     }
@@ -111,19 +136,21 @@ fn always_f32(name: &str, shape: &[usize]) -> bool {
         || [".ffn_gate_inp.", ".ffn_gate_inp_shexp.", ".ssm_conv1d."].iter().any(|k| name.contains(k))
 }
 
-/// The types llama-quantize gives the tensors of a file with `blocks` blocks and `experts` experts,
-/// starting from what the converter writes: each float tensor it quantizes gets the rule's type
-/// (falling back where rows are not whole blocks); what it leaves alone, and the exact `Q8_0` of
-/// int8 pairs, stay as they are.
+/// The types llama-quantize gives the tensors of a file with `blocks` blocks, `experts` experts and
+/// `heads` (query heads, key/value heads) in its first block, starting from what the converter
+/// writes: each float tensor it quantizes gets the rule's type (falling back where rows are not
+/// whole blocks); what it leaves alone, and the exact `Q8_0` of int8 pairs, stay as they are.
 pub(super) fn quantize_as_llama_does(
     rule: Quantize,
     tensors: &mut [OutputTensor],
     blocks: u64,
     experts: Option<u32>,
+    heads: (u32, u32),
 ) -> Result<()> {
     let blocks = u32::try_from(blocks).context("too many blocks for llama.cpp")?;
     let shapes: Vec<(String, Vec<usize>)> = tensors.iter().map(|t| (t.name.clone(), t.shape.clone())).collect();
-    let model = ModelShape::new(blocks, experts.unwrap_or(0), shapes.iter().map(|(n, s)| (n.as_str(), s.as_slice())));
+    let model = ModelShape::new(blocks, experts.unwrap_or(0), shapes.iter().map(|(n, s)| (n.as_str(), s.as_slice())))
+        .with_heads(heads.0, heads.1);
     for t in tensors.iter_mut().filter(|t| t.recipe.as_ref().is_some_and(|r| r.encoding == Encoding::Float)) {
         let chosen = match rule {
             Quantize::Mixture(m) => mixture::tensor_type(m, &model, &t.name, &t.shape)?,
@@ -166,7 +193,15 @@ pub(super) fn converter_choice(
 }
 
 /// The types `--gguf-type auto` chooses among, narrowest first (BF16 after them all).
-const AUTO_TYPES: [BlockType; 4] = [BlockType::Q4_K, BlockType::Q5_K, BlockType::Q6_K, BlockType::Q8_0];
+const AUTO_TYPES: [BlockType; 7] = [
+    BlockType::Q2_K,
+    BlockType::Q3_K,
+    BlockType::IQ4_XS,
+    BlockType::Q4_K,
+    BlockType::Q5_K,
+    BlockType::Q6_K,
+    BlockType::Q8_0,
+];
 
 /// `--gguf-type auto`: each coded linear gets the narrowest of [`AUTO_TYPES`] whose blocks divide
 /// its rows and whose added error is within `R · 2^-K`, else BF16; everything else stays what the
@@ -319,6 +354,9 @@ pub(super) fn file_type(ty: GgufType, tensors: &[OutputTensor]) -> u32 {
     let named = match most {
         Some(Storage::Element(Dtype::F16)) => GgufType::F16,
         Some(Storage::Block(BlockType::Q8_0)) => GgufType::Q8_0,
+        Some(Storage::Block(BlockType::Q2_K)) => GgufType::Q2_K,
+        Some(Storage::Block(BlockType::Q3_K)) => GgufType::Q3_K_M,
+        Some(Storage::Block(BlockType::IQ4_XS)) => GgufType::IQ4_XS,
         Some(Storage::Block(BlockType::Q4_K)) => GgufType::Q4_K_M,
         Some(Storage::Block(BlockType::Q5_K)) => GgufType::Q5_K_M,
         Some(Storage::Block(BlockType::Q6_K)) => GgufType::Q6_K,

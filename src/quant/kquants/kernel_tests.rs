@@ -1,5 +1,5 @@
-//! Every kernel against the scalar reference, byte for byte, for every K-quant type, on rows built
-//! to hit the edges of the scale searches and on random rows.
+//! Every kernel against the scalar reference, byte for byte, for every K-quant type it searches, on
+//! rows built to hit the edges of the scale searches and on random rows.
 
 use super::reference::{make_qkx2_quants, make_qx_quants, q6_k_header, scale_min_header};
 use super::*;
@@ -20,7 +20,7 @@ fn run(kernel: Kernel, kind: BlockType, values: &[f32]) -> Vec<u8> {
 
 /// Every fast kernel gives the reference's bytes for `values` (whole blocks), for every type.
 fn assert_same(values: &[f32], what: &str) {
-    for kind in BlockType::K_QUANTS {
+    for kind in SEARCHED {
         let want = run(Kernel::Reference, kind, values);
         assert_eq!(want.len(), 3 + values.len() / QK_K * kind.bytes());
         for kernel in fast_kernels() {
@@ -195,7 +195,7 @@ fn edge_blocks(rng: &mut SplitMix64) -> Vec<Vec<f32>> {
     blocks.push(fill(&mut |i| -(i as f32) / 255.0));
     blocks.push(fill(&mut |i| (i % 32) as f32 / 31.0 - 0.25));
     blocks.push(fill(&mut |i| ((i * 37) % 64) as f32 - 32.0));
-    for kind in BlockType::K_QUANTS {
+    for kind in SEARCHED {
         blocks.push(tie_blocks(kind, rng));
     }
     // Gaussian rows at every scale from 1e-30 to 1e30, and positive- and negative-only.
@@ -233,7 +233,7 @@ fn edge_rows_match_the_reference() {
 fn edge_rows_reach_ties_and_zero_scales() {
     let mut rng = SplitMix64(0xC0FF_EE11);
     let all = edge_blocks(&mut rng).concat();
-    for kind in BlockType::K_QUANTS {
+    for kind in SEARCHED {
         let c = coverage(kind, &all);
         assert!(c.ties >= 20 && c.kept >= 8, "{}: {c:?}", kind.name());
     }
@@ -242,7 +242,7 @@ fn edge_rows_reach_ties_and_zero_scales() {
 #[test]
 fn tie_blocks_tie() {
     let mut rng = SplitMix64(0x71E5);
-    for kind in BlockType::K_QUANTS {
+    for kind in SEARCHED {
         let ties = tie_blocks(kind, &mut rng);
         let c = coverage(kind, &ties);
         assert!(c.ties >= 25, "{}: {c:?}", kind.name());

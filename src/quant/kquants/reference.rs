@@ -4,6 +4,23 @@
 use super::{nearest_int, scale_min_k4, to_f16_bits, Q4_K_BLOCK_BYTES, Q5_K_BLOCK_BYTES, Q6_K_BLOCK_BYTES, QK_K};
 use half::f16;
 
+/// How a `make_qkx2_quants` fit measures a value's error: squared (`Q4_K`, `Q5_K`) or absolute
+/// (`Q2_K`'s `use_mad`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum ErrorNorm {
+    Squared,
+    Absolute,
+}
+
+/// The stretched grids a `make_qkx2_quants` fit tries: `nmax + rmin + rdelta·is` levels over the
+/// group's range for `is` in `0..=nstep`.
+#[derive(Clone, Copy)]
+pub(super) struct GridSearch {
+    pub(super) rmin: f32,
+    pub(super) rdelta: f32,
+    pub(super) nstep: i32,
+}
+
 /// ggml's `make_qkx2_quants` for 32 values, squared error: fits `x ≈ scale·L − min` with `L` in
 /// 0..=nmax by trying `nstep + 1` stretched grids and keeping the weighted least-squares fit of the
 /// best one. Writes `l`, returns `(scale, min)` with `min ≥ 0` (the offset subtracted).
@@ -16,11 +33,25 @@ pub(super) fn make_qkx2_quants(
     rdelta: f32,
     nstep: i32,
 ) -> (f32, f32) {
+    fit_affine(nmax, x, weights, l, GridSearch { rmin, rdelta, nstep }, ErrorNorm::Squared)
+}
+
+/// `make_qkx2_quants` for `N` values (`nstep ≥ 1`), the error measured by `norm`.
+pub(super) fn fit_affine<const N: usize>(
+    nmax: i32,
+    x: &[f32],
+    weights: &[f32; N],
+    l: &mut [u8],
+    search: GridSearch,
+    norm: ErrorNorm,
+) -> (f32, f32) {
+    let x = &x[..N];
+    let measure = |diff: f32| if norm == ErrorNorm::Absolute { diff.abs() } else { diff * diff };
     let mut min = x[0];
     let mut max = x[0];
     let mut sum_w = weights[0];
     let mut sum_x = sum_w * x[0];
-    for i in 1..32 {
+    for i in 1..N {
         if x[i] < min {
             min = x[i];
         }
@@ -36,24 +67,24 @@ pub(super) fn make_qkx2_quants(
         min = 0.0;
     }
     if max == min {
-        l[..32].fill(0);
+        l[..N].fill(0);
         return (0.0, -min);
     }
     let nmax_f = nmax as f32;
     let mut iscale = nmax_f / (max - min);
     let mut scale = 1.0 / iscale;
     let mut best_error = 0.0f32;
-    for i in 0..32 {
+    for i in 0..N {
         let q = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
         l[i] = q as u8;
         let diff = scale * q as f32 + min - x[i];
-        best_error += weights[i] * (diff * diff);
+        best_error += weights[i] * measure(diff);
     }
-    let mut laux = [0u8; 32];
-    for is in 0..=nstep {
-        iscale = (rmin + rdelta * is as f32 + nmax_f) / (max - min);
+    let mut laux = [0u8; N];
+    for is in 0..=search.nstep {
+        iscale = (search.rmin + search.rdelta * is as f32 + nmax_f) / (max - min);
         let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
-        for i in 0..32 {
+        for i in 0..N {
             let q = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
             laux[i] = q as u8;
             let w = weights[i];
@@ -72,12 +103,12 @@ pub(super) fn make_qkx2_quants(
                 this_scale = sum_xl / sum_l2;
             }
             let mut cur_error = 0.0f32;
-            for i in 0..32 {
+            for i in 0..N {
                 let diff = this_scale * laux[i] as f32 + this_min - x[i];
-                cur_error += weights[i] * (diff * diff);
+                cur_error += weights[i] * measure(diff);
             }
             if cur_error < best_error {
-                l[..32].copy_from_slice(&laux);
+                l[..N].copy_from_slice(&laux);
                 best_error = cur_error;
                 scale = this_scale;
                 min = this_min;
