@@ -214,3 +214,41 @@ fn every_shard_of_a_split_output_counts() {
         assert_eq!(report["budget"]["bytes"].as_u64(), Some(written));
     }
 }
+
+#[test]
+fn gguf_chooses_among_the_low_bit_types_and_their_fallbacks() {
+    // The GGUF type of each coded linear and the values in its rows, for a --max-size of `size`.
+    let chosen = |size: u64| -> Vec<(String, u64)> {
+        let tmp = tempfile::tempdir().unwrap();
+        let (code, report, stderr) = fit("dense", &tmp.path().join("out"), "gguf", size, &[]);
+        assert_eq!(code, 0, "{stderr}");
+        let tensors = report["tensors"].as_array().unwrap();
+        let choices = report["width_choices"].as_array().unwrap();
+        let coded = choices.iter().filter(|c| c["k"].as_u64() != Some(8));
+        coded
+            .map(|c| {
+                let t = tensors.iter().find(|t| t["name"] == c["tensor"]).unwrap();
+                let cols = t["shape"].as_array().unwrap().last().unwrap().as_u64().unwrap();
+                (c["gguf_type"].as_str().unwrap().to_owned(), cols)
+            })
+            .collect()
+    };
+    // The dense fixture's ffn_down and ssm_out rows are 256 values (whole K-quant blocks), the
+    // other linears' 128 (32-value blocks only). At the smallest size each takes its narrowest
+    // type: Q2_K, or where rows are not 256-blocks its fallback's size, 4.5 bits a weight, where
+    // IQ4_NL (IQ4_XS's fallback) adds less error than Q4_0 (Q2_K's).
+    let least = smallest("dense", "gguf");
+    let at_least = chosen(least);
+    assert_eq!(at_least.len(), 25);
+    for (ty, cols) in &at_least {
+        assert_eq!(ty, if cols % 256 == 0 { "Q2_K" } else { "IQ4_NL" }, "{cols} values a row");
+    }
+    // A little more room buys Q3_K and IQ4_XS for the 256-value rows, before any wider type.
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, most, _) = fit("dense", &tmp.path().join("most"), "gguf", 1 << 40, &["--dry-run"]);
+    let most = most["budget"]["bytes"].as_u64().unwrap();
+    let wide: Vec<String> =
+        chosen(least + (most - least) / 16).into_iter().filter(|(_, cols)| cols % 256 == 0).map(|(ty, _)| ty).collect();
+    assert!(wide.iter().all(|t| ["Q2_K", "Q3_K", "IQ4_XS"].contains(&t.as_str())), "{wide:?}");
+    assert!(wide.iter().any(|t| t == "Q3_K") && wide.iter().any(|t| t == "IQ4_XS"), "{wide:?}");
+}

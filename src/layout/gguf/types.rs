@@ -252,9 +252,13 @@ pub(super) fn choose_by_budget(
     Ok(choices)
 }
 
-/// The types `--max-size` chooses among, narrowest first. The legacy 32-value types serve rows
-/// that are not whole 256-value K-quant blocks (as llama-quantize falls back to them).
-pub(super) const FIT_TYPES: [BlockType; 8] = [
+/// The types `--max-size` chooses among, narrowest first. A row that is not whole 256-value
+/// blocks gets each K-quant's and IQ4_XS's fallback instead, as llama-quantize gives it
+/// (`Q2_K`, `Q3_K` → `Q4_0`; `IQ4_XS` → `IQ4_NL`; `Q4_K` → `Q5_0`; …): the legacy 32-value types.
+pub(super) const FIT_TYPES: [BlockType; 11] = [
+    BlockType::Q2_K,
+    BlockType::Q3_K,
+    BlockType::IQ4_XS,
     BlockType::Q4_0,
     BlockType::Q4_K,
     BlockType::Q4_1,
@@ -265,8 +269,22 @@ pub(super) const FIT_TYPES: [BlockType; 8] = [
     BlockType::Q8_0,
 ];
 
+/// The block types of [`FIT_TYPES`] a row of `cols` values can hold, each in its fallback where
+/// its blocks do not divide the row, once each.
+fn fit_types(cols: usize) -> Vec<BlockType> {
+    let mut types = Vec::new();
+    for ty in FIT_TYPES {
+        if let Storage::Block(b) = mixture::fallback(ty, cols) {
+            if !types.contains(&b) {
+                types.push(b);
+            }
+        }
+    }
+    types
+}
+
 /// `--max-size`: every tensor the converter writes in BF16 that llama.cpp quantizes, and every
-/// exact `Q8_0` int8 table, at each of [`FIT_TYPES`] whose blocks divide its rows (an exact table
+/// exact `Q8_0` int8 table, at each of [`FIT_TYPES`] its rows hold, or that type's fallback (an exact table
 /// also as its exact `Q8_0`, which adds nothing).
 pub(super) fn fit_menu(tensors: &[OutputTensor], cat: &Catalog, probe: &dyn WeightProbe) -> Result<Vec<FitTensor>> {
     let mut menu = Vec::new();
@@ -278,11 +296,8 @@ pub(super) fn fit_menu(tensors: &[OutputTensor], cat: &Catalog, probe: &dyn Weig
             continue;
         }
         let cols = t.shape.last().copied().unwrap_or(1);
-        let candidates: Vec<Storage> = FIT_TYPES
-            .into_iter()
-            .filter(|b| cols % b.elements() == 0 && !(exact && *b == BlockType::Q8_0))
-            .map(Storage::Block)
-            .collect();
+        let candidates: Vec<Storage> =
+            fit_types(cols).into_iter().filter(|b| !(exact && *b == BlockType::Q8_0)).map(Storage::Block).collect();
         if candidates.is_empty() {
             continue;
         }
@@ -339,13 +354,14 @@ pub(super) fn file_type(ty: GgufType, tensors: &[OutputTensor]) -> u32 {
         }
     }
     let most = weights.iter().max_by_key(|(_, n)| *n).map(|(s, _)| *s);
-    // llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_0, _Q4_1, _Q5_0, _Q5_1 (a --max-size file may hold most
-    // of its weights in a legacy type).
+    // llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_0, _Q4_1, _Q5_0, _Q5_1, _IQ4_NL (a --max-size file may
+    // hold most of its weights in a 32-value type).
     let legacy = match most {
         Some(Storage::Block(BlockType::Q4_0)) => Some(2),
         Some(Storage::Block(BlockType::Q4_1)) => Some(3),
         Some(Storage::Block(BlockType::Q5_0)) => Some(8),
         Some(Storage::Block(BlockType::Q5_1)) => Some(9),
+        Some(Storage::Block(BlockType::IQ4_NL)) => Some(25),
         _ => None,
     };
     if let Some(ftype) = legacy {
@@ -363,4 +379,21 @@ pub(super) fn file_type(ty: GgufType, tensors: &[OutputTensor]) -> u32 {
         _ => GgufType::Bf16,
     };
     named.fixed_file_type().unwrap_or(32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use BlockType as T;
+
+    #[test]
+    fn the_fit_menu_offers_the_low_bit_types_or_llama_quantize_s_fallbacks() {
+        // Whole 256-value blocks: every type as itself.
+        assert_eq!(fit_types(512), FIT_TYPES.to_vec());
+        // 32-value blocks only: Q2_K and Q3_K fall back to Q4_0, IQ4_XS to IQ4_NL, the other
+        // K-quants to their legacy types; each once.
+        assert_eq!(fit_types(128), [T::Q4_0, T::IQ4_NL, T::Q5_0, T::Q4_1, T::Q5_1, T::Q8_0]);
+        // No whole block at all: nothing to choose (the tensor stays as laid out).
+        assert!(fit_types(100).is_empty());
+    }
 }
