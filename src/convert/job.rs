@@ -77,7 +77,11 @@ impl Job {
         let max_shard_size = opts.max_shard_size.unwrap_or_else(|| layout.default_max_shard_size());
         let (widths, budget) = match opts.max_size {
             Some(max_size) => {
-                let probe = Probe { reader: &reader, sample: Some(sample.unwrap_or(fit::SAMPLE_BLOCKS)) };
+                let probe = Probe {
+                    reader: &reader,
+                    sample: Some(sample.unwrap_or(fit::SAMPLE_BLOCKS)),
+                    measured_row_step: fit::MEASURED_ROW_STEP,
+                };
                 let mut menu = layout.fit_menu(&ck, &all, &cat, &probe)?;
                 menu.retain(|t| !t.options.is_empty());
                 let container = layout.container();
@@ -92,7 +96,7 @@ impl Job {
                 let (widths, budget) = fit::fit(&menu, &mut all, max_size, apply, model_bytes)?;
                 (widths, Some(budget))
             }
-            None => (layout.refine(&mut all, &cat, &Probe { reader: &reader, sample })?, None),
+            None => (layout.refine(&mut all, &cat, &Probe { reader: &reader, sample, measured_row_step: 1 })?, None),
         };
         let config = ck.config.as_ref().and_then(|c| layout.config(c, &all));
         let extra_files = ck.config.as_ref().map(|c| layout.extra_files(c, &all)).unwrap_or_default();

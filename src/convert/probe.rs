@@ -17,6 +17,8 @@ pub struct Probe<'a> {
     pub reader: &'a Reader<'a>,
     /// Look at this many evenly spread blocks per tensor only (an estimate of the whole).
     pub sample: Option<usize>,
+    /// Measure a block type that has no range estimate (IQ4) on every this many rows only.
+    pub measured_row_step: usize,
 }
 
 impl Probe<'_> {
@@ -111,7 +113,7 @@ impl WeightProbe for Probe<'_> {
             adjust,
             || (StorageErrors::new(candidates), exact.then(|| StorageErrors::new(candidates))),
             |(estimate, measured), values, width| {
-                estimate.add_estimate(values, width);
+                estimate.add_estimate_thinned(values, width, self.measured_row_step);
                 if let Some(m) = measured {
                     m.add_exact(values, width);
                 }
