@@ -108,14 +108,21 @@ def dequantized(t):
     return np.asarray(values, dtype=np.float64).reshape(-1, int(t.shape[0]))
 
 
+# Q2_K's range estimate is pessimistic (its minimum and scale are fitted, not the range's): the
+# bytes hold about 14% less error than reported on the fixtures, never more.
+Q2_K_PESSIMISM = 0.2
+
+
 @pytest.mark.parametrize("name", FIXTURES)
-def test_gguf_fits_loads_and_agrees(binary, run, tmp_path, llama_bin, name):
+@pytest.mark.parametrize("room", [0, 16, 4])
+def test_gguf_fits_loads_and_agrees(binary, run, tmp_path, llama_bin, name, room):
+    """At the smallest size (Q2_K and IQ4_NL), a little above it (Q3_K, IQ4_XS) and well above."""
     least = None
     p = subprocess.run([str(binary), str(fixture_dir(name)), str(tmp_path / "no"), "-q", "--format", "gguf",
                         "--max-size", "1"], capture_output=True, text=True)
     assert p.returncode == 1
     least = int(p.stderr.split("the smallest output this format can make is ")[1].split(" ")[0])
-    size = least + least // 4
+    size = least + (least // room if room else 0)
     out = tmp_path / "fit"
     report = convert_json(binary, name, out, "--format", "gguf", "--max-size", str(size))
     assert model_bytes(out) <= size
@@ -126,8 +133,16 @@ def test_gguf_fits_loads_and_agrees(binary, run, tmp_path, llama_bin, name):
     reference = gguf_tensors(run(name, "--format", "gguf", "--gguf-type", "bf16") / "model.gguf")
     choices = coded_choices(report)
     assert choices
+    if name == "dense":  # its ffn_down and ssm_out rows are whole 256-value blocks
+        types = {c["gguf_type"] for c in choices.values()}
+        low_bit = {0: {"Q2_K", "IQ4_NL"}, 16: {"Q3_K", "IQ4_XS"}}.get(room, set())
+        assert low_bit <= types, types
     for tensor, c in choices.items():
         t = ours[tensor]
         assert t.tensor_type.name == c["gguf_type"], tensor
         measured = relative(dequantized(t), dequantized(reference[tensor])) / 2.0 ** -c["k"]
-        assert abs(measured / c["ratio"] - 1) < AGREEMENT, f"{tensor}: measured {measured:.3f}, reported {c['ratio']:.3f}"
+        message = f"{tensor} {c['gguf_type']}: measured {measured:.3f}, reported {c['ratio']:.3f}"
+        if c["gguf_type"] == "Q2_K":
+            assert 1 - Q2_K_PESSIMISM < measured / c["ratio"] <= 1, message
+        else:
+            assert abs(measured / c["ratio"] - 1) < AGREEMENT, message
