@@ -253,7 +253,7 @@ pub(super) fn choose_by_budget(
 }
 
 /// The types `--max-size` chooses among, narrowest first. A row that is not whole 256-value
-/// blocks gets each K-quant's and IQ4_XS's fallback instead, as llama-quantize gives it
+/// blocks gets each K-quant's and `IQ4_XS`'s fallback instead, as llama-quantize gives it
 /// (`Q2_K`, `Q3_K` → `Q4_0`; `IQ4_XS` → `IQ4_NL`; `Q4_K` → `Q5_0`; …): the legacy 32-value types.
 pub(super) const FIT_TYPES: [BlockType; 11] = [
     BlockType::Q2_K,
