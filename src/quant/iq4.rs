@@ -108,14 +108,7 @@ fn group_scale(x: &[f32; GROUP]) -> Option<f32> {
     for (w, &v) in weight.iter_mut().zip(x) {
         *w = v * v;
     }
-    let (mut amax, mut max) = (0.0f32, 0.0f32);
-    for &v in x {
-        let ax = v.abs();
-        if ax > amax {
-            amax = ax;
-            max = v;
-        }
-    }
+    let (max, amax) = super::largest_magnitude(x);
     if amax < 1e-15 {
         return None;
     }

@@ -10,3 +10,17 @@ pub mod iq4;
 pub mod kquants;
 pub mod legacy;
 pub mod q8_0;
+
+/// The first value of largest magnitude in `x`, and that magnitude; `(0, 0)` for no value above
+/// zero. A strict comparison, as ggml's scans make it: a NaN never wins, and of two equal
+/// magnitudes the first is kept (which of `±amax` it is decides a grid's sign).
+pub(crate) fn largest_magnitude(x: &[f32]) -> (f32, f32) {
+    let (mut max, mut amax) = (0.0f32, 0.0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    (max, amax)
+}

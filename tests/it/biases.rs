@@ -2,12 +2,9 @@
 //! runtime treats it (Escha's reference runtime never applies one, exllamav3 adds an EXL3
 //! linear's), and whenever a non-zero one is left out the run says so (`bias_dropped`).
 
-use crate::common::{copy_tree, escha_convert, fixture};
-use crate::synth::{bf16s, edit_tensors, f16s, read_safetensors};
-use std::collections::BTreeMap;
+use crate::common::{convert_json as convert, copy_tree, escha_convert, fixture};
+use crate::synth::{bf16s, edit_tensors, f16s, read_dir_safetensors as tensors, read_safetensors};
 use std::path::{Path, PathBuf};
-
-type Tensors = BTreeMap<String, (String, Vec<usize>, Vec<u8>)>;
 
 /// The attention projections whose biases a Qwen2-style model carries.
 const QKV: [&str; 3] = ["q_proj", "k_proj", "v_proj"];
@@ -16,25 +13,6 @@ const ATTN: &str = "model.language_model.layers.3.self_attn";
 /// Whether tensor `name` is a bias (leaf `bias`).
 fn is_bias(name: &str) -> bool {
     name.rsplit_once('.').is_some_and(|(_, leaf)| leaf == "bias")
-}
-
-/// Every tensor of the safetensors files directly in `dir`.
-fn tensors(dir: &Path) -> Tensors {
-    let mut all = BTreeMap::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.extension().is_some_and(|x| x == "safetensors") {
-            all.extend(read_safetensors(&p));
-        }
-    }
-    all
-}
-
-/// Converts `input` into `out` with `args`: the `--json` report (success required).
-fn convert(input: &Path, out: &Path, args: &[&str]) -> serde_json::Value {
-    let o = escha_convert().arg(input).arg(out).args(args).args(["--json", "--quiet"]).output().unwrap();
-    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    serde_json::from_slice(&o.stdout).unwrap()
 }
 
 /// The report's warnings with code `code`: their messages.

@@ -144,3 +144,10 @@ pub fn output_within(cmd: &mut Command, deadline: std::time::Duration) -> Result
     };
     Ok(std::process::Output { status, stdout: stdout.join().unwrap(), stderr: stderr.join().unwrap() })
 }
+
+/// Converts `input` into `out` with `args`; the `--json` report (success required).
+pub fn convert_json(input: &std::path::Path, out: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let o = escha_convert().arg(input).arg(out).args(args).args(["--json", "--quiet"]).output().unwrap();
+    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}

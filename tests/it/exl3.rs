@@ -3,32 +3,13 @@
 //! to bf16 (its per-expert linears stacked back into the fused expert tensors) equals the direct bf16 conversion, byte for byte where `s_in` = `s_out` = 1 and within the
 //! fold's reported change otherwise.
 
-use crate::common::{copy_tree, escha_convert, fixture};
-use crate::synth::{bf16s, f16s, f32s, read_safetensors, write_safetensors, T};
+use crate::common::{convert_json as convert, copy_tree, escha_convert, fixture};
+use crate::synth::{
+    bf16s, f16s, f32s, read_dir_safetensors as tensors, read_safetensors, write_safetensors, Tensors, T,
+};
 use half::f16;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-type Tensors = BTreeMap<String, (String, Vec<usize>, Vec<u8>)>;
-
-/// Every tensor of the safetensors files directly in `dir`.
-fn tensors(dir: &Path) -> Tensors {
-    let mut all = BTreeMap::new();
-    for e in std::fs::read_dir(dir).unwrap() {
-        let p = e.unwrap().path();
-        if p.extension().is_some_and(|x| x == "safetensors") {
-            all.extend(read_safetensors(&p));
-        }
-    }
-    all
-}
-
-/// Converts `input` into `out` with `args`; returns the `--json` report.
-fn convert(input: &Path, out: &Path, args: &[&str]) -> serde_json::Value {
-    let o = escha_convert().arg(input).arg(out).args(args).args(["--json", "--quiet"]).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    serde_json::from_slice(&o.stdout).unwrap()
-}
 
 /// `f16(r·s)`, the one rounding of the exact product (to nearest, ties to even), found among the
 /// neighbours of a candidate: `half`'s own conversion from f64 may round twice.

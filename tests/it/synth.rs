@@ -368,6 +368,21 @@ fn write_files(dir: &Path, tensors: &[T], model: &Model) -> PathBuf {
     dir.to_path_buf()
 }
 
+/// Tensors by name: dtype, shape and bytes.
+pub type Tensors = std::collections::BTreeMap<String, (String, Vec<usize>, Vec<u8>)>;
+
+/// Every tensor of the safetensors files directly in `dir`.
+pub fn read_dir_safetensors(dir: &Path) -> Tensors {
+    let mut all = Tensors::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "safetensors") {
+            all.extend(read_safetensors(&p));
+        }
+    }
+    all
+}
+
 /// Reads every tensor of a safetensors file: name → (dtype, shape, bytes).
 pub fn read_safetensors(path: &Path) -> std::collections::BTreeMap<String, (String, Vec<usize>, Vec<u8>)> {
     let bytes = std::fs::read(path).unwrap();

@@ -102,15 +102,7 @@ pub(super) fn quantize_q2_k_block(x: &[f32; QK_K]) -> [u8; Q2_K_BLOCK_BYTES] {
 /// `l`, returns the scale.
 fn make_q3_quants(nmax: i32, x: &[f32], l: &mut [u8]) -> f32 {
     let x = &x[..16];
-    let mut max = 0.0f32;
-    let mut amax = 0.0f32;
-    for &v in x {
-        let ax = v.abs();
-        if ax > amax {
-            amax = ax;
-            max = v;
-        }
-    }
+    let (max, amax) = crate::quant::largest_magnitude(x);
     if amax < 1e-15 {
         l[..16].fill(0);
         return 0.0;
@@ -176,15 +168,10 @@ fn q3_k_scale(j: usize, scales: &[u8]) -> i8 {
 pub(super) fn quantize_q3_k_block(x: &[f32; QK_K]) -> [u8; Q3_K_BLOCK_BYTES] {
     let mut l = [0u8; QK_K];
     let mut scales = [0.0f32; 16];
-    let (mut max_scale, mut amax) = (0.0f32, 0.0f32);
     for j in 0..16 {
         scales[j] = make_q3_quants(4, &x[16 * j..16 * j + 16], &mut l[16 * j..]);
-        let a = scales[j].abs();
-        if a > amax {
-            amax = a;
-            max_scale = scales[j];
-        }
     }
+    let (max_scale, _) = crate::quant::largest_magnitude(&scales);
 
     let mut out = [0u8; Q3_K_BLOCK_BYTES];
     let (hmask, rest) = out.split_at_mut(32);

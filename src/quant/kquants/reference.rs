@@ -247,15 +247,7 @@ pub(super) fn write_q5_k(d: u16, dmin: u16, scales: &[u8; 12], l: &[u8; QK_K], o
 /// the grid by weighted least squares. Writes `l`, returns the scale (its sign that of the
 /// largest-magnitude value's negation, so the extreme value lands on L = 0).
 pub(super) fn make_qx_quants(nmax: i32, x: &[f32], l: &mut [u8]) -> f32 {
-    let mut max = 0.0f32;
-    let mut amax = 0.0f32;
-    for &v in &x[..16] {
-        let ax = v.abs();
-        if ax > amax {
-            amax = ax;
-            max = v;
-        }
-    }
+    let (max, amax) = crate::quant::largest_magnitude(&x[..16]);
     if amax < 1e-15 {
         l[..16].fill(0);
         return 0.0;
@@ -328,15 +320,7 @@ pub(super) fn quantize_q6_k_block(x: &[f32; QK_K]) -> [u8; Q6_K_BLOCK_BYTES] {
 /// `quantize_row_q6_K_ref` computes them; `None` when every scale is below 1e-15 in magnitude
 /// (ggml then writes a zero block).
 pub(super) fn q6_k_header(scales: &[f32; 16]) -> Option<(u16, [i8; 16])> {
-    let mut max_scale = 0.0f32;
-    let mut max_abs_scale = 0.0f32;
-    for &scale in scales {
-        let abs_scale = scale.abs();
-        if abs_scale > max_abs_scale {
-            max_abs_scale = abs_scale;
-            max_scale = scale;
-        }
-    }
+    let (max_scale, max_abs_scale) = crate::quant::largest_magnitude(scales);
     if max_abs_scale < 1e-15 {
         return None;
     }
