@@ -3,11 +3,13 @@
 //! requested size.
 //!
 //!     cargo run --release --example make_synthetic -- OUT_DIR [GB_OF_CODES] [--whole]
+//!         [--layers N] [--vocab N]
 //!
 //! Every layer is a whole full-attention block (q/k/v/o projections at K=3 and the four norms),
-//! with the int8 embeddings and head (a 4096-token vocabulary) and the final norm: a model whose
-//! config.json describes its tensors, which every format requires. `--whole` is accepted for the
-//! scripts that pass it (it once added the attention to MLP-only layers).
+//! with the int8 embeddings and head (a 4096-token vocabulary, or `--vocab N`) and the final norm:
+//! a model whose config.json describes its tensors, which every format requires. `--whole` is
+//! accepted for the scripts that pass it (it once added the attention to MLP-only layers).
+//! `--layers N` writes exactly N layers, whatever `GB_OF_CODES` says.
 
 use half::f16;
 use serde_json::json;
@@ -29,11 +31,21 @@ struct Tensor {
 }
 
 fn main() -> std::io::Result<()> {
-    const USAGE: &str = "usage: make_synthetic OUT_DIR [GB_OF_CODES] [--whole]";
+    const USAGE: &str = "usage: make_synthetic OUT_DIR [GB_OF_CODES] [--whole] [--layers N] [--vocab N]";
     let mut args: Vec<String> = std::env::args().skip(1).collect();
-    if args.last().is_some_and(|a| a == "--whole") {
-        args.pop();
-    }
+    args.retain(|a| a != "--whole");
+    let mut number = |flag: &str| -> Option<usize> {
+        let i = args.iter().position(|a| a == flag)?;
+        let value = args.get(i + 1).and_then(|v| v.parse().ok());
+        let Some(value) = value else {
+            eprintln!("{flag} needs a number\n{USAGE}");
+            std::process::exit(2);
+        };
+        args.drain(i..i + 2);
+        Some(value)
+    };
+    let layers = number("--layers");
+    let vocab = number("--vocab").unwrap_or(VOCAB);
     if args.is_empty() || args.len() > 2 || args.iter().any(|a| a.starts_with('-')) {
         eprintln!("{USAGE}");
         std::process::exit(2);
@@ -64,7 +76,7 @@ fn main() -> std::io::Result<()> {
         ("mlp.up_proj", HIDDEN, INTERMEDIATE, 3),
         ("mlp.down_proj", INTERMEDIATE, HIDDEN, 3),
     ];
-    while (code_bytes as f64) < gb * 1e9 {
+    while layers.map_or((code_bytes as f64) < gb * 1e9, |n| layer < n) {
         let block = format!("model.language_model.layers.{layer}");
         tensors.push(f16_vector(format!("{block}.input_layernorm.weight"), HIDDEN));
         tensors.push(f16_vector(format!("{block}.post_attention_layernorm.weight"), HIDDEN));
@@ -87,9 +99,9 @@ fn main() -> std::io::Result<()> {
     }
     tensors.push(f16_vector("model.language_model.norm.weight".into(), HIDDEN));
     for p in ["model.language_model.embed_tokens", "lm_head"] {
-        let len = VOCAB * HIDDEN;
-        tensors.push(Tensor { name: format!("{p}.weight_int8"), dtype: "I8", shape: vec![VOCAB, HIDDEN], len });
-        tensors.push(f16_vector(format!("{p}.weight_scale"), VOCAB));
+        let len = vocab * HIDDEN;
+        tensors.push(Tensor { name: format!("{p}.weight_int8"), dtype: "I8", shape: vec![vocab, HIDDEN], len });
+        tensors.push(f16_vector(format!("{p}.weight_scale"), vocab));
     }
 
     // One shard per layer keeps files at a realistic size.
@@ -163,7 +175,7 @@ fn main() -> std::io::Result<()> {
             "num_hidden_layers": layer, "layer_types": vec!["full_attention"; layer],
             "full_attention_interval": 1, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
             "linear_num_key_heads": 16, "linear_key_head_dim": 128, "linear_num_value_heads": 48,
-            "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "vocab_size": VOCAB,
+            "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "vocab_size": vocab,
             "rms_norm_eps": 1e-6, "max_position_embeddings": 262144,
             "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
                                 "mrope_section": [11, 11, 10]},

@@ -112,6 +112,11 @@ pub struct ConvertArgs {
     /// (default 5GB; 5GiB, mlx-lm's limit, for --format mlx).
     #[arg(long, value_parser = parse_size)]
     pub max_shard_size: Option<u64>,
+    /// The most faithful model that fits: the model files (every `.safetensors` / `.gguf`) total at
+    /// most SIZE (e.g. 11GB, 10.5GiB), each quantized tensor's encoding chosen to keep the largest
+    /// added error of a coded linear as small as possible (`--format mlx` and `gguf`).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_size: Option<u64>,
     /// Convert only output tensors whose name matches GLOB (`*` any run, `?` one character); repeatable.
     #[arg(long, value_name = "GLOB")]
     pub only: Vec<String>,
@@ -250,6 +255,7 @@ impl ConvertRun {
             format,
             bias: a.bias.into(),
             max_shard_size: a.max_shard_size,
+            max_size: a.max_size,
             only: a.only,
             part: a.part,
             checksums: a.checksums,
@@ -329,6 +335,35 @@ fn checked_format(a: &ConvertArgs) -> Result<OutputFormat, clap::Error> {
         f if f != FormatArg::Gguf && (a.gguf_type.is_some() || a.gguf_vocab.is_some()) => {
             return Err(usage("--gguf-type and --gguf-vocab apply to --format gguf only".into()));
         }
+        FormatArg::Bf16 | FormatArg::F16 | FormatArg::Exl3 if a.max_size.is_some() => {
+            return Err(usage(
+                "--max-size applies to --format mlx and gguf only: bf16, f16 and exl3 store every weight at one \
+                 fixed size, so there is nothing to choose"
+                    .into(),
+            ));
+        }
+        _ if a.max_size.is_some()
+            && (a.bits.is_some()
+                || a.group_size.is_some()
+                || a.gguf_type.is_some()
+                || a.max_added_error.is_some()
+                || a.measure_error) =>
+        {
+            let other = [
+                (a.bits.is_some(), "--bits"),
+                (a.group_size.is_some(), "--group-size"),
+                (a.gguf_type.is_some(), "--gguf-type"),
+                (a.max_added_error.is_some(), "--max-added-error"),
+                (a.measure_error, "--measure-error"),
+            ]
+            .into_iter()
+            .find_map(|(set, flag)| set.then_some(flag))
+            .unwrap_or_default();
+            return Err(usage(format!(
+                "--max-size and {other} conflict: --max-size chooses every quantized tensor's encoding to fit SIZE; \
+                 give one or the other"
+            )));
+        }
         _ if a.bits != Some(Bits::Auto)
             && a.gguf_type != Some(GgufTypeArg::Auto)
             && (a.max_added_error.is_some() || a.measure_error) =>
@@ -352,17 +387,24 @@ fn checked_format(a: &ConvertArgs) -> Result<OutputFormat, clap::Error> {
             };
             let spec = AffineSpec::new(fixed, a.group_size.unwrap_or(default.spec.group_size)).map_err(usage)?;
             let auto = (a.bits == Some(Bits::Auto)).then(|| auto_budget(a));
-            OutputFormat::Mlx(MlxOptions { spec, int8: a.int8.map_or(default.int8, Into::into), auto })
+            OutputFormat::Mlx(MlxOptions {
+                spec,
+                int8: a.int8.map_or(default.int8, Into::into),
+                auto,
+                fitted: a.max_size.is_some(),
+            })
         }
         FormatArg::Gguf => {
             let default = GgufOptions::DEFAULT;
-            let ty = a.gguf_type.map_or(default.ty, Into::into);
+            // --max-size chooses per tensor, as auto does: the file type follows the choices.
+            let ty = if a.max_size.is_some() { GgufType::Auto } else { a.gguf_type.map_or(default.ty, Into::into) };
             OutputFormat::Gguf(GgufOptions {
                 ty,
                 int8: a.int8.map_or(default.int8, Into::into),
                 vocab: a.gguf_vocab.map_or(default.vocab, |v| v == VocabArg::Auto),
                 mtp: a.mtp.into(),
-                auto: (ty == GgufType::Auto).then(|| auto_budget(a)),
+                auto: (ty == GgufType::Auto && a.max_size.is_none()).then(|| auto_budget(a)),
+                fitted: a.max_size.is_some(),
             })
         }
     })
@@ -487,11 +529,18 @@ mod tests {
             .prop_map(|(bits, group_size, int8, auto)| {
                 // Under --bits auto the fixed width (of layers that are not coded linears) is the default.
                 let bits = if auto.is_some() { MlxOptions::DEFAULT.spec.bits } else { bits };
-                OutputFormat::Mlx(MlxOptions { spec: AffineSpec { bits, group_size }, int8, auto })
+                OutputFormat::Mlx(MlxOptions { spec: AffineSpec { bits, group_size }, int8, auto, fitted: false })
             });
         let types = proptest::sample::select(GgufTypeArg::value_variants()).prop_map(GgufType::from);
         let gguf = (types, int8(), any::<bool>(), mtp(), budget()).prop_map(|(ty, int8, vocab, mtp, budget)| {
-            OutputFormat::Gguf(GgufOptions { ty, int8, vocab, mtp, auto: (ty == GgufType::Auto).then_some(budget) })
+            OutputFormat::Gguf(GgufOptions {
+                ty,
+                int8,
+                vocab,
+                mtp,
+                auto: (ty == GgufType::Auto).then_some(budget),
+                fitted: false,
+            })
         });
         prop_oneof![dense, exl3, mlx, gguf]
     }
@@ -510,14 +559,28 @@ mod tests {
             proptest::collection::vec(glob, 0..3),
             any::<bool>(),
             verify,
+            proptest::option::of(1u64..=1 << 53),
         )
-            .prop_map(|(input, format, bias, max_shard_size, only, checksums, verify)| {
+            .prop_map(|(input, format, bias, max_shard_size, only, checksums, verify, max_size)| {
                 let base = verify.as_ref().map(|(base, _)| base.clone());
+                // --max-size chooses every width (MLX) or type (GGUF) itself.
+                let (format, max_size) = match (format, max_size) {
+                    (OutputFormat::Mlx(o), Some(size)) => (
+                        OutputFormat::Mlx(MlxOptions { int8: o.int8, fitted: true, ..MlxOptions::DEFAULT }),
+                        Some(size),
+                    ),
+                    (OutputFormat::Gguf(o), Some(size)) => (
+                        OutputFormat::Gguf(GgufOptions { ty: GgufType::Auto, auto: None, fitted: true, ..o }),
+                        Some(size),
+                    ),
+                    (format, _) => (format, None),
+                };
                 let options = ConvertOptions {
                     hub: input.hub.clone(),
                     format,
                     bias,
                     max_shard_size,
+                    max_size,
                     only,
                     checksums,
                     verify: verify.map(|(base, sample)| VerifyRequest { base: base.path, hub: base.hub, sample }),

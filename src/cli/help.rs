@@ -105,6 +105,10 @@ pub fn examples(page: Page) -> &'static [(&'static str, &'static str)] {
                 "MLX, each coded linear at the width it needs",
             ),
             (
+                "escha-convert ./Escha-W2-27B out/27b-11gb --format mlx --max-size 11GB",
+                "MLX, the most faithful model whose files fit in 11 GB",
+            ),
+            (
                 "escha-convert ./Escha-W2-35B-A3B out/35b-gguf --format gguf --gguf-type q4_k_m",
                 "GGUF for llama.cpp, quantized to Q4_K_M in the same pass",
             ),

@@ -103,6 +103,9 @@ pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Optio
         };
         notes.push(("channel scales (s_in, s_out)", line));
     }
+    if let Some(budget) = &job.budget {
+        notes.push(("size budget", budget.words()));
+    }
     let mtp =
         if job.ck.tensors.keys().any(|n| is_mtp(n)) { layout.mtp_note(job.mtp_written) } else { "none in the source" };
     notes.push(("MTP head", mtp.to_string()));

@@ -1,16 +1,18 @@
 //! A conversion job: the checkpoint opened and classified, its output tensors laid out and
 //! placed in shards, and the config text, all known before any weight is decoded.
 
+use super::fit::{self, BudgetReport};
 use super::options::ConvertOptions;
 use super::probe::Probe;
 use super::rows::Reader;
 use crate::checkpoint::{architecture, catalog, Catalog, Checkpoint, Leaf};
 use crate::codec::TileDecoder;
 use crate::container::Container;
-use crate::layout::{check_unique_names, BiasMode, Layout, OutputTensor, RowSource, WidthChoice};
+use crate::layout::{check_unique_names, BiasMode, FitTensor, Layout, OutputTensor, RowSource, WidthChoice};
 use crate::plan::Plan;
 use crate::warning::{Warning, WarningCode};
 use anyhow::{bail, Result};
+use serde_json::Map;
 use std::collections::BTreeSet;
 
 pub struct Job {
@@ -28,6 +30,8 @@ pub struct Job {
     pub mtp_written: bool,
     /// The widths the format chose from the weights (`--bits auto`).
     pub widths: Vec<WidthChoice>,
+    /// `--max-size`: the budget and what the chosen encodings add.
+    pub budget: Option<BudgetReport>,
     /// Further text files of the format (name, text), written beside config.json.
     pub extra_files: Vec<(String, String)>,
     /// The largest relative change of a channel scale the format stores in its own precision.
@@ -70,7 +74,30 @@ impl Job {
         check_unique_names(&all, &cat)?;
         ready(&ck)?;
         let reader = Reader { ck: &ck, cat: &cat, decoder };
-        let widths = layout.refine(&mut all, &cat, &Probe { reader: &reader, sample })?;
+        let max_shard_size = opts.max_shard_size.unwrap_or_else(|| layout.default_max_shard_size());
+        let (widths, budget) = match opts.max_size {
+            Some(max_size) => {
+                let probe = Probe {
+                    reader: &reader,
+                    sample: Some(sample.unwrap_or(fit::SAMPLE_BLOCKS)),
+                    measured_row_step: fit::MEASURED_ROW_STEP,
+                };
+                let mut menu = layout.fit_menu(&ck, &all, &cat, &probe)?;
+                menu.retain(|t| !t.options.is_empty());
+                let container = layout.container();
+                // The model files exactly as the plan will lay them out (for the whole model,
+                // whatever `--only` or `--part` leave to other runs).
+                let model_bytes = |tensors: &[OutputTensor]| -> Result<u64> {
+                    let metadata = layout.metadata(&ck, tensors, &mut Vec::new())?;
+                    let plan = Plan::new(tensors.to_vec(), max_shard_size, container.as_ref(), &metadata, Map::new())?;
+                    Ok(plan.shards.iter().map(|s| s.len).sum())
+                };
+                let apply = |tensors: &mut [OutputTensor], t: &FitTensor, i: usize| layout.fit_apply(tensors, t, i);
+                let (widths, budget) = fit::fit(&menu, &mut all, max_size, apply, model_bytes)?;
+                (widths, Some(budget))
+            }
+            None => (layout.refine(&mut all, &cat, &Probe { reader: &reader, sample, measured_row_step: 1 })?, None),
+        };
         let config = ck.config.as_ref().and_then(|c| layout.config(c, &all));
         let extra_files = ck.config.as_ref().map(|c| layout.extra_files(c, &all)).unwrap_or_default();
         let fold_change = layout.fold_change(&ck, &cat)?;
@@ -84,12 +111,24 @@ impl Job {
             }
         }
         bias_notes(&ck, &cat, &tensors, (bias, layout.applies_bias()), warnings)?;
-        let max_shard_size = opts.max_shard_size.unwrap_or_else(|| layout.default_max_shard_size());
         let index_metadata = layout.index_metadata(&tensors);
         let container = layout.container();
         let plan = Plan::new(tensors, max_shard_size, container.as_ref(), &metadata, index_metadata)?;
         let side_files = if layout.copies_side_files() { ck.copied_files.clone() } else { Vec::new() };
-        Ok(Job { ck, cat, plan, container, side_files, config, mtp_written, widths, extra_files, fold_change, bias })
+        Ok(Job {
+            ck,
+            cat,
+            plan,
+            container,
+            side_files,
+            config,
+            mtp_written,
+            widths,
+            budget,
+            extra_files,
+            fold_change,
+            bias,
+        })
     }
 }
 

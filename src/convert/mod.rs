@@ -9,6 +9,7 @@
 
 mod execute;
 mod files;
+mod fit;
 mod job;
 mod options;
 mod probe;
@@ -18,6 +19,7 @@ mod rows;
 mod units;
 
 pub use crate::plan::PartSpec;
+pub use fit::BudgetReport;
 pub use options::{ConvertOptions, VerifyRequest};
 pub use report::{render_plan, render_summary, ConvertReport, ShardReport, TensorReport, VerifySummary, WrittenFile};
 
@@ -234,6 +236,7 @@ fn plan_report(
         width_choices: Vec::new(),
         affine_bits_per_weight: None,
         scale_fold_change: job.fold_change,
+        budget: job.budget.clone(),
         warnings: Vec::new(),
         tensors: Vec::new(),
     };

@@ -20,6 +20,9 @@ pub struct ConvertOptions {
     pub bias: BiasMode,
     /// Largest shard in tensor bytes; the format's default when `None`.
     pub max_shard_size: Option<u64>,
+    /// `--max-size`: the model files' total in bytes; every quantized tensor's encoding is chosen
+    /// to fit it.
+    pub max_size: Option<u64>,
     /// `--only` globs over output names (empty: everything).
     pub only: Vec<String>,
     /// Write only this part's shards of the full plan (and every file around them).
@@ -47,6 +50,7 @@ impl ConvertOptions {
             format: OutputFormat::Dense { dtype: DenseDtype::Bf16, mtp: MtpMode::Auto },
             bias: BiasMode::Auto,
             max_shard_size: None,
+            max_size: None,
             only: Vec::new(),
             part: None,
             checksums: false,
@@ -69,6 +73,10 @@ impl ConvertOptions {
     pub fn shaping_flags(&self) -> String {
         let mut w = FlagWords::default();
         self.format.layout().shaping_flags(&mut w);
+        // A fitted format names none of the widths or types: the size chose them.
+        if let Some(size) = self.max_size {
+            w.value("--max-size", &size.to_string());
+        }
         w.value("--bias", self.bias.name());
         if let Some(size) = self.max_shard_size {
             w.value("--max-shard-size", &size.to_string());
@@ -174,7 +182,29 @@ mod tests {
                 "--format bf16 --mtp auto --bias drop --verify-base dense-base --verify-full",
             ),
         ];
-        for (options, flags) in cases {
+        let fitted = [
+            (
+                ConvertOptions {
+                    format: OutputFormat::Mlx(MlxOptions { fitted: true, ..MlxOptions::DEFAULT }),
+                    max_size: Some(11_000_000_000),
+                    ..plain.clone()
+                },
+                "--format mlx --int8 exact --max-size 11000000000 --bias drop",
+            ),
+            (
+                ConvertOptions {
+                    format: OutputFormat::Gguf(GgufOptions {
+                        ty: GgufType::Auto,
+                        fitted: true,
+                        ..GgufOptions::DEFAULT
+                    }),
+                    max_size: Some(10_000_000_000),
+                    ..plain.clone()
+                },
+                "--format gguf --gguf-vocab auto --int8 exact --mtp auto --max-size 10000000000 --bias drop",
+            ),
+        ];
+        for (options, flags) in cases.into_iter().chain(fitted) {
             assert_eq!(options.shaping_flags(), flags);
         }
     }

@@ -17,6 +17,8 @@ pub struct Probe<'a> {
     pub reader: &'a Reader<'a>,
     /// Look at this many evenly spread blocks per tensor only (an estimate of the whole).
     pub sample: Option<usize>,
+    /// Measure a block type that has no range estimate (IQ4) on every this many rows only.
+    pub measured_row_step: usize,
 }
 
 impl Probe<'_> {
@@ -80,6 +82,25 @@ impl WeightProbe for Probe<'_> {
         )
     }
 
+    fn affine_errors_at(
+        &self,
+        source: &RowSource,
+        adjust: Adjust,
+        group_sizes: &[usize],
+        scale_dtype: Dtype,
+    ) -> Result<Vec<WidthErrors>> {
+        self.fold_rows(
+            source,
+            adjust,
+            || vec![WidthErrors::default(); group_sizes.len()],
+            |errors, values, width| {
+                round_slice(values, scale_dtype);
+                WidthErrors::add_estimates_at(errors, values, width, group_sizes);
+            },
+            |a, b| a.into_iter().zip(b).map(|(x, y)| x.merge(y)).collect(),
+        )
+    }
+
     fn storage_errors(
         &self,
         source: &RowSource,
@@ -92,7 +113,7 @@ impl WeightProbe for Probe<'_> {
             adjust,
             || (StorageErrors::new(candidates), exact.then(|| StorageErrors::new(candidates))),
             |(estimate, measured), values, width| {
-                estimate.add_estimate(values, width);
+                estimate.add_estimate_thinned(values, width, self.measured_row_step);
                 if let Some(m) = measured {
                     m.add_exact(values, width);
                 }

@@ -113,6 +113,10 @@ pub struct ConvertReport {
     /// makes (0: exact).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scale_fold_change: Option<f64>,
+    /// `--max-size`: the size asked for, the bytes of the model files, and the largest and mean
+    /// added-error ratios of the coded linears.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub budget: Option<super::fit::BudgetReport>,
     pub warnings: Vec<crate::warning::Warning>,
     pub tensors: Vec<TensorReport>,
 }
@@ -144,10 +148,42 @@ pub fn render_plan(r: &ConvertReport) -> String {
         human_bytes(r.peak_memory_estimate),
         count(r.threads, "thread")
     );
+    if let Some(b) = &r.budget {
+        render_budget(&mut s, b, &r.width_choices);
+    }
     if let Some(why) = &r.would_refuse {
         let _ = writeln!(s, "the real run would refuse: {}", escape_controls(why));
     }
     s
+}
+
+/// `--max-size`: every chosen tensor's encoding, bytes and predicted ratio, then the totals.
+fn render_budget(s: &mut String, b: &super::fit::BudgetReport, choices: &[WidthChoice]) {
+    let _ =
+        writeln!(s, "size budget: per quantized tensor, its encoding, bytes and added error over 2^-K (K=8: a table)");
+    for c in choices {
+        let group = c.group_size.map_or(String::new(), |g| format!(", group {g}"));
+        let _ = writeln!(
+            s,
+            "  {:<64} K={} → {}{group:<10} {:>10}  ratio {:.3}",
+            escape_controls(&c.tensor),
+            c.k,
+            c.chosen,
+            human_bytes(c.bytes.unwrap_or(0)),
+            c.ratio.unwrap_or(0.0)
+        );
+    }
+    let _ = writeln!(
+        s,
+        "model files {} ({} bytes) of --max-size {} ({} bytes); largest ratio of a coded linear {:.3}, mean {:.3} (by weight); largest of a table {:.3}",
+        human_bytes(b.bytes),
+        b.bytes,
+        human_bytes(b.max_size),
+        b.max_size,
+        b.max_added_error_ratio,
+        b.mean_added_error_ratio,
+        b.max_table_ratio
+    );
 }
 
 /// The closing summary of a finished conversion.
@@ -176,7 +212,12 @@ pub fn render_summary(r: &ConvertReport) -> String {
         let _ = writeln!(s, "beside the shards: {}", r.copied_files.join(", "));
     }
     if !r.width_choices.is_empty() {
-        let _ = writeln!(s, "chosen from the weights: added error ‖deq(Q(W)) − W‖/‖W‖ against the budget R·2^-K");
+        let against = if r.budget.is_some() {
+            "the largest ratio times 2^-K (K=8: a table), for --max-size"
+        } else {
+            "the budget R·2^-K"
+        };
+        let _ = writeln!(s, "chosen from the weights: added error ‖deq(Q(W)) − W‖/‖W‖ against {against}");
         for c in &r.width_choices {
             let actual = c.actual.map_or(String::new(), |a| format!(", measured {a:.4}"));
             let _ = writeln!(
@@ -190,6 +231,9 @@ pub fn render_summary(r: &ConvertReport) -> String {
                 c.budget
             );
         }
+    }
+    if let Some(b) = &r.budget {
+        let _ = writeln!(s, "size budget: {}", b.words().replace('`', ""));
     }
     if let Some(bpw) = r.affine_bits_per_weight {
         let _ = writeln!(s, "quantized tensors: {bpw:.3} bits per weight, scales and biases included");

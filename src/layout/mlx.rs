@@ -23,6 +23,7 @@
 //! * no `mtp.*` key and no vision tensor is written (either would make some loader shift the
 //!   norms a second time or fail a strict load).
 
+use super::fit::{FitOption, FitTensor};
 use super::flags::FlagWords;
 use super::mtp;
 use super::names::{natural_key, norm_kind};
@@ -32,9 +33,10 @@ use super::tensor::{Adjust, AffineParams, Encoding, Kind, OutputTensor, Recipe, 
 use crate::checkpoint::tensor::is_float;
 use crate::checkpoint::{Catalog, Checkpoint, Leaf};
 use crate::container::{MetaValue, Metadata};
-use crate::quant::affine::{int8_group_size, AffineSpec};
+use crate::quant::affine::{int8_group_size, AffineSpec, BITS, GROUP_SIZES};
 use crate::quant::budget::budget;
 use crate::select::selected;
+use crate::storage::Storage;
 use crate::warning::{Warning, WarningCode};
 use anyhow::{bail, Result};
 use safetensors::Dtype;
@@ -49,12 +51,14 @@ pub struct MlxOptions {
     pub int8: Int8Mode,
     /// `--bits auto`: each coded linear at its own width.
     pub auto: Option<AutoBits>,
+    /// `--max-size`: every quantized tensor at the width and group size the size budget chose.
+    pub fitted: bool,
 }
 
 impl MlxOptions {
     /// `--format mlx` with no other flag: 4 bits, group size 64, int8 repacked exactly.
     pub const DEFAULT: MlxOptions =
-        MlxOptions { spec: AffineSpec { bits: 4, group_size: 64 }, int8: Int8Mode::Exact, auto: None };
+        MlxOptions { spec: AffineSpec { bits: 4, group_size: 64 }, int8: Int8Mode::Exact, auto: None, fitted: false };
 }
 
 /// Scales and biases of exactly repacked int8 modules: F32 keeps the repack exact.
@@ -86,14 +90,17 @@ impl Layout for MlxLayout {
     fn shaping_flags(&self, flags: &mut FlagWords) {
         let o = &self.opts;
         flags.value("--format", self.name());
-        match o.auto {
-            Some(auto) => {
-                flags.value("--bits", "auto");
-                auto.shaping_flags(flags);
+        // Fitted, the engine's `--max-size` chose every width and group size.
+        if !o.fitted {
+            match o.auto {
+                Some(auto) => {
+                    flags.value("--bits", "auto");
+                    auto.shaping_flags(flags);
+                }
+                None => flags.value("--bits", &o.spec.bits.to_string()),
             }
-            None => flags.value("--bits", &o.spec.bits.to_string()),
+            flags.value("--group-size", &o.spec.group_size.to_string());
         }
-        flags.value("--group-size", &o.spec.group_size.to_string());
         flags.value("--int8", o.int8.name());
     }
 
@@ -160,9 +167,96 @@ impl Layout for MlxLayout {
                 predicted: estimate.relative(bits),
                 actual: exact.map(|e| e.relative(bits)),
                 estimate: exact.map(|_| Chosen::Bits(estimate_bits)),
+                group_size: None,
+                bytes: None,
+                ratio: None,
             });
         }
         Ok(choices)
+    }
+
+    /// `--max-size`: every affine tensor but the routers (mlx-lm fixes theirs) at each width and
+    /// group size MLX offers; an exactly repacked int8 table also as that repack, which adds nothing.
+    fn fit_menu(
+        &self,
+        ck: &Checkpoint,
+        tensors: &[OutputTensor],
+        cat: &Catalog,
+        probe: &dyn WeightProbe,
+    ) -> Result<Vec<FitTensor>> {
+        let dtype = model_dtype(ck.config.as_ref());
+        let moe = is_moe(tensors);
+        let scale_bytes = dtype.bitsize() as u64 / 8;
+        let mut menu = Vec::new();
+        for (index, t) in tensors.iter().enumerate() {
+            let Some(recipe) = &t.recipe else { continue };
+            let last = t.shape.last().copied().unwrap_or(0);
+            let (cols, repack) = match &recipe.encoding {
+                Encoding::Affine { spec, .. } => (last * 32 / spec.bits as usize, None),
+                Encoding::Int8Affine { group_size, .. } => (last * 4, Some(*group_size)),
+                _ => continue,
+            };
+            if cols == 0 || (moe && t.name.strip_suffix(".weight").is_some_and(is_router)) {
+                continue;
+            }
+            let rows = (t.numel() / last) as u64;
+            let mut options = Vec::new();
+            if let Some(gs) = repack {
+                let scales = 2 * (cols / gs) as u64 * INT8_SCALE_DTYPE.bitsize() as u64 / 8;
+                options.push(FitOption {
+                    chosen: Chosen::Bits(8),
+                    group_size: Some(gs),
+                    storage: Storage::Element(INT8_SCALE_DTYPE),
+                    lossless: true,
+                    bytes: rows * (cols as u64 + scales),
+                    error: 0.0,
+                });
+            }
+            let sizes: Vec<usize> = GROUP_SIZES.iter().copied().filter(|g| cols % g == 0).collect();
+            let errors = probe.affine_errors_at(&recipe.source, recipe.adjust, &sizes, dtype)?;
+            for (e, &group_size) in errors.iter().zip(&sizes) {
+                for bits in BITS {
+                    let spec = AffineSpec { bits, group_size };
+                    let per_row = spec.packed_cols(cols) as u64 * 4 + 2 * spec.groups(cols) as u64 * scale_bytes;
+                    options.push(FitOption {
+                        chosen: Chosen::Bits(bits),
+                        group_size: Some(group_size),
+                        storage: Storage::Element(dtype),
+                        lossless: false,
+                        bytes: rows * per_row,
+                        error: e.relative(bits),
+                    });
+                }
+            }
+            let k = recipe.source.coded_modules().first().map(|&m| cat.coded[m].k);
+            menu.push(FitTensor { index, name: t.name.clone(), k, weights: t.weights(), options });
+        }
+        Ok(menu)
+    }
+
+    fn fit_apply(&self, tensors: &mut [OutputTensor], fit: &FitTensor, option: usize) {
+        let o = &fit.options[option];
+        let (Chosen::Bits(bits), Some(group_size)) = (&o.chosen, o.group_size) else { return };
+        let t = &mut tensors[fit.index];
+        let Some(recipe) = t.recipe.as_mut() else { return };
+        let last = t.shape.last().copied().unwrap_or(0);
+        let (cols, params) = match &recipe.encoding {
+            Encoding::Affine { spec, params } => (last * 32 / spec.bits as usize, params.clone()),
+            Encoding::Int8Affine { params, .. } => (last * 4, params.clone()),
+            _ => return,
+        };
+        let spec = AffineSpec { bits: *bits, group_size };
+        let (encoding, packed) = if o.lossless {
+            (Encoding::Int8Affine { group_size, params: params.clone() }, cols / 4)
+        } else {
+            (Encoding::Affine { spec, params: params.clone() }, spec.packed_cols(cols))
+        };
+        recipe.encoding = encoding;
+        *t.shape.last_mut().expect("a packed weight has a shape") = packed;
+        for c in tensors.iter_mut().filter(|c| c.name == params.scales || c.name == params.biases) {
+            c.storage = o.storage;
+            *c.shape.last_mut().expect("scales have a shape") = cols / group_size;
+        }
     }
 
     /// Keeps the tensors `--only` selects, together with the other tensors of their module (a
@@ -214,12 +308,15 @@ impl Layout for MlxLayout {
             Int8Mode::Exact => "int8 layers repacked exactly as 8-bit affine",
             Int8Mode::Requant => "int8 layers requantized",
         };
+        let (tag, setting) = if self.opts.fitted {
+            ("mixed-bit".to_string(), "at the width and group size the size budget chose per tensor".to_string())
+        } else {
+            (format!("{bits}-bit"), format!("at {bits} bits, group size {group_size}"))
+        };
         FormatCard {
             library: "mlx",
-            tags: vec!["mlx".into(), format!("{bits}-bit")],
-            description: format!(
-                "MLX layout, affine-quantized at {bits} bits, group size {group_size} (routers at 8 bits); {int8}"
-            ),
+            tags: vec!["mlx".into(), tag],
+            description: format!("MLX layout, affine-quantized {setting} (routers at 8 bits); {int8}"),
             how_to_load: "mlx-lm:\n\n```python\nfrom mlx_lm import load, generate\n\
                           model, tokenizer = load(\"path/to/model\")\n\
                           print(generate(model, tokenizer, prompt=\"Hello\"))\n```\n"

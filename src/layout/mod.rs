@@ -9,6 +9,7 @@
 //! format takes ([`Int8Mode`], [`AutoBits`], [`BiasMode`]).
 
 pub mod exl3;
+mod fit;
 mod flags;
 pub mod gguf;
 pub mod hf;
@@ -20,6 +21,7 @@ mod policy;
 mod tensor;
 
 pub use exl3::Exl3Layout;
+pub use fit::{FitOption, FitTensor, TABLE_BITS};
 pub use flags::FlagWords;
 pub use gguf::{GgufLayout, GgufOptions, GgufType};
 pub use hf::{DenseDtype, HfLayout};

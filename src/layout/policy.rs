@@ -1,6 +1,7 @@
 //! The policy of one output format, as the engine sees it: which tensors a checkpoint becomes,
 //! and what goes into the files around them.
 
+use super::fit::FitTensor;
 use super::flags::FlagWords;
 use super::mtp::is_mtp;
 use super::options::BiasMode;
@@ -38,6 +39,16 @@ pub trait WeightProbe {
         candidates: &[Storage],
         exact: bool,
     ) -> Result<(StorageErrors, Option<StorageErrors>)>;
+
+    /// The estimated errors of affine quantization at each of `group_sizes`, from one read of the
+    /// rows of `source` (after `adjust`, rounded to `scale_dtype`).
+    fn affine_errors_at(
+        &self,
+        source: &RowSource,
+        adjust: Adjust,
+        group_sizes: &[usize],
+        scale_dtype: Dtype,
+    ) -> Result<Vec<WidthErrors>>;
 }
 
 /// An encoding a format chose for one tensor from its weights: an MLX affine width, or a GGUF
@@ -76,6 +87,15 @@ pub struct WidthChoice {
     pub actual: Option<f64>,
     /// What the estimate alone would have chosen (`--measure-error`).
     pub estimate: Option<Chosen>,
+    /// `--max-size`: the MLX group size chosen.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_size: Option<usize>,
+    /// `--max-size`: bytes of the tensor, its scales and biases included.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    /// `--max-size`: the predicted added error over `2^-K` (`2^-8` for a table).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio: Option<f64>,
 }
 
 /// What the model card says about a format.
@@ -120,6 +140,21 @@ pub trait Layout: Sync {
     ) -> Result<Vec<WidthChoice>> {
         Ok(Vec::new())
     }
+
+    /// `--max-size`: every tensor whose encoding the size budget chooses, with the options the
+    /// format offers it, their bytes and their errors measured through `probe`.
+    fn fit_menu(
+        &self,
+        _ck: &Checkpoint,
+        _tensors: &[OutputTensor],
+        _cat: &Catalog,
+        _probe: &dyn WeightProbe,
+    ) -> Result<Vec<FitTensor>> {
+        Ok(Vec::new())
+    }
+
+    /// Gives `tensors[fit.index]` (and its scales and biases) option `option` of `fit`.
+    fn fit_apply(&self, _tensors: &mut [OutputTensor], _fit: &FitTensor, _option: usize) {}
 
     /// Keeps the tensors `--only` selects, and whatever they cannot be written without.
     fn select(&self, tensors: &mut Vec<OutputTensor>, only: &[String]) {

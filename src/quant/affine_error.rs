@@ -56,6 +56,34 @@ impl WidthErrors {
         }
     }
 
+    /// Adds the estimates for `values` (`rows × cols`) at each group size of `group_sizes` (each a
+    /// multiple of 32 that divides `cols`) into `errors`, one per group size: the ranges of the
+    /// 32-value runs are found once and joined for the wider groups.
+    pub fn add_estimates_at(errors: &mut [WidthErrors], values: &[f32], cols: usize, group_sizes: &[usize]) {
+        let mut runs: Vec<(f32, f32, usize)> = Vec::with_capacity(cols / 32);
+        for row in values.chunks_exact(cols).filter(|r| r.iter().any(|&v| v != 0.0)) {
+            let norm_sq = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>();
+            runs.clear();
+            runs.extend(row.chunks_exact(32).map(|g| {
+                let (lo, hi) = g.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));
+                (lo, hi, g.iter().filter(|&&v| v != 0.0).count())
+            }));
+            for (e, &gs) in errors.iter_mut().zip(group_sizes) {
+                e.norm_sq += norm_sq;
+                for group in runs.chunks_exact(gs / 32) {
+                    let (lo, hi, live) = group.iter().fold((f32::INFINITY, f32::NEG_INFINITY, 0), |(lo, hi, n), r| {
+                        (lo.min(r.0), hi.max(r.1), n + r.2)
+                    });
+                    let range = f64::from(hi - lo);
+                    for (sq, bits) in e.sq.iter_mut().zip(BITS) {
+                        let step = range / f64::from((1u32 << bits) - 1);
+                        *sq += live as f64 * step * step / 12.0;
+                    }
+                }
+            }
+        }
+    }
+
     /// Adds the exact errors for `values`: quantized as the output will be (scales stored in
     /// `scale_dtype`) and dequantized.
     pub fn add_exact(&mut self, values: &[f32], cols: usize, gs: usize, scale_dtype: Dtype) {
@@ -104,5 +132,24 @@ mod tests {
         assert!((0.35..0.55).contains(&exact.relative(2)) && (0.07..0.11).contains(&exact.relative(4)));
         assert_eq!(exact.narrowest_within(0.5 * 0.25), 4);
         assert_eq!(exact.narrowest_within(0.5 * 0.125), 5);
+    }
+
+    #[test]
+    fn the_estimates_at_several_group_sizes_equal_one_estimate_each() {
+        let mut rng = SplitMix64(3);
+        let (rows, cols) = (8, 384);
+        let mut values: Vec<f32> = (0..rows * cols).map(|_| rng.gaussian() as f32).collect();
+        values[cols..cols + 40].fill(0.0);
+        let sizes = [32, 64, 128];
+        let mut at = [WidthErrors::default(); 3];
+        WidthErrors::add_estimates_at(&mut at, &values, cols, &sizes);
+        for (e, gs) in at.iter().zip(sizes) {
+            let mut one = WidthErrors::default();
+            one.add_estimate(&values, cols, gs);
+            assert!((e.norm_sq - one.norm_sq).abs() < 1e-9 * one.norm_sq);
+            for (a, b) in e.sq.iter().zip(one.sq) {
+                assert!((a - b).abs() < 1e-9 * b, "group size {gs}: {a} vs {b}");
+            }
+        }
     }
 }

@@ -18,18 +18,25 @@ use half::f16;
 pub struct StorageErrors {
     pub candidates: Vec<Storage>,
     pub sq: Vec<f64>,
+    /// The squared norm of the rows each candidate's error was taken over: every row seen, unless
+    /// its measuring was thinned ([`StorageErrors::add_estimate_thinned`]).
+    pub norms: Vec<f64>,
     pub norm_sq: f64,
 }
 
 impl StorageErrors {
     /// No rows seen yet, for `candidates` (narrowest first).
     pub fn new(candidates: &[Storage]) -> StorageErrors {
-        StorageErrors { candidates: candidates.to_vec(), sq: vec![0.0; candidates.len()], norm_sq: 0.0 }
+        let n = candidates.len();
+        StorageErrors { candidates: candidates.to_vec(), sq: vec![0.0; n], norms: vec![0.0; n], norm_sq: 0.0 }
     }
 
     #[must_use]
     pub fn merge(mut self, o: StorageErrors) -> StorageErrors {
         for (a, b) in self.sq.iter_mut().zip(o.sq) {
+            *a += b;
+        }
+        for (a, b) in self.norms.iter_mut().zip(o.norms) {
             *a += b;
         }
         self.norm_sq += o.norm_sq;
@@ -38,37 +45,57 @@ impl StorageErrors {
 
     /// `‖deq(Q(W)) − W‖ / ‖W‖` for each candidate, in their order.
     pub fn relative(&self) -> Vec<(Storage, f64)> {
-        let rel = |sq: f64| if self.norm_sq > 0.0 { (sq / self.norm_sq).sqrt() } else { 0.0 };
-        self.candidates.iter().zip(&self.sq).map(|(&c, &sq)| (c, rel(sq))).collect()
+        let rel = |sq: f64, norm: f64| if norm > 0.0 { (sq / norm).sqrt() } else { 0.0 };
+        self.candidates.iter().zip(self.sq.iter().zip(&self.norms)).map(|(&c, (&sq, &n))| (c, rel(sq, n))).collect()
     }
 
     /// Adds the estimate for `values` (`rows × cols`).
     pub fn add_estimate(&mut self, values: &[f32], cols: usize) {
-        self.add(values, cols, |c, row| match c {
-            Storage::Block(b) => estimate(b, row).unwrap_or_else(|| measured(c, row)),
-            Storage::Element(_) => measured(c, row),
+        self.add_estimate_thinned(values, cols, 1);
+    }
+
+    /// As [`StorageErrors::add_estimate`], but a block type with no range estimate (the IQ4 types,
+    /// each row an encode) is measured on every `step`-th live row only (the first included), its
+    /// error taken over those rows' norm.
+    pub fn add_estimate_thinned(&mut self, values: &[f32], cols: usize, step: usize) {
+        self.add(values, cols, |c, row, i| match c {
+            Storage::Block(b) if !has_range_estimate(b) && i % step.max(1) != 0 => None,
+            Storage::Block(b) => Some(estimate(b, row).unwrap_or_else(|| measured(c, row))),
+            Storage::Element(_) => Some(measured(c, row)),
         });
     }
 
     /// Adds the exact errors for `values` (`rows × cols`): encoded and decoded.
     pub fn add_exact(&mut self, values: &[f32], cols: usize) {
-        self.add(values, cols, measured);
+        self.add(values, cols, |c, row, _| Some(measured(c, row)));
     }
 
-    /// Adds `error(candidate, row)` for each live row; a row with a value no block holds costs
-    /// every block type an infinite error (it cannot be stored in one at all).
-    fn add(&mut self, values: &[f32], cols: usize, error: impl Fn(Storage, &[f32]) -> f64) {
-        for row in live_rows(values, cols) {
-            self.norm_sq += norm_sq(row);
+    /// Adds `error(candidate, row, i)` for each live row (the `i`-th), where it gives one; a row
+    /// with a value no block holds costs every block type an infinite error (it cannot be stored
+    /// in one at all).
+    fn add(&mut self, values: &[f32], cols: usize, error: impl Fn(Storage, &[f32], usize) -> Option<f64>) {
+        for (i, row) in live_rows(values, cols).enumerate() {
+            let norm = norm_sq(row);
+            self.norm_sq += norm;
             let holdable = first_unholdable(row).is_none();
-            for (sq, &c) in self.sq.iter_mut().zip(&self.candidates) {
-                *sq += match c {
-                    Storage::Block(_) if !holdable => f64::INFINITY,
-                    _ => error(c, row),
+            for ((sq, n), &c) in self.sq.iter_mut().zip(&mut self.norms).zip(&self.candidates) {
+                let e = match c {
+                    Storage::Block(_) if !holdable => Some(f64::INFINITY),
+                    _ => error(c, row, i),
                 };
+                if let Some(e) = e {
+                    *sq += e;
+                    *n += norm;
+                }
             }
         }
     }
+}
+
+/// Whether `block`'s error can be estimated from its groups' ranges: not the IQ4 types, whose
+/// levels are not evenly spaced.
+fn has_range_estimate(block: BlockType) -> bool {
+    !matches!(block, BlockType::IQ4_NL | BlockType::IQ4_XS)
 }
 
 fn live_rows(values: &[f32], cols: usize) -> impl Iterator<Item = &[f32]> {
@@ -180,6 +207,30 @@ mod tests {
         }
         // Each wider type is more exact than the one before.
         assert!(x.windows(2).all(|w| w[1].1 < w[0].1), "{x:?}");
+    }
+
+    #[test]
+    fn thinned_measuring_of_the_iq4_types_stays_close_and_leaves_the_others_alone() {
+        let mut rng = SplitMix64(5);
+        let (rows, cols) = (256, 512);
+        // Rows of different scales: the thinned ratio is taken over the measured rows' own norm.
+        let values: Vec<f32> =
+            (0..rows * cols).map(|i| rng.gaussian() as f32 * 0.01 * (1 + (i / cols) % 7) as f32).collect();
+        let candidates: Vec<Storage> = [BlockType::Q3_K, BlockType::IQ4_XS, BlockType::IQ4_NL, BlockType::Q4_K]
+            .into_iter()
+            .map(Storage::Block)
+            .collect();
+        let (mut every, mut thinned) = (StorageErrors::new(&candidates), StorageErrors::new(&candidates));
+        every.add_estimate(&values, cols);
+        thinned.add_estimate_thinned(&values, cols, 16);
+        for ((c, e), (_, t)) in every.relative().iter().zip(&thinned.relative()) {
+            match c {
+                Storage::Block(BlockType::IQ4_XS | BlockType::IQ4_NL) => {
+                    assert!((t / e - 1.0).abs() < 0.05, "{}: thinned {t} vs every row {e}", c.name());
+                }
+                _ => assert_eq!(t, e, "{}: estimated from every row either way", c.name()),
+            }
+        }
     }
 
     #[test]

@@ -18,6 +18,7 @@ mod docs_hold;
 mod edges;
 mod encoder;
 mod exl3;
+mod fit;
 mod float64;
 mod fuzz_catalogue;
 mod gguf;

@@ -93,6 +93,8 @@ CONVERT_ARGS = [
     ["--format", "gguf", "--quiet", "-j", "2", "--gguf-type", "auto", "--measure-error"],
     ["--format", "gguf", "--quiet", "-j", "2", "--mtp", "keep"],
     ["--format", "exl3"],
+    ["--format", "mlx", "--max-size", "2MB"],
+    ["--format", "gguf", "--max-size", "2MB", "--dry-run"],
     ["--format", "exl3", "--dry-run", "--bias", "keep"],
 ]
 # Combinations a fixture cannot take: their failure document is checked instead. llama.cpp's

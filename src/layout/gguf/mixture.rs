@@ -411,7 +411,7 @@ fn mixture_type(mixture: Mixture, model: &ModelShape, name: &str, ncols: usize) 
 
 /// `tensor_type_fallback`: a row length that is not a multiple of the type's block gets the next
 /// type with 32-value blocks, and F16 where that does not fit either.
-fn fallback(t: BlockType, ncols: usize) -> Storage {
+pub(super) fn fallback(t: BlockType, ncols: usize) -> Storage {
     use BlockType as T;
     if ncols.is_multiple_of(t.elements()) {
         return Storage::Block(t);

@@ -16,6 +16,7 @@ pub use types::GgufType;
 use types::{choose_by_budget, quantize_as_llama_does};
 mod vocab;
 
+use super::fit::FitTensor;
 use super::flags::FlagWords;
 use super::hf::{self, DenseDtype};
 use super::mtp::{self, MtpMode};
@@ -40,11 +41,19 @@ pub struct GgufOptions {
     pub mtp: MtpMode,
     /// The budget of `--gguf-type auto`.
     pub auto: Option<AutoBits>,
+    /// `--max-size`: every quantized tensor at the type the size budget chose.
+    pub fitted: bool,
 }
 
 impl GgufOptions {
-    pub const DEFAULT: GgufOptions =
-        GgufOptions { ty: GgufType::Bf16, int8: Int8Mode::Exact, vocab: true, mtp: MtpMode::Auto, auto: None };
+    pub const DEFAULT: GgufOptions = GgufOptions {
+        ty: GgufType::Bf16,
+        int8: Int8Mode::Exact,
+        vocab: true,
+        mtp: MtpMode::Auto,
+        auto: None,
+        fitted: false,
+    };
 }
 
 /// What every tensor's conversion needs to know of the model.
@@ -204,7 +213,10 @@ impl Layout for GgufLayout {
     fn shaping_flags(&self, flags: &mut FlagWords) {
         let o = &self.opts;
         flags.value("--format", self.name());
-        flags.value("--gguf-type", o.ty.name());
+        // Fitted, the engine's `--max-size` chose every type.
+        if !o.fitted {
+            flags.value("--gguf-type", o.ty.name());
+        }
         if let Some(auto) = o.auto {
             auto.shaping_flags(flags);
         }
@@ -279,6 +291,20 @@ impl Layout for GgufLayout {
         }
     }
 
+    fn fit_menu(
+        &self,
+        _ck: &Checkpoint,
+        tensors: &[OutputTensor],
+        cat: &Catalog,
+        probe: &dyn WeightProbe,
+    ) -> Result<Vec<FitTensor>> {
+        types::fit_menu(tensors, cat, probe)
+    }
+
+    fn fit_apply(&self, tensors: &mut [OutputTensor], fit: &FitTensor, option: usize) {
+        types::fit_apply(tensors, fit, option);
+    }
+
     fn config(&self, _input: &Value, _tensors: &[OutputTensor]) -> Option<String> {
         None
     }
@@ -337,13 +363,18 @@ impl Layout for GgufLayout {
     }
 
     fn card(&self, mtp: bool) -> FormatCard {
-        let ty = self.opts.ty.name();
+        let ty = if self.opts.fitted { "mixed" } else { self.opts.ty.name() };
         let draft = if mtp { " (add `--spec-type draft-mtp` to use its MTP head)" } else { "" };
         FormatCard {
             library: "gguf",
             tags: vec!["gguf".into(), ty.into(), "llama.cpp".into()],
             description: format!(
-                "GGUF for llama.cpp (`--gguf-type {ty}`){}",
+                "GGUF for llama.cpp ({}){}",
+                if self.opts.fitted {
+                    "each tensor's block type chosen by the size budget".to_string()
+                } else {
+                    format!("`--gguf-type {ty}`")
+                },
                 if self.opts.int8 == Int8Mode::Exact { ", int8 layers as exact Q8_0" } else { "" }
             ),
             how_to_load: format!(

@@ -9,7 +9,7 @@ use super::GgufOptions;
 use crate::block_type::BlockType;
 use crate::checkpoint::{Catalog, Checkpoint};
 use crate::layout::{AutoBits, Int8Mode};
-use crate::layout::{Chosen, Encoding, OutputTensor, RowSource, WeightProbe, WidthChoice};
+use crate::layout::{Chosen, Encoding, FitOption, FitTensor, OutputTensor, RowSource, WeightProbe, WidthChoice};
 use crate::quant::budget::{budget, narrowest_within};
 use crate::storage::Storage;
 use anyhow::{Context, Result};
@@ -244,12 +244,102 @@ pub(super) fn choose_by_budget(
             predicted: error_of(&estimate),
             actual: exact.as_ref().map(error_of),
             estimate: exact.map(|_| Chosen::GgufType(estimated.name())),
+            group_size: None,
+            bytes: None,
+            ratio: None,
         });
     }
     Ok(choices)
 }
 
-/// `general.file_type`: the type's, or for `auto` the one llama.cpp would give the file from the
+/// The types `--max-size` chooses among, narrowest first. A row that is not whole 256-value
+/// blocks gets each K-quant's and `IQ4_XS`'s fallback instead, as llama-quantize gives it
+/// (`Q2_K`, `Q3_K` → `Q4_0`; `IQ4_XS` → `IQ4_NL`; `Q4_K` → `Q5_0`; …): the legacy 32-value types.
+pub(super) const FIT_TYPES: [BlockType; 11] = [
+    BlockType::Q2_K,
+    BlockType::Q3_K,
+    BlockType::IQ4_XS,
+    BlockType::Q4_0,
+    BlockType::Q4_K,
+    BlockType::Q4_1,
+    BlockType::Q5_0,
+    BlockType::Q5_K,
+    BlockType::Q5_1,
+    BlockType::Q6_K,
+    BlockType::Q8_0,
+];
+
+/// The block types of [`FIT_TYPES`] a row of `cols` values can hold, each in its fallback where
+/// its blocks do not divide the row, once each.
+fn fit_types(cols: usize) -> Vec<BlockType> {
+    let mut types = Vec::new();
+    for ty in FIT_TYPES {
+        if let Storage::Block(b) = mixture::fallback(ty, cols) {
+            if !types.contains(&b) {
+                types.push(b);
+            }
+        }
+    }
+    types
+}
+
+/// `--max-size`: every tensor the converter writes in BF16 that llama.cpp quantizes, and every
+/// exact `Q8_0` int8 table, at each of [`FIT_TYPES`] its rows hold, or that type's fallback (an exact table
+/// also as its exact `Q8_0`, which adds nothing).
+pub(super) fn fit_menu(tensors: &[OutputTensor], cat: &Catalog, probe: &dyn WeightProbe) -> Result<Vec<FitTensor>> {
+    let mut menu = Vec::new();
+    for (index, t) in tensors.iter().enumerate() {
+        let Some(recipe) = &t.recipe else { continue };
+        let exact = recipe.encoding == Encoding::Int8Blocks;
+        let float_bf16 = recipe.encoding == Encoding::Float && t.storage == Storage::Element(Dtype::BF16);
+        if !(exact || float_bf16) || t.shape.len() < 2 {
+            continue;
+        }
+        let cols = t.shape.last().copied().unwrap_or(1);
+        let candidates: Vec<Storage> =
+            fit_types(cols).into_iter().filter(|b| !(exact && *b == BlockType::Q8_0)).map(Storage::Block).collect();
+        if candidates.is_empty() {
+            continue;
+        }
+        let mut options = Vec::new();
+        if exact {
+            options.push(FitOption {
+                chosen: Chosen::GgufType(t.storage.name()),
+                group_size: None,
+                storage: t.storage,
+                lossless: true,
+                bytes: t.byte_len() as u64,
+                error: 0.0,
+            });
+        }
+        let (estimate, _) = probe.storage_errors(&recipe.source, recipe.adjust, &candidates, false)?;
+        for (storage, error) in estimate.relative() {
+            options.push(FitOption {
+                chosen: Chosen::GgufType(storage.name()),
+                group_size: None,
+                storage,
+                lossless: false,
+                bytes: storage.byte_len(t.numel()) as u64,
+                error,
+            });
+        }
+        let k = recipe.source.coded_modules().first().map(|&m| cat.coded[m].k);
+        menu.push(FitTensor { index, name: t.name.clone(), k, weights: t.weights(), options });
+    }
+    Ok(menu)
+}
+
+/// Gives `tensors[fit.index]` option `option`: a block type from its rows, or the exact `Q8_0`.
+pub(super) fn fit_apply(tensors: &mut [OutputTensor], fit: &FitTensor, option: usize) {
+    let o = &fit.options[option];
+    let t = &mut tensors[fit.index];
+    t.storage = o.storage;
+    if let Some(recipe) = t.recipe.as_mut() {
+        recipe.encoding = if o.lossless { Encoding::Int8Blocks } else { Encoding::Float };
+    }
+}
+
+/// `general.file_type`: the type's, or for `auto` (and `--max-size`) the one llama.cpp would give the file from the
 /// type that holds the most weights (its `llama_model_loader` guess, by weights rather than by
 /// tensor count so that the many small F32 norms do not decide).
 pub(super) fn file_type(ty: GgufType, tensors: &[OutputTensor]) -> u32 {
@@ -264,6 +354,19 @@ pub(super) fn file_type(ty: GgufType, tensors: &[OutputTensor]) -> u32 {
         }
     }
     let most = weights.iter().max_by_key(|(_, n)| *n).map(|(s, _)| *s);
+    // llama.cpp's LLAMA_FTYPE_MOSTLY_Q4_0, _Q4_1, _Q5_0, _Q5_1, _IQ4_NL (a --max-size file may
+    // hold most of its weights in a 32-value type).
+    let legacy = match most {
+        Some(Storage::Block(BlockType::Q4_0)) => Some(2),
+        Some(Storage::Block(BlockType::Q4_1)) => Some(3),
+        Some(Storage::Block(BlockType::Q5_0)) => Some(8),
+        Some(Storage::Block(BlockType::Q5_1)) => Some(9),
+        Some(Storage::Block(BlockType::IQ4_NL)) => Some(25),
+        _ => None,
+    };
+    if let Some(ftype) = legacy {
+        return ftype;
+    }
     let named = match most {
         Some(Storage::Element(Dtype::F16)) => GgufType::F16,
         Some(Storage::Block(BlockType::Q8_0)) => GgufType::Q8_0,
@@ -276,4 +379,21 @@ pub(super) fn file_type(ty: GgufType, tensors: &[OutputTensor]) -> u32 {
         _ => GgufType::Bf16,
     };
     named.fixed_file_type().unwrap_or(32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use BlockType as T;
+
+    #[test]
+    fn the_fit_menu_offers_the_low_bit_types_or_llama_quantize_s_fallbacks() {
+        // Whole 256-value blocks: every type as itself.
+        assert_eq!(fit_types(512), FIT_TYPES.to_vec());
+        // 32-value blocks only: Q2_K and Q3_K fall back to Q4_0, IQ4_XS to IQ4_NL, the other
+        // K-quants to their legacy types; each once.
+        assert_eq!(fit_types(128), [T::Q4_0, T::IQ4_NL, T::Q5_0, T::Q4_1, T::Q5_1, T::Q8_0]);
+        // No whole block at all: nothing to choose (the tensor stays as laid out).
+        assert!(fit_types(100).is_empty());
+    }
 }

@@ -1,0 +1,290 @@
+//! `--max-size`: the encoding of every tensor a format lets the budget choose. First the largest
+//! added-error ratio over the coded linears is made as small as the bytes allow (a table, such as
+//! an embedding, takes the cheapest option within the same ratio); then the bytes left go, one
+//! upgrade at a time, to whichever lowers the weight-weighted sum of ratios most per byte.
+
+use crate::layout::{FitTensor, OutputTensor, WidthChoice, TABLE_BITS};
+use crate::text::human_bytes;
+use anyhow::{bail, Result};
+use serde::Serialize;
+
+/// The budget of a `--max-size` run, as `--json` reports it.
+#[derive(Clone, Debug, Serialize)]
+pub struct BudgetReport {
+    /// SIZE, in bytes.
+    pub max_size: u64,
+    /// Bytes of the model files written (every `.safetensors` / `.gguf`).
+    pub bytes: u64,
+    /// The largest predicted added-error ratio of a coded linear (added error over `2^-K`).
+    pub max_added_error_ratio: f64,
+    /// The mean of the coded linears' ratios, weighted by their weights.
+    pub mean_added_error_ratio: f64,
+    /// The largest ratio of a table (added error over `2^-8`); 0 when every table is exact.
+    pub max_table_ratio: f64,
+}
+
+impl BudgetReport {
+    /// The budget in words, for the model card.
+    pub fn words(&self) -> String {
+        let tables = if self.max_table_ratio == 0.0 {
+            "int8 tables kept exact".to_string()
+        } else {
+            format!("no table more than {:.2}× 2^-8", self.max_table_ratio)
+        };
+        format!(
+            "the model files take {} of the {} asked for (`--max-size`); no coded layer's re-quantization adds more \
+             than {:.2}× the error its trellis quantization already had ({:.2}× on average, by weight); {tables}",
+            human_bytes(self.bytes),
+            human_bytes(self.max_size),
+            self.max_added_error_ratio,
+            self.mean_added_error_ratio
+        )
+    }
+}
+
+/// Per menu entry, the index of its option that costs the fewest bytes (the lower error on a tie).
+pub fn cheapest(menu: &[FitTensor]) -> Vec<usize> {
+    menu.iter().map(|t| best_within(t, f64::INFINITY).expect("a menu entry has options")).collect()
+}
+
+/// The cheapest option of `t` whose ratio is at most `level` (the lower error on a tie).
+fn best_within(t: &FitTensor, level: f64) -> Option<usize> {
+    (0..t.options.len()).filter(|&i| t.ratio(i) <= level).min_by(|&a, &b| {
+        let (x, y) = (&t.options[a], &t.options[b]);
+        x.bytes.cmp(&y.bytes).then(x.error.total_cmp(&y.error))
+    })
+}
+
+/// The assignment at ratio `level`: each coded linear its cheapest option within it (`None` when
+/// one has none), each table its cheapest within it, or its most exact when none is.
+fn at_level(menu: &[FitTensor], level: f64) -> Option<Vec<usize>> {
+    menu.iter()
+        .map(|t| match best_within(t, level) {
+            Some(i) => Some(i),
+            None if t.coded() => None,
+            None => (0..t.options.len()).min_by(|&a, &b| t.options[a].error.total_cmp(&t.options[b].error)),
+        })
+        .collect()
+}
+
+fn bytes(menu: &[FitTensor], choice: &[usize]) -> u64 {
+    menu.iter().zip(choice).map(|(t, &i)| t.options[i].bytes).sum()
+}
+
+/// The smallest assignment: every coded linear at its cheapest, each table within their largest ratio.
+pub fn smallest(menu: &[FitTensor]) -> Vec<usize> {
+    let cheap = cheapest(menu);
+    let level = largest_ratio(menu, &cheap);
+    at_level(menu, level).unwrap_or(cheap)
+}
+
+/// The largest ratio of the coded linears (of every entry when none is coded).
+pub fn largest_ratio(menu: &[FitTensor], choice: &[usize]) -> f64 {
+    let any_coded = menu.iter().any(FitTensor::coded);
+    menu.iter().zip(choice).filter(|(t, _)| t.coded() || !any_coded).map(|(t, &i)| t.ratio(i)).fold(0.0, f64::max)
+}
+
+/// The weight-weighted mean ratio of the coded linears.
+pub fn mean_ratio(menu: &[FitTensor], choice: &[usize]) -> f64 {
+    let (mut sum, mut weights) = (0.0, 0.0);
+    for (t, &i) in menu.iter().zip(choice).filter(|(t, _)| t.coded()) {
+        sum += t.weights as f64 * t.ratio(i);
+        weights += t.weights as f64;
+    }
+    if weights > 0.0 {
+        sum / weights
+    } else {
+        0.0
+    }
+}
+
+/// The largest ratio of the tables.
+pub fn largest_table_ratio(menu: &[FitTensor], choice: &[usize]) -> f64 {
+    menu.iter().zip(choice).filter(|(t, _)| !t.coded()).map(|(t, &i)| t.ratio(i)).fold(0.0, f64::max)
+}
+
+/// The assignment for `allowance` bytes of menu tensors; `None` when even the smallest exceeds it.
+pub fn choose(menu: &[FitTensor], allowance: u64) -> Option<Vec<usize>> {
+    let mut levels: Vec<f64> = menu
+        .iter()
+        .filter(|t| t.coded() || !menu.iter().any(FitTensor::coded))
+        .flat_map(|t| (0..t.options.len()).map(move |i| t.ratio(i)))
+        .filter(|r| r.is_finite())
+        .collect();
+    levels.sort_by(f64::total_cmp);
+    levels.dedup();
+    // Bytes fall as the level rises: the lowest level whose assignment fits.
+    let fits = |level: f64| at_level(menu, level).filter(|c| bytes(menu, c) <= allowance);
+    let (mut lo, mut hi) = (0, levels.len());
+    while lo < hi {
+        let mid = usize::midpoint(lo, hi);
+        if fits(levels[mid]).is_some() {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    let mut choice = match levels.get(lo) {
+        Some(&level) => fits(level)?,
+        None => Some(smallest(menu)).filter(|c| bytes(menu, c) <= allowance)?,
+    };
+    spend(menu, &mut choice, allowance);
+    Some(choice)
+}
+
+/// Spends the bytes left on the upgrades that lower `Σ weights · ratio` most per byte.
+fn spend(menu: &[FitTensor], choice: &mut [usize], allowance: u64) {
+    let mut left = allowance - bytes(menu, choice);
+    loop {
+        let mut best: Option<(f64, usize, usize)> = None;
+        for (n, t) in menu.iter().enumerate() {
+            let now = &t.options[choice[n]];
+            for (i, o) in t.options.iter().enumerate() {
+                if o.error >= now.error || o.bytes > now.bytes + left {
+                    continue;
+                }
+                let gain = t.weights as f64 * (t.ratio(choice[n]) - t.ratio(i));
+                let per_byte = gain / (o.bytes.saturating_sub(now.bytes).max(1)) as f64;
+                if best.is_none_or(|(b, _, _)| per_byte > b) {
+                    best = Some((per_byte, n, i));
+                }
+            }
+        }
+        let Some((_, n, i)) = best else { return };
+        left = left + menu[n].options[choice[n]].bytes - menu[n].options[i].bytes;
+        choice[n] = i;
+    }
+}
+
+/// Blocks of rows read per tensor to measure its options (evenly spread; the whole tensor when it
+/// has fewer).
+pub const SAMPLE_BLOCKS: usize = 8;
+
+/// Of those blocks' rows, every this many is encoded to measure a type with no range estimate
+/// (`IQ4_XS`, `IQ4_NL`: a scalar search of about 200 ns a weight), so that measuring them costs less
+/// than the range estimates of the other types.
+pub const MEASURED_ROW_STEP: usize = 16;
+
+/// Chooses every menu tensor's option within `max_size` bytes of model files, as
+/// `model_bytes` (the plan's exact file sizes) counts them, and applies it to `tensors` with
+/// `apply`. Fails, naming the smallest size, when even the smallest assignment exceeds it.
+pub fn fit(
+    menu: &[FitTensor],
+    tensors: &mut [OutputTensor],
+    max_size: u64,
+    apply: impl Fn(&mut [OutputTensor], &FitTensor, usize),
+    model_bytes: impl Fn(&[OutputTensor]) -> Result<u64>,
+) -> Result<(Vec<WidthChoice>, BudgetReport)> {
+    let set = |tensors: &mut [OutputTensor], choice: &[usize]| {
+        for (t, &i) in menu.iter().zip(choice) {
+            apply(tensors, t, i);
+        }
+    };
+    let least = smallest(menu);
+    set(tensors, &least);
+    let least_bytes = model_bytes(tensors)?;
+    if least_bytes > max_size {
+        bail!(
+            "--max-size {max_size} ({}): the smallest output this format can make is {least_bytes} bytes ({}), every \
+             quantized tensor at its narrowest; nothing was written",
+            human_bytes(max_size),
+            human_bytes(least_bytes)
+        );
+    }
+    // What the menu does not choose (headers, metadata, alignment, other tensors) barely moves
+    // with the choice: plan, measure the file sizes, and take any overshoot off the allowance.
+    let overhead = least_bytes - bytes(menu, &least);
+    let mut allowance = max_size - overhead;
+    let (mut choice, mut total) = (least.clone(), least_bytes);
+    for _ in 0..16 {
+        let Some(c) = choose(menu, allowance) else { break };
+        set(tensors, &c);
+        let b = model_bytes(tensors)?;
+        if b <= max_size {
+            (choice, total) = (c, b);
+            break;
+        }
+        // This assignment's own overhead, taken off its tensors' bytes: the next one is smaller.
+        allowance = bytes(menu, &c).saturating_sub(b - max_size);
+    }
+    set(tensors, &choice);
+    let level = largest_ratio(menu, &choice);
+    let widths = menu
+        .iter()
+        .zip(&choice)
+        .map(|(t, &i)| {
+            let o = &t.options[i];
+            WidthChoice {
+                tensor: t.name.clone(),
+                k: t.k.unwrap_or(TABLE_BITS),
+                chosen: o.chosen.clone(),
+                bits_per_weight: 8.0 * o.bytes as f64 / t.weights.max(1) as f64,
+                budget: level * t.reference(),
+                predicted: o.error,
+                actual: None,
+                estimate: None,
+                group_size: o.group_size,
+                bytes: Some(o.bytes),
+                ratio: Some(t.ratio(i)),
+            }
+        })
+        .collect();
+    let report = BudgetReport {
+        max_size,
+        bytes: total,
+        max_added_error_ratio: level,
+        mean_added_error_ratio: mean_ratio(menu, &choice),
+        max_table_ratio: largest_table_ratio(menu, &choice),
+    };
+    Ok((widths, report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::{Chosen, FitOption};
+    use crate::storage::Storage;
+    use safetensors::Dtype;
+
+    fn entry(k: Option<u32>, weights: u64, options: &[(u64, f64)]) -> FitTensor {
+        let options = options
+            .iter()
+            .map(|&(bytes, error)| FitOption {
+                chosen: Chosen::Bits(0),
+                group_size: None,
+                storage: Storage::Element(Dtype::BF16),
+                lossless: false,
+                bytes,
+                error,
+            })
+            .collect();
+        FitTensor { index: 0, name: String::new(), k, weights, options }
+    }
+
+    #[test]
+    fn the_largest_ratio_falls_first_then_the_rest_goes_where_it_helps_most() {
+        // Two coded linears at K=2 (ratios are errors over 0.25) and one table.
+        let menu = [
+            entry(Some(2), 100, &[(10, 0.5), (20, 0.2), (30, 0.1)]),
+            entry(Some(2), 100, &[(10, 0.3), (20, 0.25), (30, 0.1)]),
+            entry(None, 100, &[(5, 0.01), (8, 0.0)]),
+        ];
+        assert_eq!(smallest(&menu), vec![0, 0, 1], "the table stays exact at any ratio the layers reach");
+        assert_eq!(choose(&menu, 27), None);
+        assert_eq!(choose(&menu, 28), Some(vec![0, 0, 1]));
+        // 38 bytes: the first linear's 0.5 is the largest error; it moves first.
+        assert_eq!(choose(&menu, 38), Some(vec![1, 0, 1]));
+        // 48: both at 20 bytes would leave the largest at 0.25; 30 + 10 leaves 0.3.
+        assert_eq!(choose(&menu, 48), Some(vec![1, 1, 1]));
+        assert_eq!(choose(&menu, 1000), Some(vec![2, 2, 1]));
+    }
+
+    #[test]
+    fn a_table_takes_the_cheapest_option_within_the_layers_ratio() {
+        let menu = [entry(Some(2), 10, &[(10, 0.5)]), entry(None, 10, &[(5, 0.0079), (8, 0.0)])];
+        // 0.0079 / 2^-8 ≈ 2.02 > 0.5 / 0.25 = 2: the table may not take it.
+        assert_eq!(smallest(&menu), vec![0, 1]);
+        let menu = [entry(Some(2), 10, &[(10, 0.5)]), entry(None, 10, &[(5, 0.0078), (8, 0.0)])];
+        assert_eq!(smallest(&menu), vec![0, 0]);
+    }
+}

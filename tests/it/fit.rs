@@ -1,0 +1,254 @@
+//! `--max-size`: the most faithful MLX or GGUF model whose model files fit SIZE bytes.
+
+use crate::common::{escha_convert, fixture};
+use serde_json::Value;
+use std::path::Path;
+
+const FORMATS: [&str; 2] = ["mlx", "gguf"];
+const FIXTURES: [&str; 2] = ["dense", "moe"];
+
+/// Bytes of the model files in `dir`: every `.safetensors` and `.gguf`.
+fn model_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors" || x == "gguf"))
+        .map(|p| std::fs::metadata(p).unwrap().len())
+        .sum()
+}
+
+/// `convert FIXTURE OUT --format FORMAT --max-size SIZE --json` plus `extra`: the exit code, the
+/// report (when one was printed) and stderr.
+fn fit(fixture_name: &str, out: &Path, format: &str, size: u64, extra: &[&str]) -> (i32, Value, String) {
+    let o = escha_convert()
+        .arg(fixture(fixture_name))
+        .arg(out)
+        .args(["--quiet", "--json", "--format", format, "--max-size", &size.to_string()])
+        .args(extra)
+        .output()
+        .unwrap();
+    let report = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
+    (o.status.code().unwrap(), report, String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// The smallest size the format can make of a fixture, as the refusal of one byte names it.
+fn smallest(fixture_name: &str, format: &str) -> u64 {
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let (code, _, stderr) = fit(fixture_name, &out, format, 1, &[]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(!out.exists(), "nothing is written for a budget too small");
+    let rest = stderr.split("the smallest output this format can make is ").nth(1).expect(&stderr);
+    rest.split(' ').next().unwrap().parse().unwrap()
+}
+
+#[test]
+fn the_model_files_fit_the_size_exactly_and_come_close_to_it() {
+    for format in FORMATS {
+        for name in FIXTURES {
+            let least = smallest(name, format);
+            let tmp = tempfile::tempdir().unwrap();
+            // Everything at its most exact option: the most a budget can buy.
+            let (code, most, stderr) = fit(name, &tmp.path().join("most"), format, 1 << 40, &[]);
+            assert_eq!(code, 0, "{stderr}");
+            let most = most["budget"]["bytes"].as_u64().unwrap();
+            assert!(most > least, "{format} {name}: {least} {most}");
+            let mut last_ratio = f64::INFINITY;
+            for size in [least, least + (most - least) / 4, least + (most - least) / 2, most - 1, most] {
+                let out = tmp.path().join(format!("out-{size}"));
+                let (code, report, stderr) = fit(name, &out, format, size, &[]);
+                assert_eq!(code, 0, "{format} {name} {size}: {stderr}");
+                let written = model_bytes(&out);
+                assert!(written <= size, "{format} {name}: {written} bytes written for --max-size {size}");
+                assert!(written as f64 >= 0.9 * size as f64, "{format} {name}: only {written} of {size} bytes used");
+                let budget = &report["budget"];
+                assert_eq!(budget["bytes"].as_u64(), Some(written), "{format} {name}: the report's bytes");
+                assert_eq!(report["bytes_written"].as_u64(), Some(written));
+                assert_eq!(budget["max_size"].as_u64(), Some(size));
+                let ratio = budget["max_added_error_ratio"].as_f64().unwrap();
+                let mean = budget["mean_added_error_ratio"].as_f64().unwrap();
+                assert!(mean <= ratio && ratio <= last_ratio, "{format} {name} {size}: {budget}");
+                last_ratio = ratio;
+            }
+            let (_, report, _) = fit(name, &tmp.path().join("least"), format, least, &["--dry-run"]);
+            assert_eq!(report["budget"]["bytes"].as_u64(), Some(least), "the smallest fits exactly");
+        }
+    }
+}
+
+#[test]
+fn a_size_below_the_smallest_output_is_refused_naming_it() {
+    for format in FORMATS {
+        let least = smallest("dense", format);
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let (code, _, stderr) = fit("dense", &out, format, least - 1, &[]);
+        assert_eq!(code, 1, "{stderr}");
+        assert!(stderr.contains(&format!("the smallest output this format can make is {least} bytes")), "{stderr}");
+        assert!(!out.exists());
+        let (code, _, stderr) = fit("dense", &out, format, least, &[]);
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(model_bytes(&out), least);
+    }
+}
+
+#[test]
+fn a_size_budget_is_refused_where_nothing_can_be_chosen() {
+    for format in ["bf16", "f16", "exl3"] {
+        let o = escha_convert()
+            .arg(fixture("dense"))
+            .arg("/tmp/never-written")
+            .args(["--format", format, "--max-size", "10GB"])
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{format}");
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(stderr.contains("--max-size applies to --format mlx and gguf only"), "{stderr}");
+    }
+}
+
+#[test]
+fn a_size_budget_conflicts_with_a_fixed_or_error_budgeted_choice() {
+    let cases: [(&str, &[&str]); 6] = [
+        ("--bits", &["--format", "mlx", "--bits", "3"]),
+        ("--bits", &["--format", "mlx", "--bits", "auto"]),
+        ("--group-size", &["--format", "mlx", "--group-size", "32"]),
+        ("--gguf-type", &["--format", "gguf", "--gguf-type", "q4_k"]),
+        ("--max-added-error", &["--format", "gguf", "--max-added-error", "0.3"]),
+        ("--measure-error", &["--format", "mlx", "--measure-error"]),
+    ];
+    for (flag, args) in cases {
+        let o = escha_convert()
+            .arg(fixture("dense"))
+            .arg("/tmp/never-written")
+            .args(["--max-size", "10GB"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        assert!(stderr.contains(&format!("--max-size and {flag} conflict")), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn a_dry_run_writes_nothing_and_plans_what_the_real_run_writes() {
+    for format in FORMATS {
+        let least = smallest("moe", format);
+        let size = least + least / 5;
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let (code, plan, stderr) = fit("moe", &out, format, size, &["--dry-run"]);
+        assert_eq!(code, 0, "{stderr}");
+        assert!(!out.exists(), "a dry run writes nothing");
+        let (code, real, stderr) = fit("moe", &out, format, size, &[]);
+        assert_eq!(code, 0, "{stderr}");
+        assert_eq!(plan["budget"], real["budget"], "{format}");
+        assert_eq!(plan["width_choices"], real["width_choices"], "{format}");
+        assert_eq!(plan["bytes_written"].as_u64(), Some(model_bytes(&out)), "{format}");
+
+        // The text plan: each choice, and the totals.
+        let o = escha_convert()
+            .arg(fixture("moe"))
+            .arg(tmp.path().join("text"))
+            .args(["--dry-run", "--format", format, "--max-size", &size.to_string()])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&o.stdout);
+        assert!(text.contains("size budget:"), "{text}");
+        let total = format!("({} bytes) of --max-size", model_bytes(&out));
+        assert!(text.contains(&total), "{text}");
+        assert!(text.contains("largest ratio of a coded linear"), "{text}");
+        assert!(!tmp.path().join("text").exists());
+    }
+}
+
+#[test]
+fn the_report_config_and_card_say_what_was_chosen() {
+    let least = smallest("dense", "mlx");
+    let tmp = tempfile::tempdir().unwrap();
+    let out = tmp.path().join("out");
+    let (code, report, stderr) = fit("dense", &out, "mlx", least + least / 3, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    let choices = report["width_choices"].as_array().unwrap();
+    let coded: Vec<&Value> = choices.iter().filter(|c| c["k"].as_u64() != Some(8)).collect();
+    assert_eq!(coded.len(), 25, "every coded linear is chosen");
+    let budget = &report["budget"];
+    let largest = coded.iter().map(|c| c["ratio"].as_f64().unwrap()).fold(0.0, f64::max);
+    assert_eq!(budget["max_added_error_ratio"].as_f64(), Some(largest));
+    let config: Value = serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
+    let q = &config["quantization"];
+    for c in choices {
+        let module = c["tensor"].as_str().unwrap().strip_suffix(".weight").unwrap();
+        let entry = q.get(module).unwrap_or(q);
+        assert_eq!(entry["bits"], c["bits"], "{module}");
+        assert_eq!(entry["group_size"], c["group_size"], "{module}");
+        let tensor = report["tensors"].as_array().unwrap().iter().find(|t| t["name"] == c["tensor"]).unwrap();
+        let scales = report["tensors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|t| t["name"] == format!("{module}.scales") || t["name"] == format!("{module}.biases"))
+            .map(|t| t["bytes"].as_u64().unwrap())
+            .sum::<u64>();
+        assert_eq!(tensor["bytes"].as_u64().unwrap() + scales, c["bytes"].as_u64().unwrap(), "{module}");
+    }
+    let card = std::fs::read_to_string(out.join("README.md")).unwrap();
+    let words = format!("no coded layer's re-quantization adds more than {largest:.2}× the error");
+    assert!(card.contains(&words), "{card}");
+    assert!(card.contains(&format!("--max-size {}", least + least / 3)), "{card}");
+}
+
+#[test]
+fn every_shard_of_a_split_output_counts() {
+    for format in FORMATS {
+        let least = smallest("moe", format);
+        let size = least + least / 3;
+        let tmp = tempfile::tempdir().unwrap();
+        let out = tmp.path().join("out");
+        let (code, report, stderr) = fit("moe", &out, format, size, &["--max-shard-size", "200KB"]);
+        assert_eq!(code, 0, "{stderr}");
+        assert!(report["shards"].as_array().unwrap().len() > 1, "{format}: split");
+        let written = model_bytes(&out);
+        assert!(written <= size && written as f64 >= 0.95 * size as f64, "{format}: {written} of {size}");
+        assert_eq!(report["budget"]["bytes"].as_u64(), Some(written));
+    }
+}
+
+#[test]
+fn gguf_chooses_among_the_low_bit_types_and_their_fallbacks() {
+    // The GGUF type of each coded linear and the values in its rows, for a --max-size of `size`.
+    let chosen = |size: u64| -> Vec<(String, u64)> {
+        let tmp = tempfile::tempdir().unwrap();
+        let (code, report, stderr) = fit("dense", &tmp.path().join("out"), "gguf", size, &[]);
+        assert_eq!(code, 0, "{stderr}");
+        let tensors = report["tensors"].as_array().unwrap();
+        let choices = report["width_choices"].as_array().unwrap();
+        let coded = choices.iter().filter(|c| c["k"].as_u64() != Some(8));
+        coded
+            .map(|c| {
+                let t = tensors.iter().find(|t| t["name"] == c["tensor"]).unwrap();
+                let cols = t["shape"].as_array().unwrap().last().unwrap().as_u64().unwrap();
+                (c["gguf_type"].as_str().unwrap().to_owned(), cols)
+            })
+            .collect()
+    };
+    // The dense fixture's ffn_down and ssm_out rows are 256 values (whole K-quant blocks), the
+    // other linears' 128 (32-value blocks only). At the smallest size each takes its narrowest
+    // type: Q2_K, or where rows are not 256-blocks its fallback's size, 4.5 bits a weight, where
+    // IQ4_NL (IQ4_XS's fallback) adds less error than Q4_0 (Q2_K's).
+    let least = smallest("dense", "gguf");
+    let at_least = chosen(least);
+    assert_eq!(at_least.len(), 25);
+    for (ty, cols) in &at_least {
+        assert_eq!(ty, if cols % 256 == 0 { "Q2_K" } else { "IQ4_NL" }, "{cols} values a row");
+    }
+    // A little more room buys Q3_K and IQ4_XS for the 256-value rows, before any wider type.
+    let tmp = tempfile::tempdir().unwrap();
+    let (_, most, _) = fit("dense", &tmp.path().join("most"), "gguf", 1 << 40, &["--dry-run"]);
+    let most = most["budget"]["bytes"].as_u64().unwrap();
+    let wide: Vec<String> =
+        chosen(least + (most - least) / 16).into_iter().filter(|(_, cols)| cols % 256 == 0).map(|(ty, _)| ty).collect();
+    assert!(wide.iter().all(|t| ["Q2_K", "Q3_K", "IQ4_XS"].contains(&t.as_str())), "{wide:?}");
+    assert!(wide.iter().any(|t| t == "Q3_K") && wide.iter().any(|t| t == "IQ4_XS"), "{wide:?}");
+}
