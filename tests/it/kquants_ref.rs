@@ -698,7 +698,10 @@ fn iq4_nl_encoder_matches_ggml_byte_for_byte() {
     let mut cases = cases();
     cases.extend(legacy_cases(&mut Rng(0x1a4_0a1)));
     let mut failures = Vec::new();
-    let (blocks, _) = compare(&harness, BlockType::IQ4_NL, &cases, |_| false, &mut failures);
+    // Where a square overflows, the scale is a NaN the CPU makes (inf/inf): its sign is the CPU's
+    // (negative on x86-64, positive on aarch64), and the harness runs ggml on the host.
+    let nan_scale = |x: &[f32]| !cfg!(target_arch = "x86_64") && x.iter().any(|v| !(v * v).is_finite());
+    let (blocks, _) = compare(&harness, BlockType::IQ4_NL, &cases, nan_scale, &mut failures);
     assert!(blocks > 8192);
     println!("iq4_nl: {} cases, {blocks} blocks compared", cases.len());
     assert!(failures.is_empty(), "{} mismatches with ggml:\n{}", failures.len(), failures.join("\n"));
