@@ -14,7 +14,7 @@ use super::input::Checkpoint;
 use super::modules::Catalog;
 use super::tensor::{is_float, scan_chunks};
 use crate::quant::dense::first_non_finite;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use safetensors::Dtype;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -189,11 +189,7 @@ impl TextModel {
             if sparse.iter().all(|&s| s) { None } else { Some(keys.count("intermediate_size", 1, MAX_DIM)?) };
         let experts = if sparse.iter().any(|&s| s) { Some(experts(&keys)?) } else { None };
         let layer_types = layer_types(&keys, layers)?;
-        if let Some(eps) = keys.get("rms_norm_eps") {
-            if !eps.as_f64().is_some_and(|e| e.is_finite() && e >= 0.0) {
-                bail!("config.json: {} is {eps}, not a finite number ≥ 0", keys.path("rms_norm_eps"));
-            }
-        }
+        client_keys(&keys, &model_type, family, vocab)?;
         let attention_bias = keys.flag("attention_bias", false)?;
         let tie_word_embeddings = tie_word_embeddings(&keys)?;
         // Only a claim: the head's layers are those its tensors hold (the MTP rule's to judge).
@@ -384,6 +380,168 @@ fn tie_word_embeddings(keys: &Keys) -> Result<bool> {
     Ok(top)
 }
 
+/// The keys the clients read beyond the tensors' sizes (transformers' config classes, mlx-lm's
+/// model arguments, exllamav3's architecture), each held to what every one of them accepts, so
+/// that a config they would refuse is refused here by name.
+fn client_keys(keys: &Keys, model_type: &str, family: Family, vocab: u64) -> Result<()> {
+    if keys.nested && !keys.top.get("model_type").is_some_and(Value::is_string) {
+        bail!("config.json has no top-level model_type, which transformers reads the architecture from");
+    }
+    // The multimodal model types read the text model from text_config alone: a flat config would
+    // leave transformers building its default (full-size) text model.
+    if !keys.nested && matches!(model_type, "qwen3_5" | "qwen3_5_moe") {
+        bail!("config.json: model_type {model_type:?} keeps the text model's keys in text_config, and it has none");
+    }
+    if family == Family::Dense {
+        if let Some(v) = keys.text.get("num_experts").filter(|v| !v.is_null() && v.as_u64() != Some(0)) {
+            bail!("config.json: {} is {}, but a dense Qwen3.5 has no experts", keys.path("num_experts"), excerpt(v));
+        }
+    }
+    for map in [keys.top, keys.text] {
+        for node in ["vision_config", "rope_parameters", "rope_scaling", "quantization_config"] {
+            if let Some(v) = map.get(node).filter(|v| !v.is_null() && !v.is_object()) {
+                bail!("config.json: {node} is {}, not an object", excerpt(v));
+            }
+        }
+    }
+    match keys.get("rms_norm_eps").and_then(Value::as_f64) {
+        Some(e) if e.is_finite() && e > 0.0 && e < 1.0 => {}
+        _ => bail!(
+            "config.json: {} must be a number between 0 and 1 (every norm divides by it)",
+            keys.path("rms_norm_eps")
+        ),
+    }
+    if let Some(act) = keys.text.get("hidden_act").filter(|v| v.as_str() != Some("silu")) {
+        bail!(
+            "config.json: {} is {}; the Qwen3.5 family's clients run silu only",
+            keys.path("hidden_act"),
+            excerpt(act)
+        );
+    }
+    if family == Family::Moe {
+        if let Some(v) = keys.text.get("norm_topk_prob").filter(|v| v.as_bool() != Some(true)) {
+            bail!("config.json: {} is {}; Qwen3.5-MoE's clients require true", keys.path("norm_topk_prob"), excerpt(v));
+        }
+    }
+    if let Some(v) = keys.text.get("max_position_embeddings") {
+        keys.in_range("max_position_embeddings", v, 1, MAX_POSITIONS)?;
+    }
+    for map in [keys.top, keys.text] {
+        if let Some(v) = map.get("tie_word_embeddings").filter(|v| !v.is_boolean()) {
+            bail!("config.json: tie_word_embeddings is {}, not true or false", excerpt(v));
+        }
+    }
+    for (map, prefix) in [(keys.top, ""), (keys.text, if keys.nested { "text_config." } else { "" })] {
+        token_ids(map, prefix, "config.json", vocab)?;
+        for rope in ["rope_parameters", "rope_scaling"] {
+            if let Some(Value::Object(r)) = map.get(rope) {
+                rope_parameters(r, &format!("{prefix}{rope}"))?;
+            }
+        }
+        if let Some(theta) = map.get("rope_theta") {
+            positive(theta, &format!("{prefix}rope_theta"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Position counts a client may build tables for without an absurd allocation.
+const MAX_POSITIONS: u64 = 1 << 24;
+
+/// The rotary settings every client runs: the default rotation, a positive base, a partial factor
+/// in (0, 1] and a multimodal section of whole numbers.
+fn rope_parameters(r: &Map<String, Value>, at: &str) -> Result<()> {
+    match r.get("rope_type").or_else(|| r.get("type")) {
+        None | Some(Value::Null) => {}
+        Some(Value::String(t)) if t == "default" => {}
+        Some(v) => bail!("config.json: {at}.rope_type is {}; the clients of this family run \"default\"", excerpt(v)),
+    }
+    if let Some(theta) = r.get("rope_theta") {
+        positive(theta, &format!("{at}.rope_theta"))?;
+    }
+    if let Some(f) = r.get("partial_rotary_factor") {
+        if !f.as_f64().is_some_and(|f| f > 0.0 && f <= 1.0) {
+            bail!("config.json: {at}.partial_rotary_factor is {}, not a number in (0, 1]", excerpt(f));
+        }
+    }
+    if let Some(m) = r.get("mrope_section") {
+        if !m.as_array().is_some_and(|a| a.len() <= 8 && a.iter().all(|x| x.as_u64().is_some_and(|n| n <= MAX_DIM))) {
+            bail!("config.json: {at}.mrope_section is {}, not a short list of whole numbers", excerpt(m));
+        }
+    }
+    Ok(())
+}
+
+fn positive(v: &Value, at: &str) -> Result<()> {
+    if !v.as_f64().is_some_and(|x| x.is_finite() && x > 0.0) {
+        bail!("config.json: {at} is {}, not a finite number > 0", excerpt(v));
+    }
+    Ok(())
+}
+
+/// `bos_token_id` and `pad_token_id` a token or null, `eos_token_id` a token or a list of them;
+/// the padding token inside the vocabulary (transformers makes it the embedding's padding row;
+/// another id past it is only a warning where a format writes it, as GGUF does).
+fn token_ids(map: &Map<String, Value>, prefix: &str, file: &str, vocab: u64) -> Result<()> {
+    for key in ["bos_token_id", "pad_token_id", "eos_token_id", "decoder_start_token_id"] {
+        let Some(v) = map.get(key).filter(|v| !v.is_null()) else { continue };
+        let limit = if key == "pad_token_id" { vocab } else { u64::from(u32::MAX) };
+        let token = |v: &Value| v.as_u64().is_some_and(|t| t < limit);
+        let ok = token(v) || (key == "eos_token_id" && v.as_array().is_some_and(|a| a.iter().all(token)));
+        if !ok && key == "pad_token_id" {
+            bail!("{file}: {prefix}{key} is {}, not a token id below the vocabulary size {vocab}", excerpt(v));
+        } else if !ok {
+            bail!("{file}: {prefix}{key} is {}, not a token id", excerpt(v));
+        }
+    }
+    Ok(())
+}
+
+/// What `generation_config.json` holds that transformers validates when it loads a model: the token
+/// ids, and lengths and counts that are whole numbers (`max_new_tokens` at least 1).
+fn check_generation_config(text: &str, vocab: u64) -> Result<()> {
+    let file = "generation_config.json";
+    let Ok(Value::Object(map)) = serde_json::from_str::<Value>(text) else {
+        bail!("{file} is not a JSON object");
+    };
+    token_ids(&map, "", file, vocab)?;
+    for (key, min) in [
+        ("max_new_tokens", 1),
+        ("max_length", 1),
+        ("min_length", 0),
+        ("min_new_tokens", 0),
+        ("top_k", 0),
+        ("num_beams", 1),
+        ("num_return_sequences", 1),
+    ] {
+        if let Some(v) = map.get(key).filter(|v| !v.is_null()) {
+            if !v.as_u64().is_some_and(|n| n >= min && u32::try_from(n).is_ok()) {
+                bail!("{file}: {key} is {}, not a whole number ≥ {min}", excerpt(v));
+            }
+        }
+    }
+    for key in ["temperature", "top_p", "repetition_penalty"] {
+        if let Some(v) = map.get(key).filter(|v| !v.is_null()) {
+            if !v.as_f64().is_some_and(|x| x.is_finite() && x >= 0.0) {
+                bail!("{file}: {key} is {}, not a finite number ≥ 0", excerpt(v));
+            }
+        }
+    }
+    if let Some(v) = map.get("do_sample").filter(|v| !v.is_null() && !v.is_boolean()) {
+        bail!("{file}: do_sample is {}, not true or false", excerpt(v));
+    }
+    Ok(())
+}
+
+/// A JSON value for a message: at most a short prefix.
+fn excerpt(v: &Value) -> String {
+    let text = v.to_string();
+    match text.char_indices().nth(48) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text,
+    }
+}
+
 /// What the model expects of one tensor.
 struct Expected {
     shape: Vec<u64>,
@@ -445,6 +603,10 @@ pub fn check(ck: &Checkpoint, cat: &Catalog) -> Result<()> {
         );
     };
     let model = TextModel::from_config(config)?;
+    if let Some((_, path)) = ck.copied_files.iter().find(|(name, _)| name == "generation_config.json") {
+        check_generation_config(&super::boundary::read_text(path)?, model.vocab)
+            .with_context(|| format!("{}", path.display()))?;
+    }
     check_tensors(ck, cat, &model)?;
     check_finite_plain(ck, cat)
 }

@@ -330,3 +330,78 @@ fn an_exl3_output_read_back_is_held_to_its_config_too() {
     std::fs::write(&path, config.to_string()).unwrap();
     refused_by_every_format(&exl3, &["mlp.experts.0.down_proj.weight", "moe_intermediate_size", "[128, 96]"]);
 }
+
+#[test]
+fn keys_the_clients_read_are_refused_by_every_format_when_a_client_would_refuse_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let generation = |dir: PathBuf, json: &str| {
+        std::fs::write(dir.join("generation_config.json"), json).unwrap();
+        dir
+    };
+    let cases: Vec<(PathBuf, Vec<&str>)> = vec![
+        (with_config(copy(t, "no-eps", "dense"), |c| drop(text(c).remove("rms_norm_eps"))), vec!["rms_norm_eps"]),
+        (with_config(copy(t, "null-eps", "moe"), |c| text(c)["rms_norm_eps"] = Value::Null), vec!["rms_norm_eps"]),
+        (with_config(copy(t, "gelu", "dense"), |c| text(c)["hidden_act"] = "gelu".into()), vec!["hidden_act", "gelu"]),
+        (
+            with_config(copy(t, "rope-string", "dense"), |c| text(c)["rope_parameters"] = "yarn".into()),
+            vec!["rope_parameters", "not an object"],
+        ),
+        (
+            with_config(copy(t, "rope-type", "moe"), |c| text(c)["rope_parameters"]["rope_type"] = 1e308.into()),
+            vec!["rope_parameters.rope_type"],
+        ),
+        (
+            with_config(copy(t, "rope-theta", "dense"), |c| text(c)["rope_parameters"]["rope_theta"] = (-1).into()),
+            vec!["rope_theta", "-1"],
+        ),
+        (
+            with_config(copy(t, "rotary", "dense"), |c| {
+                text(c)["rope_parameters"]["partial_rotary_factor"] = 2.into();
+            }),
+            vec!["partial_rotary_factor"],
+        ),
+        (
+            with_config(copy(t, "positions", "moe"), |c| text(c)["max_position_embeddings"] = (1u64 << 40).into()),
+            vec!["max_position_embeddings"],
+        ),
+        (
+            with_config(copy(t, "bos-list", "dense"), |c| text(c)["bos_token_id"] = serde_json::json!([1, 2])),
+            vec!["text_config.bos_token_id"],
+        ),
+        (with_config(copy(t, "pad-outside", "dense"), |c| c["pad_token_id"] = 100_000.into()), vec!["pad_token_id"]),
+        (
+            with_config(copy(t, "tie-null", "moe"), |c| text(c)["tie_word_embeddings"] = Value::Null),
+            vec!["tie_word_embeddings"],
+        ),
+        (
+            with_config(copy(t, "no-top-type", "dense"), |c| drop(c.as_object_mut().unwrap().remove("model_type"))),
+            vec!["top-level model_type"],
+        ),
+        (with_config(copy(t, "vision-int", "dense"), |c| c["vision_config"] = 5.into()), vec!["vision_config"]),
+        (with_config(copy(t, "topk", "moe"), |c| text(c)["norm_topk_prob"] = false.into()), vec!["norm_topk_prob"]),
+        (
+            with_config(copy(t, "flat", "moe"), |c| {
+                let text = c.as_object_mut().unwrap().remove("text_config").unwrap();
+                c.as_object_mut().unwrap().extend(text.as_object().unwrap().clone());
+                c["model_type"] = "qwen3_5_moe".into();
+            }),
+            vec!["text_config", "qwen3_5_moe"],
+        ),
+        (
+            with_config(copy(t, "experts", "dense"), |c| drop(text(c).insert("num_experts".into(), (-1).into()))),
+            vec!["num_experts"],
+        ),
+        (
+            generation(copy(t, "no-new-tokens", "dense"), r#"{"max_new_tokens": 0}"#),
+            vec!["generation_config.json", "max_new_tokens"],
+        ),
+        (
+            generation(copy(t, "eos-string", "moe"), r#"{"eos_token_id": "2"}"#),
+            vec!["generation_config.json", "eos_token_id"],
+        ),
+    ];
+    for (input, expect) in cases {
+        refused_by_every_format(&input, &expect);
+    }
+}
