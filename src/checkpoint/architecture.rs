@@ -365,19 +365,22 @@ fn layer_types(keys: &Keys, layers: u64) -> Result<Vec<LayerType>> {
 /// Whether the head shares the embedding: the top level's key (where a composite model keeps it)
 /// and the text part's must not contradict each other.
 fn tie_word_embeddings(keys: &Keys) -> Result<bool> {
-    let text = keys.flag("tie_word_embeddings", false)?;
-    if !keys.nested {
-        return Ok(text);
-    }
-    let top = match keys.top.get("tie_word_embeddings").filter(|v| !v.is_null()) {
-        None => return Ok(text),
-        Some(Value::Bool(b)) => *b,
-        Some(v) => bail!("config.json: tie_word_embeddings is {v}, not true or false"),
+    // Absent means false; present, even as null, it must be a boolean (transformers refuses null).
+    let read = |map: &Map<String, Value>, at: &str| match map.get("tie_word_embeddings") {
+        None => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(v) => bail!("config.json: {at} is {}, not true or false", excerpt(v)),
     };
-    if keys.get("tie_word_embeddings").is_some() && top != text {
-        bail!("config.json: tie_word_embeddings is {top} but text_config.tie_word_embeddings is {text}");
+    let text = read(keys.text, &keys.path("tie_word_embeddings"))?;
+    if !keys.nested {
+        return Ok(text.unwrap_or(false));
     }
-    Ok(top)
+    match (read(keys.top, "tie_word_embeddings")?, text) {
+        (Some(top), Some(text)) if top != text => {
+            bail!("config.json: tie_word_embeddings is {top} but text_config.tie_word_embeddings is {text}")
+        }
+        (top, text) => Ok(top.or(text).unwrap_or(false)),
+    }
 }
 
 /// The keys the clients read beyond the tensors' sizes (transformers' config classes, mlx-lm's
@@ -425,11 +428,6 @@ fn client_keys(keys: &Keys, model_type: &str, family: Family, vocab: u64) -> Res
     }
     if let Some(v) = keys.text.get("max_position_embeddings") {
         keys.in_range("max_position_embeddings", v, 1, MAX_POSITIONS)?;
-    }
-    for map in [keys.top, keys.text] {
-        if let Some(v) = map.get("tie_word_embeddings").filter(|v| !v.is_boolean()) {
-            bail!("config.json: tie_word_embeddings is {}, not true or false", excerpt(v));
-        }
     }
     for (map, prefix) in [(keys.top, ""), (keys.text, if keys.nested { "text_config." } else { "" })] {
         token_ids(map, prefix, "config.json", vocab)?;
