@@ -1,9 +1,11 @@
 //! `--max-size`: the encoding of every tensor a format lets the budget choose. First the largest
 //! added-error ratio over the coded linears is made as small as the bytes allow (a table, such as
 //! an embedding, takes the cheapest option within the same ratio); then the bytes left go, one
-//! upgrade at a time, to whichever lowers the weight-weighted sum of ratios most per byte.
+//! upgrade at a time, to whichever lowers the weight-weighted sum of ratios most per byte. The plan
+//! must beat each of the format's fixed recipes that fits the same bytes on both the largest and
+//! the mean ratio; where the first plan does not, the largest ratio is let rise (see [`choose`]).
 
-use crate::layout::{FitTensor, OutputTensor, WidthChoice, TABLE_BITS};
+use crate::layout::{FitRecipe, FitTensor, OutputTensor, WidthChoice, TABLE_BITS};
 use crate::text::human_bytes;
 use anyhow::{bail, Result};
 use serde::Serialize;
@@ -21,6 +23,9 @@ pub struct BudgetReport {
     pub mean_added_error_ratio: f64,
     /// The largest ratio of a table (added error over `2^-8`); 0 when every table is exact.
     pub max_table_ratio: f64,
+    /// The format's fixed recipes whose files SIZE would hold too (as the flags that make them),
+    /// each with a higher largest ratio and a mean no lower than this plan's.
+    pub fixed_recipes_beaten: Vec<String>,
 }
 
 impl BudgetReport {
@@ -31,9 +36,16 @@ impl BudgetReport {
         } else {
             format!("no table more than {:.2}× 2^-8", self.max_table_ratio)
         };
+        let beaten = match self.fixed_recipes_beaten.as_slice() {
+            [] => String::new(),
+            names => format!(
+                "; both figures are lower than those of every fixed recipe that fits the same size ({})",
+                names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
+            ),
+        };
         format!(
             "the model files take {} of the {} asked for (`--max-size`); no coded layer's re-quantization adds more \
-             than {:.2}× the error its trellis quantization already had ({:.2}× on average, by weight); {tables}",
+             than {:.2}× the error its trellis quantization already had ({:.2}× on average, by weight){beaten}; {tables}",
             human_bytes(self.bytes),
             human_bytes(self.max_size),
             self.max_added_error_ratio,
@@ -56,13 +68,16 @@ fn best_within(t: &FitTensor, level: f64) -> Option<usize> {
 }
 
 /// The assignment at ratio `level`: each coded linear its cheapest option within it (`None` when
-/// one has none), each table its cheapest within it, or its most exact when none is.
-fn at_level(menu: &[FitTensor], level: f64) -> Option<Vec<usize>> {
+/// one has none); each table `tables`' option where given, else its cheapest within the level,
+/// or its most exact when none is.
+fn at_level(menu: &[FitTensor], level: f64, tables: Option<&[usize]>) -> Option<Vec<usize>> {
     menu.iter()
-        .map(|t| match best_within(t, level) {
-            Some(i) => Some(i),
-            None if t.coded() => None,
-            None => (0..t.options.len()).min_by(|&a, &b| t.options[a].error.total_cmp(&t.options[b].error)),
+        .enumerate()
+        .map(|(n, t)| match (best_within(t, level), tables) {
+            (found, _) if t.coded() => found,
+            (_, Some(tables)) => Some(tables[n]),
+            (Some(i), None) => Some(i),
+            (None, None) => (0..t.options.len()).min_by(|&a, &b| t.options[a].error.total_cmp(&t.options[b].error)),
         })
         .collect()
 }
@@ -75,7 +90,7 @@ fn bytes(menu: &[FitTensor], choice: &[usize]) -> u64 {
 pub fn smallest(menu: &[FitTensor]) -> Vec<usize> {
     let cheap = cheapest(menu);
     let level = largest_ratio(menu, &cheap);
-    at_level(menu, level).unwrap_or(cheap)
+    at_level(menu, level, None).unwrap_or(cheap)
 }
 
 /// The largest ratio of the coded linears (of every entry when none is coded).
@@ -104,7 +119,15 @@ pub fn largest_table_ratio(menu: &[FitTensor], choice: &[usize]) -> f64 {
 }
 
 /// The assignment for `allowance` bytes of menu tensors; `None` when even the smallest exceeds it.
-pub fn choose(menu: &[FitTensor], allowance: u64) -> Option<Vec<usize>> {
+///
+/// The largest ratio is made as small as the bytes allow, the bytes left then spent where they
+/// lower the weighted sum most. The plan must also beat every one of the format's fixed `recipes`
+/// that fits the same bytes: a lower largest ratio, and a mean no higher. Where the smallest
+/// largest ratio costs more mean than such a recipe, the largest ratio is let rise (never to the
+/// recipe's) until the mean is low enough; where the recipe reaches its size by squeezing the
+/// tables (which the plan holds to the layers' ratio), the plan gives the tables what the recipe
+/// gives them; failing both, the recipe itself is the start and the bytes it leaves are spent.
+pub fn choose(menu: &[FitTensor], allowance: u64, recipes: &[FitRecipe]) -> Option<Vec<usize>> {
     let mut levels: Vec<f64> = menu
         .iter()
         .filter(|t| t.coded() || !menu.iter().any(FitTensor::coded))
@@ -113,23 +136,51 @@ pub fn choose(menu: &[FitTensor], allowance: u64) -> Option<Vec<usize>> {
         .collect();
     levels.sort_by(f64::total_cmp);
     levels.dedup();
-    // Bytes fall as the level rises: the lowest level whose assignment fits.
-    let fits = |level: f64| at_level(menu, level).filter(|c| bytes(menu, c) <= allowance);
-    let (mut lo, mut hi) = (0, levels.len());
-    while lo < hi {
-        let mid = usize::midpoint(lo, hi);
-        if fits(levels[mid]).is_some() {
-            hi = mid;
-        } else {
-            lo = mid + 1;
-        }
-    }
-    let mut choice = match levels.get(lo) {
-        Some(&level) => fits(level)?,
-        None => Some(smallest(menu)).filter(|c| bytes(menu, c) <= allowance)?,
+    // Bytes fall as the level rises: the lowest level whose assignment fits, and its plan.
+    let fits =
+        |level: f64, tables: Option<&[usize]>| at_level(menu, level, tables).filter(|c| bytes(menu, c) <= allowance);
+    let lowest = |tables: Option<&[usize]>| levels.partition_point(|&level| fits(level, tables).is_none());
+    let plan = |level: f64, tables: Option<&[usize]>| {
+        let mut choice = fits(level, tables).expect("every level above the lowest fits");
+        spend(menu, &mut choice, allowance);
+        choice
     };
-    spend(menu, &mut choice, allowance);
-    Some(choice)
+    let rivals: Vec<&FitRecipe> = recipes.iter().filter(|r| bytes(menu, &r.choice) <= allowance).collect();
+    let own = levels.get(lowest(None)).map(|&level| plan(level, None));
+    let Some(rival_largest) = rivals.iter().map(|r| largest_ratio(menu, &r.choice)).min_by(f64::total_cmp) else {
+        return own.or_else(|| {
+            let mut choice = Some(smallest(menu)).filter(|c| bytes(menu, c) <= allowance)?;
+            spend(menu, &mut choice, allowance);
+            Some(choice)
+        });
+    };
+    let mean_of = |c: &[usize]| mean_ratio(menu, c);
+    let best_mean = rivals.iter().min_by(|a, b| mean_of(&a.choice).total_cmp(&mean_of(&b.choice)))?;
+    let rival_mean = mean_of(&best_mean.choice);
+    let beats = |c: &[usize]| largest_ratio(menu, c) < rival_largest && mean_of(c) <= rival_mean;
+    if let Some(own) = own.filter(|c| beats(c)) {
+        return Some(own);
+    }
+    // The mean falls, by and large, as the largest ratio is let rise: the lowest level below the
+    // rivals' largest whose plan beats them.
+    let below = levels.partition_point(|&level| level < rival_largest);
+    let search = |tables: Option<&[usize]>| {
+        let (mut lo, mut hi) = (lowest(tables), below);
+        while lo < hi {
+            let mid = usize::midpoint(lo, hi);
+            if mean_of(&plan(levels[mid], tables)) <= rival_mean {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        levels[..below].get(lo).map(|&level| plan(level, tables)).filter(|c| beats(c))
+    };
+    search(None).or_else(|| search(Some(&best_mean.choice))).or_else(|| {
+        let mut choice = best_mean.choice.clone();
+        spend(menu, &mut choice, allowance);
+        Some(choice)
+    })
 }
 
 /// Spends the bytes left on the upgrades that lower `Σ weights · ratio` most per byte.
@@ -170,6 +221,7 @@ pub const MEASURED_ROW_STEP: usize = 16;
 /// `apply`. Fails, naming the smallest size, when even the smallest assignment exceeds it.
 pub fn fit(
     menu: &[FitTensor],
+    recipes: &[FitRecipe],
     tensors: &mut [OutputTensor],
     max_size: u64,
     apply: impl Fn(&mut [OutputTensor], &FitTensor, usize),
@@ -180,9 +232,19 @@ pub fn fit(
             apply(tensors, t, i);
         }
     };
-    let least = smallest(menu);
+    let mut least = smallest(menu);
     set(tensors, &least);
-    let least_bytes = model_bytes(tensors)?;
+    let mut least_bytes = model_bytes(tensors)?;
+    if least_bytes > max_size {
+        // A fixed recipe that squeezes the tables (which the plan holds to the layers' ratio) may be smaller.
+        for r in recipes {
+            set(tensors, &r.choice);
+            let b = model_bytes(tensors)?;
+            if b < least_bytes {
+                (least, least_bytes) = (r.choice.clone(), b);
+            }
+        }
+    }
     if least_bytes > max_size {
         bail!(
             "--max-size {max_size} ({}): the smallest output this format can make is {least_bytes} bytes ({}), every \
@@ -197,7 +259,7 @@ pub fn fit(
     let mut allowance = max_size - overhead;
     let (mut choice, mut total) = (least.clone(), least_bytes);
     for _ in 0..16 {
-        let Some(c) = choose(menu, allowance) else { break };
+        let Some(c) = choose(menu, allowance, recipes) else { break };
         set(tensors, &c);
         let b = model_bytes(tensors)?;
         if b <= max_size {
@@ -229,12 +291,23 @@ pub fn fit(
             }
         })
         .collect();
+    // The recipes whose files would fit too (with this plan's headers and alignment), and that
+    // this plan beats on both measures.
+    let overhead = total - bytes(menu, &choice);
+    let mean = mean_ratio(menu, &choice);
+    let fixed_recipes_beaten = recipes
+        .iter()
+        .filter(|r| bytes(menu, &r.choice) + overhead <= max_size)
+        .filter(|r| level < largest_ratio(menu, &r.choice) && mean <= mean_ratio(menu, &r.choice))
+        .map(|r| r.name.clone())
+        .collect();
     let report = BudgetReport {
         max_size,
         bytes: total,
         max_added_error_ratio: level,
-        mean_added_error_ratio: mean_ratio(menu, &choice),
+        mean_added_error_ratio: mean,
         max_table_ratio: largest_table_ratio(menu, &choice),
+        fixed_recipes_beaten,
     };
     Ok((widths, report))
 }
@@ -270,13 +343,13 @@ mod tests {
             entry(None, 100, &[(5, 0.01), (8, 0.0)]),
         ];
         assert_eq!(smallest(&menu), vec![0, 0, 1], "the table stays exact at any ratio the layers reach");
-        assert_eq!(choose(&menu, 27), None);
-        assert_eq!(choose(&menu, 28), Some(vec![0, 0, 1]));
+        assert_eq!(choose(&menu, 27, &[]), None);
+        assert_eq!(choose(&menu, 28, &[]), Some(vec![0, 0, 1]));
         // 38 bytes: the first linear's 0.5 is the largest error; it moves first.
-        assert_eq!(choose(&menu, 38), Some(vec![1, 0, 1]));
+        assert_eq!(choose(&menu, 38, &[]), Some(vec![1, 0, 1]));
         // 48: both at 20 bytes would leave the largest at 0.25; 30 + 10 leaves 0.3.
-        assert_eq!(choose(&menu, 48), Some(vec![1, 1, 1]));
-        assert_eq!(choose(&menu, 1000), Some(vec![2, 2, 1]));
+        assert_eq!(choose(&menu, 48, &[]), Some(vec![1, 1, 1]));
+        assert_eq!(choose(&menu, 1000, &[]), Some(vec![2, 2, 1]));
     }
 
     #[test]
@@ -286,5 +359,38 @@ mod tests {
         assert_eq!(smallest(&menu), vec![0, 1]);
         let menu = [entry(Some(2), 10, &[(10, 0.5)]), entry(None, 10, &[(5, 0.0078), (8, 0.0)])];
         assert_eq!(smallest(&menu), vec![0, 0]);
+    }
+
+    fn recipe(choice: &[usize]) -> FitRecipe {
+        FitRecipe { name: String::new(), choice: choice.to_vec() }
+    }
+
+    #[test]
+    fn a_fixed_recipe_of_the_same_size_is_beaten_on_the_mean_too() {
+        // Ratios over 0.25 (K=2): A's 3.0, 2.0, 1.0; B's (a hundred times the weights) 1.5, 0.5.
+        let menu =
+            [entry(Some(2), 1, &[(10, 0.75), (25, 0.5), (40, 0.25)]), entry(Some(2), 100, &[(10, 0.375), (20, 0.125)])];
+        // The smallest largest ratio in 50 bytes is 1.5 (A at 40 bytes, B at 10): mean 1.495.
+        assert_eq!(choose(&menu, 50, &[]), Some(vec![2, 0]));
+        // A recipe of 30 bytes has the mean 0.525 (A at 3.0, B at 0.5): the plan lets the largest
+        // ratio rise to 2.0, still below the recipe's 3.0, and spends the rest on B: mean 0.515.
+        assert_eq!(choose(&menu, 50, &[recipe(&[0, 1])]), Some(vec![1, 1]));
+        // A recipe that does not fit is no yardstick.
+        assert_eq!(choose(&menu, 29, &[recipe(&[0, 1])]), Some(vec![0, 0]));
+    }
+
+    #[test]
+    fn a_recipe_that_squeezes_a_table_is_matched_table_for_table() {
+        // Two K=2 linears and a table whose narrow option (5 bytes) is 2.56× 2^-8; the recipe takes
+        // it, and for B the worse of two 20-byte options.
+        let menu = [
+            entry(Some(2), 100, &[(10, 0.5), (20, 0.2)]),
+            entry(Some(2), 100, &[(10, 0.5), (20, 0.2125), (20, 0.225)]),
+            entry(None, 100, &[(5, 0.01), (8, 0.0)]),
+        ];
+        // Holding the table exact, 45 bytes buy only one of the linears its 20-byte option.
+        assert_eq!(choose(&menu, 45, &[]), Some(vec![1, 0, 1]));
+        // Beside the recipe (largest ratio 0.9), the plan squeezes the table as it does: 0.85.
+        assert_eq!(choose(&menu, 45, &[recipe(&[1, 2, 0])]), Some(vec![1, 1, 0]));
     }
 }

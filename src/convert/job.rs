@@ -93,7 +93,8 @@ impl Job {
                     Ok(plan.shards.iter().map(|s| s.len).sum())
                 };
                 let apply = |tensors: &mut [OutputTensor], t: &FitTensor, i: usize| layout.fit_apply(tensors, t, i);
-                let (widths, budget) = fit::fit(&menu, &mut all, max_size, apply, model_bytes)?;
+                let recipes = layout.fit_recipes(&ck, &all, &menu)?;
+                let (widths, budget) = fit::fit(&menu, &recipes, &mut all, max_size, apply, model_bytes)?;
                 (widths, Some(budget))
             }
             None => (layout.refine(&mut all, &cat, &Probe { reader: &reader, sample, measured_row_step: 1 })?, None),

@@ -184,6 +184,9 @@ fn render_budget(s: &mut String, b: &super::fit::BudgetReport, choices: &[WidthC
         b.mean_added_error_ratio,
         b.max_table_ratio
     );
+    if !b.fixed_recipes_beaten.is_empty() {
+        let _ = writeln!(s, "lower on both than each fixed recipe that fits: {}", b.fixed_recipes_beaten.join(", "));
+    }
 }
 
 /// The closing summary of a finished conversion.

@@ -58,3 +58,25 @@ impl FitTensor {
         self.k.is_some()
     }
 }
+
+/// One of the format's fixed recipes (what `--bits 3` or `--gguf-type q3_k_m` would write), as an
+/// option of every menu entry: a `--max-size` plan is held to be no worse than each that fits.
+#[derive(Clone, Debug)]
+pub struct FitRecipe {
+    /// The recipe as the user would ask for it (`--bits 3 --group-size 64`, `--gguf-type q3_k_m`).
+    pub name: String,
+    /// Per menu entry, the index of the option the recipe gives it.
+    pub choice: Vec<usize>,
+}
+
+impl FitRecipe {
+    /// The recipe that gives each menu entry `pick(entry)`; `None` when it cannot be written as
+    /// options of this menu (an entry it would give something the menu does not offer).
+    pub fn from_menu(
+        name: String,
+        menu: &[FitTensor],
+        pick: impl Fn(&FitTensor) -> Option<usize>,
+    ) -> Option<FitRecipe> {
+        Some(FitRecipe { name, choice: menu.iter().map(pick).collect::<Option<_>>()? })
+    }
+}

@@ -23,7 +23,7 @@
 //! * no `mtp.*` key and no vision tensor is written (either would make some loader shift the
 //!   norms a second time or fail a strict load).
 
-use super::fit::{FitOption, FitTensor};
+use super::fit::{FitOption, FitRecipe, FitTensor};
 use super::flags::FlagWords;
 use super::mtp;
 use super::names::{natural_key, norm_kind};
@@ -232,6 +232,23 @@ impl Layout for MlxLayout {
             menu.push(FitTensor { index, name: t.name.clone(), k, weights: t.weights(), options });
         }
         Ok(menu)
+    }
+
+    /// A uniform `--bits B --group-size G` run: every menu tensor at that setting, an exactly
+    /// repacked int8 table kept exact (as this run's `--int8` keeps it).
+    fn fit_recipes(&self, _ck: &Checkpoint, _tensors: &[OutputTensor], menu: &[FitTensor]) -> Result<Vec<FitRecipe>> {
+        let mut recipes = Vec::new();
+        for group_size in GROUP_SIZES {
+            for bits in BITS {
+                let name = format!("--bits {bits} --group-size {group_size}");
+                let at =
+                    |o: &FitOption| !o.lossless && o.chosen == Chosen::Bits(bits) && o.group_size == Some(group_size);
+                let pick =
+                    |t: &FitTensor| t.options.iter().position(|o| o.lossless).or_else(|| t.options.iter().position(at));
+                recipes.extend(FitRecipe::from_menu(name, menu, pick));
+            }
+        }
+        Ok(recipes)
     }
 
     fn fit_apply(&self, tensors: &mut [OutputTensor], fit: &FitTensor, option: usize) {

@@ -21,7 +21,7 @@ mod policy;
 mod tensor;
 
 pub use exl3::Exl3Layout;
-pub use fit::{FitOption, FitTensor, TABLE_BITS};
+pub use fit::{FitOption, FitRecipe, FitTensor, TABLE_BITS};
 pub use flags::FlagWords;
 pub use gguf::{GgufLayout, GgufOptions, GgufType};
 pub use hf::{DenseDtype, HfLayout};

@@ -1,7 +1,7 @@
 //! The policy of one output format, as the engine sees it: which tensors a checkpoint becomes,
 //! and what goes into the files around them.
 
-use super::fit::FitTensor;
+use super::fit::{FitRecipe, FitTensor};
 use super::flags::FlagWords;
 use super::mtp::is_mtp;
 use super::options::BiasMode;
@@ -155,6 +155,12 @@ pub trait Layout: Sync {
 
     /// Gives `tensors[fit.index]` (and its scales and biases) option `option` of `fit`.
     fn fit_apply(&self, _tensors: &mut [OutputTensor], _fit: &FitTensor, _option: usize) {}
+
+    /// `--max-size`: the format's fixed recipes as choices on `menu` (made by [`Layout::fit_menu`]
+    /// from `tensors`), those that can be written as its options.
+    fn fit_recipes(&self, _ck: &Checkpoint, _tensors: &[OutputTensor], _menu: &[FitTensor]) -> Result<Vec<FitRecipe>> {
+        Ok(Vec::new())
+    }
 
     /// Keeps the tensors `--only` selects, and whatever they cannot be written without.
     fn select(&self, tensors: &mut Vec<OutputTensor>, only: &[String]) {

@@ -53,7 +53,7 @@ fn the_model_files_fit_the_size_exactly_and_come_close_to_it() {
             assert_eq!(code, 0, "{stderr}");
             let most = most["budget"]["bytes"].as_u64().unwrap();
             assert!(most > least, "{format} {name}: {least} {most}");
-            let mut last_ratio = f64::INFINITY;
+            let (mut last_ratio, mut last_mean) = (f64::INFINITY, f64::INFINITY);
             for size in [least, least + (most - least) / 4, least + (most - least) / 2, most - 1, most] {
                 let out = tmp.path().join(format!("out-{size}"));
                 let (code, report, stderr) = fit(name, &out, format, size, &[]);
@@ -67,8 +67,10 @@ fn the_model_files_fit_the_size_exactly_and_come_close_to_it() {
                 assert_eq!(budget["max_size"].as_u64(), Some(size));
                 let ratio = budget["max_added_error_ratio"].as_f64().unwrap();
                 let mean = budget["mean_added_error_ratio"].as_f64().unwrap();
-                assert!(mean <= ratio && ratio <= last_ratio, "{format} {name} {size}: {budget}");
-                last_ratio = ratio;
+                // More room is never worse on both measures (the largest ratio may rise where the
+                // mean must fall to beat a fixed recipe that fits).
+                assert!(mean <= ratio && (ratio <= last_ratio || mean < last_mean), "{format} {name} {size}: {budget}");
+                (last_ratio, last_mean) = (ratio, mean);
             }
             let (_, report, _) = fit(name, &tmp.path().join("least"), format, least, &["--dry-run"]);
             assert_eq!(report["budget"]["bytes"].as_u64(), Some(least), "the smallest fits exactly");
@@ -200,6 +202,29 @@ fn the_report_config_and_card_say_what_was_chosen() {
 }
 
 #[test]
+fn the_report_names_the_fixed_recipes_of_that_size_it_beats() {
+    for (format, flags, recipe) in [
+        ("mlx", ["--bits", "3"], "--bits 3 --group-size 64"),
+        ("gguf", ["--gguf-type", "q3_k_m"], "--gguf-type q3_k_m"),
+    ] {
+        for name in FIXTURES {
+            let tmp = tempfile::tempdir().unwrap();
+            let fixed = tmp.path().join("fixed");
+            let made =
+                escha_convert().arg(fixture(name)).arg(&fixed).args(["-q", "--format", format]).args(flags).status();
+            assert!(made.unwrap().success());
+            let out = tmp.path().join("fit");
+            let (code, report, stderr) = fit(name, &out, format, model_bytes(&fixed), &[]);
+            assert_eq!(code, 0, "{stderr}");
+            let beaten = report["budget"]["fixed_recipes_beaten"].as_array().unwrap();
+            assert!(beaten.iter().any(|r| r == recipe), "{format} {name}: {beaten:?}");
+            let card = std::fs::read_to_string(out.join("README.md")).unwrap();
+            assert!(card.contains(&format!("`{recipe}`")), "{card}");
+        }
+    }
+}
+
+#[test]
 fn every_shard_of_a_split_output_counts() {
     for format in FORMATS {
         let least = smallest("moe", format);
@@ -234,21 +259,23 @@ fn gguf_chooses_among_the_low_bit_types_and_their_fallbacks() {
             .collect()
     };
     // The dense fixture's ffn_down and ssm_out rows are 256 values (whole K-quant blocks), the
-    // other linears' 128 (32-value blocks only). At the smallest size each takes its narrowest
-    // type: Q2_K, or where rows are not 256-blocks its fallback's size, 4.5 bits a weight, where
-    // IQ4_NL (IQ4_XS's fallback) adds less error than Q4_0 (Q2_K's).
+    // other linears' 128 (32-value blocks only). At the smallest size (llama-quantize's Q2_K's,
+    // whose squeezed MTP block the plan matches) the 256-value rows take Q2_K and Q3_K, the others
+    // 4.5 bits a weight, where IQ4_NL (IQ4_XS's fallback) adds less error than Q4_0 (Q2_K's).
     let least = smallest("dense", "gguf");
     let at_least = chosen(least);
     assert_eq!(at_least.len(), 25);
-    for (ty, cols) in &at_least {
-        assert_eq!(ty, if cols % 256 == 0 { "Q2_K" } else { "IQ4_NL" }, "{cols} values a row");
-    }
-    // A little more room buys Q3_K and IQ4_XS for the 256-value rows, before any wider type.
+    let wide = |choice: &[(String, u64)]| -> Vec<String> {
+        choice.iter().filter(|(_, cols)| cols % 256 == 0).map(|(ty, _)| ty.clone()).collect()
+    };
+    let narrow = wide(&at_least);
+    assert!(narrow.iter().all(|t| t == "Q2_K" || t == "Q3_K"), "{narrow:?}");
+    assert!(narrow.iter().any(|t| t == "Q2_K") && narrow.iter().any(|t| t == "Q3_K"), "{narrow:?}");
+    assert!(at_least.iter().filter(|(_, cols)| cols % 256 != 0).all(|(ty, _)| ty == "IQ4_NL"), "{at_least:?}");
+    // A little more room buys IQ4_XS for some 256-value rows.
     let tmp = tempfile::tempdir().unwrap();
     let (_, most, _) = fit("dense", &tmp.path().join("most"), "gguf", 1 << 40, &["--dry-run"]);
     let most = most["budget"]["bytes"].as_u64().unwrap();
-    let wide: Vec<String> =
-        chosen(least + (most - least) / 16).into_iter().filter(|(_, cols)| cols % 256 == 0).map(|(ty, _)| ty).collect();
-    assert!(wide.iter().all(|t| ["Q2_K", "Q3_K", "IQ4_XS"].contains(&t.as_str())), "{wide:?}");
-    assert!(wide.iter().any(|t| t == "Q3_K") && wide.iter().any(|t| t == "IQ4_XS"), "{wide:?}");
+    let roomier = wide(&chosen(least + (most - least) / 16));
+    assert!(roomier.iter().any(|t| t == "Q3_K") && roomier.iter().any(|t| t == "IQ4_XS"), "{roomier:?}");
 }

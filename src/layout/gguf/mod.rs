@@ -16,7 +16,7 @@ pub use types::GgufType;
 use types::{choose_by_budget, quantize_as_llama_does};
 mod vocab;
 
-use super::fit::FitTensor;
+use super::fit::{FitRecipe, FitTensor};
 use super::flags::FlagWords;
 use super::hf::{self, DenseDtype};
 use super::mtp::{self, MtpMode};
@@ -266,19 +266,7 @@ impl Layout for GgufLayout {
         // warnings are said when it is written).
         loader::check(&self.metadata(ck, &out, &mut Vec::new())?, &out)?;
         if let Some(rule) = self.opts.ty.quantize() {
-            let blocks = model.layers + mtp_blocks(&out, model.layers);
-            quantize_as_llama_does(
-                rule,
-                &mut out,
-                blocks,
-                hp.count("num_experts")?.or(hp.count("num_local_experts")?),
-                // `head_count` and `head_count_kv` as the header writes them; llama.cpp reads an
-                // absent `head_count_kv` as `head_count`.
-                {
-                    let heads = hp.count("num_attention_heads")?.unwrap_or(0);
-                    (heads, hp.count("num_key_value_heads")?.unwrap_or(heads))
-                },
-            )?;
+            quantize_as_llama_does(rule, &mut out, &hp, model.layers)?;
         }
         Ok(out)
     }
@@ -303,6 +291,11 @@ impl Layout for GgufLayout {
 
     fn fit_apply(&self, tensors: &mut [OutputTensor], fit: &FitTensor, option: usize) {
         types::fit_apply(tensors, fit, option);
+    }
+
+    fn fit_recipes(&self, ck: &Checkpoint, tensors: &[OutputTensor], menu: &[FitTensor]) -> Result<Vec<FitRecipe>> {
+        let hp = Hparams::new(ck.config.as_ref())?;
+        types::fit_recipes(tensors, menu, &hp, u64::from(hp.layers()?))
     }
 
     fn config(&self, _input: &Value, _tensors: &[OutputTensor]) -> Option<String> {

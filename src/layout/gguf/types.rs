@@ -4,12 +4,15 @@
 //! file (`mixture.rs`); or, for `auto`, per coded linear the narrowest type within the error budget
 //! that `--bits auto` spends too.
 
+use super::hparams::Hparams;
 use super::mixture::{self, Mixture, ModelShape};
 use super::GgufOptions;
 use crate::block_type::BlockType;
 use crate::checkpoint::{Catalog, Checkpoint};
 use crate::layout::{AutoBits, Int8Mode};
-use crate::layout::{Chosen, Encoding, FitOption, FitTensor, OutputTensor, RowSource, WeightProbe, WidthChoice};
+use crate::layout::{
+    Chosen, Encoding, FitOption, FitRecipe, FitTensor, OutputTensor, RowSource, WeightProbe, WidthChoice,
+};
 use crate::quant::budget::{budget, narrowest_within};
 use crate::storage::Storage;
 use anyhow::{Context, Result};
@@ -136,21 +139,26 @@ fn always_f32(name: &str, shape: &[usize]) -> bool {
         || [".ffn_gate_inp.", ".ffn_gate_inp_shexp.", ".ssm_conv1d."].iter().any(|k| name.contains(k))
 }
 
-/// The types llama-quantize gives the tensors of a file with `blocks` blocks, `experts` experts and
-/// `heads` (query heads, key/value heads) in its first block, starting from what the converter
-/// writes: each float tensor it quantizes gets the rule's type (falling back where rows are not
-/// whole blocks); what it leaves alone, and the exact `Q8_0` of int8 pairs, stay as they are.
+/// The types llama-quantize gives the tensors of a file of `layers` transformer blocks (and its
+/// next-token blocks), with `hp`'s experts and heads, starting from what the converter writes:
+/// each float tensor it quantizes gets the rule's type (falling back where rows are not whole
+/// blocks); what it leaves alone, and the exact `Q8_0` of int8 pairs, stay as they are.
 pub(super) fn quantize_as_llama_does(
     rule: Quantize,
     tensors: &mut [OutputTensor],
-    blocks: u64,
-    experts: Option<u32>,
-    heads: (u32, u32),
+    hp: &Hparams,
+    layers: u64,
 ) -> Result<()> {
+    let blocks = layers + super::mtp_blocks(tensors, layers);
     let blocks = u32::try_from(blocks).context("too many blocks for llama.cpp")?;
+    let experts = hp.count("num_experts")?.or(hp.count("num_local_experts")?);
+    // `head_count` and `head_count_kv` as the header writes them; llama.cpp reads an absent
+    // `head_count_kv` as `head_count`.
+    let heads = hp.count("num_attention_heads")?.unwrap_or(0);
+    let kv_heads = hp.count("num_key_value_heads")?.unwrap_or(heads);
     let shapes: Vec<(String, Vec<usize>)> = tensors.iter().map(|t| (t.name.clone(), t.shape.clone())).collect();
     let model = ModelShape::new(blocks, experts.unwrap_or(0), shapes.iter().map(|(n, s)| (n.as_str(), s.as_slice())))
-        .with_heads(heads.0, heads.1);
+        .with_heads(heads, kv_heads);
     for t in tensors.iter_mut().filter(|t| t.recipe.as_ref().is_some_and(|r| r.encoding == Encoding::Float)) {
         let chosen = match rule {
             Quantize::Mixture(m) => mixture::tensor_type(m, &model, &t.name, &t.shape)?,
@@ -379,6 +387,43 @@ pub(super) fn file_type(ty: GgufType, tensors: &[OutputTensor]) -> u32 {
         _ => GgufType::Bf16,
     };
     named.fixed_file_type().unwrap_or(32)
+}
+
+/// The `--gguf-type`s llama-quantize makes, narrowest first: `--max-size`'s yardsticks.
+const FIXED_RECIPES: [GgufType; 10] = [
+    GgufType::Q2_K,
+    GgufType::Q3_K_S,
+    GgufType::Q3_K_M,
+    GgufType::Q3_K_L,
+    GgufType::IQ4_XS,
+    GgufType::Q4_K,
+    GgufType::Q4_K_M,
+    GgufType::Q5_K,
+    GgufType::Q5_K_M,
+    GgufType::Q6_K,
+];
+
+/// `--max-size`'s yardsticks: each `--gguf-type` that llama-quantize makes (its mixtures and the
+/// uniform K-quants) as it would type the menu's tensors, an exact int8 table kept exact.
+pub(super) fn fit_recipes(
+    tensors: &[OutputTensor],
+    menu: &[FitTensor],
+    hp: &Hparams,
+    layers: u64,
+) -> Result<Vec<FitRecipe>> {
+    let mut recipes = Vec::new();
+    for ty in FIXED_RECIPES {
+        let rule = ty.quantize().expect("a type llama-quantize makes");
+        let mut typed = tensors.to_vec();
+        quantize_as_llama_does(rule, &mut typed, hp, layers)?;
+        let pick = |t: &FitTensor| {
+            let as_typed = &typed[t.index];
+            let lossless = as_typed.recipe.as_ref().is_some_and(|r| r.encoding == Encoding::Int8Blocks);
+            t.options.iter().position(|o| o.lossless == lossless && o.storage == as_typed.storage)
+        };
+        recipes.extend(FitRecipe::from_menu(format!("--gguf-type {}", ty.name()), menu, pick));
+    }
+    Ok(recipes)
 }
 
 #[cfg(test)]
