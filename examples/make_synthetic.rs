@@ -3,13 +3,16 @@
 //! requested size.
 //!
 //!     cargo run --release --example make_synthetic -- OUT_DIR [GB_OF_CODES] [--whole]
-//!         [--layers N] [--vocab N]
+//!         [--layers N] [--vocab N] [--hybrid]
 //!
 //! Every layer is a whole full-attention block (q/k/v/o projections at K=3 and the four norms),
 //! with the int8 embeddings and head (a 4096-token vocabulary, or `--vocab N`) and the final norm:
 //! a model whose config.json describes its tensors, which every format requires. `--whole` is
 //! accepted for the scripts that pass it (it once added the attention to MLP-only layers).
-//! `--layers N` writes exactly N layers, whatever `GB_OF_CODES` says.
+//! `--layers N` writes exactly N layers, whatever `GB_OF_CODES` says. `--hybrid` lays the layers
+//! out as the 27B does: three linear-attention (Gated DeltaNet) blocks in four, their `in_proj_qkv`,
+//! `in_proj_z` and `out_proj` coded at K=2 beside the plain `in_proj_a`/`in_proj_b`, `conv1d`,
+//! `A_log`, `dt_bias` and gated norm (llama.cpp's hybrid memory needs at least one such layer).
 
 use half::f16;
 use serde_json::json;
@@ -18,6 +21,11 @@ use std::io::Write;
 const HIDDEN: usize = 5120;
 const INTERMEDIATE: usize = 17408;
 const HEADS: usize = 24;
+/// The linear-attention (Gated DeltaNet) shapes of the 27B.
+const LIN_K_HEADS: usize = 16;
+const LIN_V_HEADS: usize = 48;
+const LIN_DIM: usize = 128;
+const CONV_KERNEL: usize = 4;
 const KV_HEADS: usize = 4;
 const HEAD_DIM: usize = 256;
 /// The vocabulary: enough for a real embedding and head, small beside the layers.
@@ -34,6 +42,8 @@ fn main() -> std::io::Result<()> {
     const USAGE: &str = "usage: make_synthetic OUT_DIR [GB_OF_CODES] [--whole] [--layers N] [--vocab N]";
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     args.retain(|a| a != "--whole");
+    let hybrid = args.iter().any(|a| a == "--hybrid");
+    args.retain(|a| a != "--hybrid");
     let mut number = |flag: &str| -> Option<usize> {
         let i = args.iter().position(|a| a == flag)?;
         let value = args.get(i + 1).and_then(|v| v.parse().ok());
@@ -61,10 +71,19 @@ fn main() -> std::io::Result<()> {
     };
     std::fs::create_dir_all(&out)?;
 
-    let mut tensors = Vec::new();
+    // One shard per layer keeps files at a realistic size; the final norm, embedding and head
+    // make one more.
+    let mut shards: Vec<Vec<Tensor>> = Vec::new();
     let mut code_bytes = 0usize;
     let mut layer = 0;
+    let mut layer_types = Vec::new();
     let f16_vector = |name: String, n: usize| Tensor { name, dtype: "F16", shape: vec![n], len: 2 * n };
+    let conv_dim = 2 * LIN_K_HEADS * LIN_DIM + LIN_V_HEADS * LIN_DIM;
+    let linear_attention: &[(&str, usize, usize, usize)] = &[
+        ("linear_attn.in_proj_qkv", HIDDEN, conv_dim, 2),
+        ("linear_attn.in_proj_z", HIDDEN, LIN_V_HEADS * LIN_DIM, 2),
+        ("linear_attn.out_proj", LIN_V_HEADS * LIN_DIM, HIDDEN, 2),
+    ];
     let attention: &[(&str, usize, usize, usize)] = &[
         ("self_attn.q_proj", HIDDEN, 2 * HEADS * HEAD_DIM, 3),
         ("self_attn.k_proj", HIDDEN, KV_HEADS * HEAD_DIM, 3),
@@ -78,11 +97,44 @@ fn main() -> std::io::Result<()> {
     ];
     while layers.map_or((code_bytes as f64) < gb * 1e9, |n| layer < n) {
         let block = format!("model.language_model.layers.{layer}");
+        let mut tensors = Vec::new();
         tensors.push(f16_vector(format!("{block}.input_layernorm.weight"), HIDDEN));
         tensors.push(f16_vector(format!("{block}.post_attention_layernorm.weight"), HIDDEN));
-        tensors.push(f16_vector(format!("{block}.self_attn.q_norm.weight"), HEAD_DIM));
-        tensors.push(f16_vector(format!("{block}.self_attn.k_norm.weight"), HEAD_DIM));
-        for &(proj, ic, oc, k) in attention.iter().chain(&mlp) {
+        let linear = hybrid && !(layer + 1).is_multiple_of(4);
+        let coded = if linear {
+            let a = format!("{block}.linear_attn");
+            for ab in ["a", "b"] {
+                let shape = vec![LIN_V_HEADS, HIDDEN];
+                tensors.push(Tensor {
+                    name: format!("{a}.in_proj_{ab}.weight"),
+                    dtype: "F16",
+                    shape,
+                    len: 2 * LIN_V_HEADS * HIDDEN,
+                });
+            }
+            let shape = vec![conv_dim, 1, CONV_KERNEL];
+            tensors.push(Tensor {
+                name: format!("{a}.conv1d.weight"),
+                dtype: "F16",
+                shape,
+                len: 2 * conv_dim * CONV_KERNEL,
+            });
+            tensors.push(Tensor {
+                name: format!("{a}.A_log"),
+                dtype: "F32",
+                shape: vec![LIN_V_HEADS],
+                len: 4 * LIN_V_HEADS,
+            });
+            tensors.push(f16_vector(format!("{a}.dt_bias"), LIN_V_HEADS));
+            tensors.push(f16_vector(format!("{a}.norm.weight"), LIN_DIM));
+            linear_attention
+        } else {
+            tensors.push(f16_vector(format!("{block}.self_attn.q_norm.weight"), HEAD_DIM));
+            tensors.push(f16_vector(format!("{block}.self_attn.k_norm.weight"), HEAD_DIM));
+            attention
+        };
+        layer_types.push(if linear { "linear_attention" } else { "full_attention" });
+        for &(proj, ic, oc, k) in coded.iter().chain(&mlp) {
             let p = format!("{block}.{proj}");
             let code_len = ic * oc * k / 8;
             code_bytes += code_len;
@@ -95,16 +147,17 @@ fn main() -> std::io::Result<()> {
             tensors.push(Tensor { name: format!("{p}.escha_rin"), dtype: "F16", shape: vec![ic], len: 2 * ic });
             tensors.push(Tensor { name: format!("{p}.escha_rout"), dtype: "F16", shape: vec![oc], len: 2 * oc });
         }
+        shards.push(tensors);
         layer += 1;
     }
-    tensors.push(f16_vector("model.language_model.norm.weight".into(), HIDDEN));
+    let mut tail = vec![f16_vector("model.language_model.norm.weight".into(), HIDDEN)];
     for p in ["model.language_model.embed_tokens", "lm_head"] {
         let len = vocab * HIDDEN;
-        tensors.push(Tensor { name: format!("{p}.weight_int8"), dtype: "I8", shape: vec![vocab, HIDDEN], len });
-        tensors.push(f16_vector(format!("{p}.weight_scale"), vocab));
+        tail.push(Tensor { name: format!("{p}.weight_int8"), dtype: "I8", shape: vec![vocab, HIDDEN], len });
+        tail.push(f16_vector(format!("{p}.weight_scale"), vocab));
     }
+    shards.push(tail);
 
-    // One shard per layer keeps files at a realistic size.
     let mut rng = 0x1234_5678_9ABC_DEF0u64;
     let mut next = move || {
         rng ^= rng << 13;
@@ -112,8 +165,7 @@ fn main() -> std::io::Result<()> {
         rng ^= rng << 17;
         rng
     };
-    let per_layer = 4 + 3 * (attention.len() + mlp.len());
-    for (l, chunk) in tensors.chunks(per_layer).enumerate() {
+    for (l, chunk) in shards.iter().enumerate() {
         let mut header = serde_json::Map::new();
         let mut offset = 0;
         for t in chunk {
@@ -132,21 +184,27 @@ fn main() -> std::io::Result<()> {
         f.write_all(&(text.len() as u64).to_le_bytes())?;
         f.write_all(text.as_bytes())?;
         for t in chunk {
-            if t.dtype == "F16" {
-                // Scales of a plausible size: rin ~ 0.01, rout and norms ~ 1, random signs; int8 row
-                // scales ~ 0.01, positive.
-                let (base, signed) = if t.name.ends_with("rin") {
+            if t.dtype == "F16" || t.dtype == "F32" {
+                // Values of a plausible size: rin and the linear-attention projections ~ 0.01, rout,
+                // norms and A_log ~ 1, random signs; int8 row scales ~ 0.01, positive.
+                let small = ["rin", "in_proj_a.weight", "in_proj_b.weight", "conv1d.weight"];
+                let (base, signed) = if small.iter().any(|s| t.name.ends_with(s)) {
                     (0.01, true)
-                } else if t.name.ends_with("weight_scale") {
-                    (0.01, false)
+                } else if t.name.ends_with("weight_scale") || t.name.ends_with("A_log") {
+                    (0.01 + 0.99 * f32::from(t.name.ends_with("A_log")), false)
                 } else {
                     (1.0, true)
                 };
-                for _ in 0..t.len / 2 {
+                let width = if t.dtype == "F16" { 2 } else { 4 };
+                for _ in 0..t.len / width {
                     let r = next();
                     let sign = if signed && r & 1 == 1 { -1.0 } else { 1.0 };
                     let v = base * (0.5 + (r >> 40) as f32 / (1u64 << 24) as f32) * sign;
-                    f.write_all(&f16::from_f32(v).to_le_bytes())?;
+                    if width == 2 {
+                        f.write_all(&f16::from_f32(v).to_le_bytes())?;
+                    } else {
+                        f.write_all(&v.to_le_bytes())?;
+                    }
                 }
             } else {
                 let mut buf = vec![0u8; 1 << 20];
@@ -172,10 +230,11 @@ fn main() -> std::io::Result<()> {
         "tie_word_embeddings": false,
         "text_config": {
             "model_type": "qwen3_5_text", "hidden_size": HIDDEN, "intermediate_size": INTERMEDIATE,
-            "num_hidden_layers": layer, "layer_types": vec!["full_attention"; layer],
-            "full_attention_interval": 1, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
-            "linear_num_key_heads": 16, "linear_key_head_dim": 128, "linear_num_value_heads": 48,
-            "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "vocab_size": vocab,
+            "num_hidden_layers": layer, "layer_types": layer_types,
+            "full_attention_interval": if hybrid { 4 } else { 1 }, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
+            "linear_num_key_heads": LIN_K_HEADS, "linear_key_head_dim": LIN_DIM,
+            "linear_num_value_heads": LIN_V_HEADS, "linear_value_head_dim": LIN_DIM,
+            "linear_conv_kernel_dim": CONV_KERNEL, "vocab_size": vocab,
             "rms_norm_eps": 1e-6, "max_position_embeddings": 262144,
             "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,
                                 "mrope_section": [11, 11, 10]},

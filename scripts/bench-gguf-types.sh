@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Every --gguf-type on a small synthetic checkpoint (examples/make_synthetic.rs --whole: by default
-# one 27B-width full-attention layer, 0.13 GB of codes; gate K=2, the other linears K=3): file size, bits
+# Every --gguf-type on a small synthetic checkpoint (examples/make_synthetic.rs --hybrid: by default
+# two 27B-width layers, linear and full attention, as llama.cpp runs no model without both; gate
+# K=2, the other linears K=3, the linear attention's K=2): file size, bits
 # per weight over the coded linears and the added error ‖deq(W_q) − W_f32‖ / ‖W_f32‖ of each coded
 # linear and of all of them (scripts/gguf_errors.py, with gguf-py's dequantize), against
 # `--gguf-type f32`, the exact reconstruction. Types: bf16, q8_0, q4_k, q5_k, q6_k, q4_k_m, q5_k_m,
@@ -9,7 +10,7 @@
 # budget R·2^-K of each choice. Then llama-quantize (one thread) against our direct q4_k_m
 # conversion, RUNS times alternated: medians of wall, CPU (user + sys) and peak RSS.
 #
-#     bash scripts/bench-gguf-types.sh [GB_OF_CODES] [RUNS]     (defaults 0.08, one layer; and 3)
+#     bash scripts/bench-gguf-types.sh [LAYERS] [RUNS]     (defaults 2 and 3)
 #
 # Every escha-convert run is -j 1 --gguf-vocab none (the checkpoint has no tokenizer), and is timed
 # once (one run each) besides. Needs about 4 GB free under BENCH_DIR (default /tmp/escha-bench);
@@ -17,9 +18,9 @@
 # reports and $DIR/errors.json. The llama.cpp is scripts/llama-cpp.sh's.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-GB=${1:-0.08}
+LAYERS=${1:-2}
 RUNS=${2:-3}
-DIR=${BENCH_DIR:-/tmp/escha-bench}/gguf-types-whole-$GB
+DIR=${BENCH_DIR:-/tmp/escha-bench}/gguf-types-hybrid-$LAYERS
 cargo build --release --quiet --example make_synthetic
 cargo build --release --quiet
 bash scripts/llama-cpp.sh
@@ -29,8 +30,8 @@ mkdir -p "$DIR"
 BIN=$DIR/escha-convert
 cp target/release/escha-convert "$BIN"
 echo "escha-convert $(git describe --always --dirty 2>/dev/null || echo '?'), $($BIN -V)"
-# --whole: attention blocks, embeddings and head, which llama.cpp's load rules require.
-[ -d "$DIR/synth" ] || target/release/examples/make_synthetic "$DIR/synth" "$GB" --whole
+# Both kinds of attention block, embeddings and head, which llama.cpp's load rules require.
+[ -d "$DIR/synth" ] || target/release/examples/make_synthetic "$DIR/synth" --hybrid --layers "$LAYERS"
 TIMES=$DIR/times.txt
 : >"$TIMES"
 

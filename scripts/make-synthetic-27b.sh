@@ -14,4 +14,4 @@ OUT=${1:?usage: make-synthetic-27b.sh OUT_DIR [LAYERS] [VOCAB]}
 LAYERS=${2:-64}
 VOCAB=${3:-248320}
 cargo build --release --quiet --example make_synthetic
-target/release/examples/make_synthetic "$OUT" --whole --layers "$LAYERS" --vocab "$VOCAB"
+target/release/examples/make_synthetic "$OUT" --hybrid --layers "$LAYERS" --vocab "$VOCAB"

@@ -615,6 +615,27 @@ fn configs_that_no_loadable_file_can_follow_are_refused() {
         &[],
         &["num_hidden_layers"],
     );
+    // Every layer full attention, or every one linear: llama.cpp's hybrid memory then has no
+    // recurrent state (or KV cache) to give a buffer, and its first decode aborts. With both kinds
+    // the model converts.
+    let mlp = crate::synth::coded_linear(
+        &mut crate::synth::Rng::new(7),
+        "model.language_model.layers.1.mlp.up_proj",
+        None,
+        128,
+        128,
+        2,
+        false,
+        false,
+    );
+    let write = |name: &str, layer_types: Vec<&'static str>| {
+        let model = crate::synth::Model { layer_types, linear: [1, 128, 1, 128], ..crate::synth::Model::dense(128, 1) };
+        crate::synth::write_model(&t.join(name), &mlp, &model)
+    };
+    let no_vocab = ["--gguf-vocab", "none"];
+    check(write("all-full", vec!["full_attention"; 2]), &no_vocab, &["no linear-attention layer"]);
+    check(write("all-linear", vec!["linear_attention"; 2]), &no_vocab, &["no full-attention layer"]);
+    convert(&write("hybrid", vec!["linear_attention", "full_attention"]), &t.join("hybrid-out"), &no_vocab);
     all_refused(&wrong);
     // An absurd MTP layer count with --mtp keep (which writes the head it has): the header counts
     // the one layer the tensors hold, quickly, never a block count they do not bear out.

@@ -167,6 +167,17 @@ fn sizes(keys: &Keys) -> Result<Sizes> {
     if recurrent[layers as usize..].iter().any(|&r| r) {
         bail!("GGUF: an MTP block is marked as linear attention; llama.cpp's MTP blocks are full attention");
     }
+    // llama.cpp's hybrid memory gives the recurrent state and the KV cache a buffer only when some
+    // layer has one; with none of either kind, the first decode aborts (`GGML_ASSERT(buffer)`).
+    let linear = recurrent[..layers as usize].iter().filter(|&&r| r).count();
+    if linear == 0 || linear == layers as usize {
+        let missing = if linear == 0 { "linear-attention" } else { "full-attention" };
+        bail!(
+            "config.json: no {missing} layer (full_attention_interval {}); llama.cpp's {arch} runs only models with \
+             both kinds of layer, and aborts on the first token without",
+            keys.u32("full_attention_interval").unwrap_or(4)
+        );
+    }
     let ff = keys.u32("feed_forward_length").unwrap_or(0);
     let ff_exp = match keys.u32("expert_feed_forward_length").unwrap_or(0) {
         0 if used > 0 => ff / used,
