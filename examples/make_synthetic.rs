@@ -10,7 +10,7 @@
 //! a model whose config.json describes its tensors, which every format requires. `--whole` is
 //! accepted for the scripts that pass it (it once added the attention to MLP-only layers).
 //! `--layers N` writes exactly N layers, whatever `GB_OF_CODES` says. `--hybrid` lays the layers
-//! out as the 27B does: three linear-attention (Gated DeltaNet) blocks in four, their `in_proj_qkv`,
+//! out as the 27B does: three linear-attention (Gated `DeltaNet`) blocks in four, their `in_proj_qkv`,
 //! `in_proj_z` and `out_proj` coded at K=2 beside the plain `in_proj_a`/`in_proj_b`, `conv1d`,
 //! `A_log`, `dt_bias` and gated norm (llama.cpp's hybrid memory needs at least one such layer).
 
@@ -21,7 +21,7 @@ use std::io::Write;
 const HIDDEN: usize = 5120;
 const INTERMEDIATE: usize = 17408;
 const HEADS: usize = 24;
-/// The linear-attention (Gated DeltaNet) shapes of the 27B.
+/// The linear-attention (Gated `DeltaNet`) shapes of the 27B.
 const LIN_K_HEADS: usize = 16;
 const LIN_V_HEADS: usize = 48;
 const LIN_DIM: usize = 128;
