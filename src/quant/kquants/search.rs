@@ -50,50 +50,36 @@ fn quantize_blocks<L: Lanes>(lanes: L, kind: BlockType, values: &[f32], out: &mu
     let bytes = kind.bytes();
     assert_eq!(values.len() % QK_K, 0, "whole blocks");
     assert_eq!(values.len() / QK_K * bytes, out.len(), "room for exactly the blocks");
-    match kind {
-        BlockType::Q6_K => {
-            for (x, o) in values.chunks_exact(QK_K).zip(out.chunks_exact_mut(bytes)) {
-                // The 16 groups: two vectors of eight lanes or four of four.
-                let fits = if L::LANES == 8 { qx_search::<L, 2>(lanes, x) } else { qx_search::<L, 4>(lanes, x) };
-                finish_q6_k_block(x, &fits, o);
-            }
+    if kind == BlockType::Q6_K {
+        for (x, o) in values.chunks_exact(QK_K).zip(out.chunks_exact_mut(bytes)) {
+            // The 16 groups: two vectors of eight lanes or four of four.
+            let fits = if L::LANES == 8 { qx_search::<L, 2>(lanes, x) } else { qx_search::<L, 4>(lanes, x) };
+            finish_q6_k_block(x, &fits, o);
         }
-        // Four vectors of 16-value groups at a time (two blocks on AVX2, one on NEON), then a last
-        // block alone.
-        BlockType::Q2_K | BlockType::Q3_K => in_runs(values, out, bytes, |x, o| {
-            let q2 = kind == BlockType::Q2_K;
-            match (q2, x.len() / 16 >= 4 * L::LANES) {
-                (true, true) => q2_k_search_and_finish::<L, 4>(lanes, x, o),
-                (true, false) => q2_k_search_and_finish::<L, 2>(lanes, x, o),
-                (false, true) => q3_k_search_and_finish::<L, 4>(lanes, x, o),
-                (false, false) => q3_k_search_and_finish::<L, 2>(lanes, x, o),
-            }
-        }),
-        BlockType::Q4_K | BlockType::Q5_K => {
-            let (nmax, rmin, nstep) = if kind == BlockType::Q4_K { (15, -1.0, 20) } else { (31, -0.5, 15) };
-            // Four vectors of groups at a time, then what is left two and one at a time.
-            in_runs(values, out, bytes, |x, o| {
-                let groups = x.len() / 32;
-                if groups >= 4 * L::LANES {
-                    search_and_finish::<L, 4>(lanes, kind, x, o, nmax, rmin, nstep)
-                } else if groups >= 2 * L::LANES {
-                    search_and_finish::<L, 2>(lanes, kind, x, o, nmax, rmin, nstep)
-                } else {
-                    search_and_finish::<L, 1>(lanes, kind, x, o, nmax, rmin, nstep)
-                }
-            });
-        }
-        other => unreachable!("{} is not a K-quant", other.name()),
+        return;
     }
-}
-
-/// Calls `step` on what is left of `values` and `out` until nothing is: each call encodes some
-/// whole blocks at their start and returns how many.
-#[inline(always)]
-fn in_runs(values: &[f32], out: &mut [u8], bytes: usize, mut step: impl FnMut(&[f32], &mut [u8]) -> usize) {
+    // Q2_K and Q3_K: four vectors of 16-value groups at a time (two blocks on AVX2, one on NEON),
+    // then a last block alone. Q4_K and Q5_K: four vectors of 32-value groups at a time, then what
+    // is left two and one at a time. (Loops, not a closure: a closure would not be compiled for
+    // the caller's CPU features.)
+    let (nmax, rmin, nstep) = if kind == BlockType::Q4_K { (15, -1.0, 20) } else { (31, -0.5, 15) };
     let (mut x, mut o) = (values, out);
     while !x.is_empty() {
-        let n = step(x, o);
+        let (groups16, groups32) = (x.len() / 16, x.len() / 32);
+        let n = match kind {
+            BlockType::Q2_K if groups16 >= 4 * L::LANES => q2_k_search_and_finish::<L, 4>(lanes, x, o),
+            BlockType::Q2_K => q2_k_search_and_finish::<L, 2>(lanes, x, o),
+            BlockType::Q3_K if groups16 >= 4 * L::LANES => q3_k_search_and_finish::<L, 4>(lanes, x, o),
+            BlockType::Q3_K => q3_k_search_and_finish::<L, 2>(lanes, x, o),
+            BlockType::Q4_K | BlockType::Q5_K if groups32 >= 4 * L::LANES => {
+                search_and_finish::<L, 4>(lanes, kind, x, o, nmax, rmin, nstep)
+            }
+            BlockType::Q4_K | BlockType::Q5_K if groups32 >= 2 * L::LANES => {
+                search_and_finish::<L, 2>(lanes, kind, x, o, nmax, rmin, nstep)
+            }
+            BlockType::Q4_K | BlockType::Q5_K => search_and_finish::<L, 1>(lanes, kind, x, o, nmax, rmin, nstep),
+            other => unreachable!("{} is not a K-quant", other.name()),
+        };
         assert!(n > 0, "every step encodes a block");
         (x, o) = (&x[n * QK_K..], &mut o[n * bytes..]);
     }
