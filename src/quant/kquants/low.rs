@@ -229,11 +229,12 @@ pub(super) fn write_q3_k(d: u16, packed: &[u8; 12], l: &mut [u8; QK_K]) -> [u8; 
     let (qs, rest) = rest.split_at_mut(64);
     let (scales, d_bytes) = rest.split_at_mut(12);
     scales.copy_from_slice(packed);
-    // The third bit of value `32·b + k` is bit `b` of `hmask[k]`.
-    for (i, q) in l.iter_mut().enumerate() {
-        if *q > 3 {
-            hmask[i % 32] |= 1 << (i / 32);
-            *q -= 4;
+    // The third bit of value `32·b + k` is bit `b` of `hmask[k]` (without a branch: it is as
+    // often set as not).
+    for (b, ls) in l.chunks_exact_mut(32).enumerate() {
+        for (h, q) in hmask.iter_mut().zip(ls) {
+            *h |= ((*q >> 2) & 1) << b;
+            *q &= 3;
         }
     }
     pack_bit_pairs(l, qs);
