@@ -1,6 +1,6 @@
 //! The 2- and 3-bit K-quants `Q2_K` and `Q3_K`: ggml's `quantize_row_q{2,3}_K_ref` block by block,
-//! operation for operation (scalar on every CPU), and ggml's dequantization of them. Both split a
-//! super-block into 16 groups of 16 values.
+//! operation for operation (the scalar reference the kernels of `search.rs` are held to), and
+//! ggml's dequantization of them. Both split a super-block into 16 groups of 16 values.
 
 use super::reference::{fit_affine, ErrorNorm, GridSearch};
 use super::{f16_at, nearest_int, to_f16_bits, QK_K};

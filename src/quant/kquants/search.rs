@@ -1,8 +1,9 @@
 //! The scale searches of the SIMD kernels, written once over [`Lanes`] and compiled for each CPU
 //! by one `#[target_feature]` entry ([`quantize_blocks_avx2`], [`quantize_blocks_neon`]).
 //!
-//! The searches (`make_qkx2_quants` for the 32-value groups of `Q4_K` and `Q5_K`, `make_qx_quants`
-//! for the 16-value groups of `Q6_K`) are sequential within a group but independent between
+//! The searches (`make_qkx2_quants` for the 32-value groups of `Q4_K` and `Q5_K` and the 16-value
+//! groups of `Q2_K`, `make_q3_quants` for those of `Q3_K`, `make_qx_quants` for those of `Q6_K`)
+//! are sequential within a group but independent between
 //! groups, so they run side by side: one group per f32 lane, the groups' values transposed so that
 //! vector `i` holds element `i` of as many groups as there are lanes. Each lane then does exactly
 //! the reference's sequence for its group: sums front to back, products and sums as separate
@@ -15,8 +16,9 @@
 //! reference's quants (`rounding.rs`).
 //!
 //! `Q4_K` and `Q5_K` search four vectors of groups at once (four blocks on AVX2, two on NEON), each
-//! pass in three loops (quants, sums, error) so that few instructions wait on long chains; `Q6_K`'s
-//! 16 groups are one block. The per-block rest is `finish.rs`.
+//! pass in three loops (quants, sums, error) so that few instructions wait on long chains; `Q2_K`
+//! and `Q3_K` four vectors of 16-value groups (two blocks on AVX2, one on NEON); `Q6_K`'s 16
+//! groups are one block. The per-block rest is `finish.rs`.
 
 use super::finish::{finish_q2_k_block, finish_q3_k_block, finish_q6_k_block, finish_scale_min_block, Fits, Levels};
 #[cfg(test)]
