@@ -50,6 +50,11 @@ fn gaussian(rng: &mut SplitMix64) -> f32 {
 }
 
 #[test]
+fn the_kernels_search_every_k_quant() {
+    assert_eq!(SEARCHED, BlockType::K_QUANTS);
+}
+
+#[test]
 fn a_simd_kernel_is_chosen_where_the_cpu_has_one() {
     #[cfg(target_arch = "x86_64")]
     if crate::cpu::has_avx2() {
@@ -394,7 +399,7 @@ fn edge_and_random_rows_reach_every_simd_rounding() {
         assert_same(row, "coverage row");
     }
     let names = ["exact", "round", "round, clamp below", "round, clamp above", "round, clamp both"];
-    for (search, counts) in ["Q4_K/Q5_K", "Q6_K"].iter().zip(&super::PASSES) {
+    for (search, counts) in ["Q4_K/Q5_K", "Q6_K", "Q2_K"].iter().zip(&super::PASSES) {
         for (name, n) in names.iter().zip(counts) {
             let n = n.load(std::sync::atomic::Ordering::Relaxed);
             eprintln!("{search}: {name}: {n} passes");
