@@ -4,7 +4,7 @@
 //! `cargo bench --bench quant`. One 128×5120 block (one conversion work unit of a 27B-wide
 //! linear) of Gaussian-like weights rounded to bf16, single-threaded: the scalar reference and the
 //! kernel `quantize_rows` / `kquants::quantize_row` dispatches to. Affine: group size 64 with BF16
-//! scales; K-quants: `Q4_K`, `Q5_K` and `Q6_K`, a row (20 super-blocks) at a time; `Q8_0` a row
+//! scales; K-quants: `Q2_K` to `Q6_K` (`kquants::SEARCHED`), a row (20 super-blocks) at a time; `Q8_0` a row
 //! at a time, beside the bf16 rounding of the same row (what a bf16 output costs there); the legacy
 //! types `Q4_0`, `Q4_1`, `Q5_0` and `Q5_1` a row at a time.
 

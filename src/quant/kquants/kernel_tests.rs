@@ -1,7 +1,10 @@
 //! Every kernel against the scalar reference, byte for byte, for every K-quant type it searches, on
 //! rows built to hit the edges of the scale searches and on random rows.
 
-use super::reference::{make_qkx2_quants, make_qx_quants, q6_k_header, scale_min_header};
+use super::low::{make_q3_quants, q2_k_header, q3_k_header, q3_k_scale};
+use super::reference::{
+    fit_affine, make_qkx2_quants, make_qx_quants, q6_k_header, scale_min_header, ErrorNorm, GridSearch,
+};
 use super::*;
 use crate::rng::SplitMix64;
 use proptest::prelude::*;
@@ -47,6 +50,11 @@ fn gaussian(rng: &mut SplitMix64) -> f32 {
 }
 
 #[test]
+fn the_kernels_search_every_k_quant() {
+    assert_eq!(SEARCHED, BlockType::K_QUANTS);
+}
+
+#[test]
 fn a_simd_kernel_is_chosen_where_the_cpu_has_one() {
     #[cfg(target_arch = "x86_64")]
     if crate::cpu::has_avx2() {
@@ -67,10 +75,33 @@ struct Coverage {
 }
 
 /// The steps the reference re-quantizes each group of a block with, `(dj, dm)` (`dm` zero for
-/// `Q6_K`), and whether the group's own fit has non-zero quants (kept when `dj` is zero).
+/// `Q6_K` and `Q3_K`), and whether the group's own fit has non-zero quants (kept when `dj` is
+/// zero).
 fn group_steps(kind: BlockType, x: &[f32]) -> Vec<(f32, f32, bool)> {
     let mut l = [0u8; QK_K];
-    if kind == BlockType::Q6_K {
+    let nonzero = |l: &[u8; QK_K], j: usize| l[16 * j..16 * j + 16].iter().any(|&q| q != 0);
+    if kind == BlockType::Q2_K {
+        let (mut scales, mut mins, mut weights) = ([0.0f32; 16], [0.0f32; 16], [0.0f32; 16]);
+        let search = GridSearch { rmin: -0.5, rdelta: 0.1, nstep: 15 };
+        for j in 0..16 {
+            let sub = &x[16 * j..16 * j + 16];
+            for (w, &v) in weights.iter_mut().zip(sub) {
+                *w = v.abs();
+            }
+            (scales[j], mins[j]) = fit_affine(3, sub, &weights, &mut l[16 * j..], search, ErrorNorm::Absolute);
+        }
+        let (d, dmin, packed) = q2_k_header(&scales, &mins);
+        let (d_f, dmin_f) = (f16::from_bits(d).to_f32(), f16::from_bits(dmin).to_f32());
+        (0..16).map(|j| (d_f * (packed[j] & 0xF) as f32, dmin_f * (packed[j] >> 4) as f32, nonzero(&l, j))).collect()
+    } else if kind == BlockType::Q3_K {
+        let mut scales = [0.0f32; 16];
+        for j in 0..16 {
+            scales[j] = make_q3_quants(4, &x[16 * j..16 * j + 16], &mut l[16 * j..]);
+        }
+        let (d, packed) = q3_k_header(&scales);
+        let d_f = f16::from_bits(d).to_f32();
+        (0..16).map(|j| (d_f * q3_k_scale(j, &packed) as f32, 0.0, nonzero(&l, j))).collect()
+    } else if kind == BlockType::Q6_K {
         let mut scales = [0.0f32; 16];
         for ib in 0..16 {
             scales[ib] = make_qx_quants(32, &x[16 * ib..16 * ib + 16], &mut l[16 * ib..]);
@@ -368,11 +399,36 @@ fn edge_and_random_rows_reach_every_simd_rounding() {
         assert_same(row, "coverage row");
     }
     let names = ["exact", "round", "round, clamp below", "round, clamp above", "round, clamp both"];
-    for (search, counts) in ["Q4_K/Q5_K", "Q6_K"].iter().zip(&super::PASSES) {
+    for (search, counts) in ["Q4_K/Q5_K", "Q6_K", "Q2_K"].iter().zip(&super::PASSES) {
         for (name, n) in names.iter().zip(counts) {
             let n = n.load(std::sync::atomic::Ordering::Relaxed);
             eprintln!("{search}: {name}: {n} passes");
             assert!(n > 0, "{search}: no pass rounded as \"{name}\"");
         }
+    }
+}
+
+/// The rows above make the lane-wise `Q3_K` search run every number of sweeps the reference can,
+/// the fifth included: lanes that stopped earlier then sweep on with the rest.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+#[test]
+fn edge_and_random_rows_reach_every_q3_k_sweep() {
+    #[cfg(target_arch = "x86_64")]
+    if !crate::cpu::has_avx2() {
+        return;
+    }
+    let mut rng = SplitMix64(0x5EE9);
+    let mut rows = edge_blocks(&mut rng);
+    rows.extend((0..300).map(|_| random_block(&mut rng)));
+    for row in &rows {
+        let want = run(Kernel::Reference, BlockType::Q3_K, row);
+        for kernel in fast_kernels() {
+            assert!(run(kernel, BlockType::Q3_K, row) == want, "{}: Q3_K sweep row", kernel.name());
+        }
+    }
+    for sweep in 1..=5 {
+        let n = super::search::Q3_SWEEPS[sweep].load(std::sync::atomic::Ordering::Relaxed);
+        eprintln!("Q3_K: sweep {sweep} ran {n} times");
+        assert!(n > 0, "no Q3_K search ran sweep {sweep}");
     }
 }

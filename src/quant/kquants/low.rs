@@ -1,6 +1,6 @@
 //! The 2- and 3-bit K-quants `Q2_K` and `Q3_K`: ggml's `quantize_row_q{2,3}_K_ref` block by block,
-//! operation for operation (scalar on every CPU), and ggml's dequantization of them. Both split a
-//! super-block into 16 groups of 16 values.
+//! operation for operation (the scalar reference the kernels of `search.rs` are held to), and
+//! ggml's dequantization of them. Both split a super-block into 16 groups of 16 values.
 
 use super::reference::{fit_affine, ErrorNorm, GridSearch};
 use super::{f16_at, nearest_int, to_f16_bits, QK_K};
@@ -46,6 +46,27 @@ pub(super) fn quantize_q2_k_block(x: &[f32; QK_K]) -> [u8; Q2_K_BLOCK_BYTES] {
         mins
     };
     let mins = mins_and_scales;
+    let (d, dmin, packed) = q2_k_header(&scales, &mins);
+
+    // Re-quantize against the scales as stored; a group whose scale is zero keeps its fit's quants.
+    let (d_f, dmin_f) = (f16::from_bits(d).to_f32(), f16::from_bits(dmin).to_f32());
+    for (j, &sc) in packed.iter().enumerate() {
+        let dj = d_f * (sc & 0xF) as f32;
+        if dj == 0.0 {
+            continue;
+        }
+        let dm = dmin_f * (sc >> 4) as f32;
+        for i in 16 * j..16 * j + 16 {
+            l[i] = nearest_int((x[i] + dm) / dj).clamp(0, 3) as u8;
+        }
+    }
+    write_q2_k(d, dmin, &packed, &l)
+}
+
+/// The super-scales `d`, `dmin` (f16 bits) and the 16 bytes of 4-bit group scales (low nibble)
+/// and mins (high nibble) for the groups' fitted scales and mins, as `quantize_row_q2_K_ref`
+/// computes them.
+pub(super) fn q2_k_header(scales: &[f32; 16], mins: &[f32; 16]) -> (u16, u16, [u8; 16]) {
     let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
     for j in 0..16 {
         if scales[j] > max_scale {
@@ -60,7 +81,7 @@ pub(super) fn quantize_q2_k_block(x: &[f32; QK_K]) -> [u8; Q2_K_BLOCK_BYTES] {
     let mut d = 0u16;
     if max_scale > 0.0 {
         let iscale = Q2_SCALE_LEVELS / max_scale;
-        for (p, &s) in packed.iter_mut().zip(&scales) {
+        for (p, &s) in packed.iter_mut().zip(scales) {
             // C stores the int in a uint8_t: its low byte.
             *p = nearest_int(iscale * s) as u8;
         }
@@ -69,28 +90,19 @@ pub(super) fn quantize_q2_k_block(x: &[f32; QK_K]) -> [u8; Q2_K_BLOCK_BYTES] {
     let mut dmin = 0u16;
     if max_min > 0.0 {
         let iscale = Q2_SCALE_LEVELS / max_min;
-        for (p, &m) in packed.iter_mut().zip(&mins) {
+        for (p, &m) in packed.iter_mut().zip(mins) {
             *p |= nearest_int(iscale * m).wrapping_shl(4) as u8;
         }
         dmin = to_f16_bits(max_min / Q2_SCALE_LEVELS);
     }
+    (d, dmin, packed)
+}
 
-    // Re-quantize against the scales as stored; a group whose scale is zero keeps its fit's quants.
-    let (d_f, dmin_f) = (f16::from_bits(d).to_f32(), f16::from_bits(dmin).to_f32());
-    for (j, &sc) in packed.iter().enumerate() {
-        let dj = d_f * (sc & 0xF) as f32;
-        if dj == 0.0 {
-            continue;
-        }
-        let dm = dmin_f * (sc >> 4) as f32;
-        for i in 16 * j..16 * j + 16 {
-            l[i] = nearest_int((x[i] + dm) / dj).clamp(0, 3) as u8;
-        }
-    }
-
+/// A `Q2_K` block from its header and its quants (0..4).
+pub(super) fn write_q2_k(d: u16, dmin: u16, packed: &[u8; 16], l: &[u8; QK_K]) -> [u8; Q2_K_BLOCK_BYTES] {
     let mut out = [0u8; Q2_K_BLOCK_BYTES];
-    out[..16].copy_from_slice(&packed);
-    pack_bit_pairs(&l, &mut out[16..80]);
+    out[..16].copy_from_slice(packed);
+    pack_bit_pairs(l, &mut out[16..80]);
     out[80..82].copy_from_slice(&d.to_le_bytes());
     out[82..84].copy_from_slice(&dmin.to_le_bytes());
     out
@@ -100,7 +112,7 @@ pub(super) fn quantize_q2_k_block(x: &[f32; QK_K]) -> [u8; Q2_K_BLOCK_BYTES] {
 /// `−nmax..nmax`, started from the largest magnitude landing on `−nmax` and improved value by value
 /// (at most 5 sweeps) while the weighted (x²) least-squares fit gets better. Writes `L + nmax` to
 /// `l`, returns the scale.
-fn make_q3_quants(nmax: i32, x: &[f32], l: &mut [u8]) -> f32 {
+pub(super) fn make_q3_quants(nmax: i32, x: &[f32], l: &mut [u8]) -> f32 {
     let x = &x[..16];
     let (max, amax) = crate::quant::largest_magnitude(x);
     if amax < 1e-15 {
@@ -157,7 +169,7 @@ fn make_q3_quants(nmax: i32, x: &[f32], l: &mut [u8]) -> f32 {
 /// The 6-bit scale of group `j` (0..16) of a `Q3_K` scales field, less 32: its low nibble is in byte
 /// `j` (low) or `j − 8` (high) of the first 8 bytes, its top bit pair in byte `8 + j % 4` at bit
 /// `2·(j / 4)`.
-fn q3_k_scale(j: usize, scales: &[u8]) -> i8 {
+pub(super) fn q3_k_scale(j: usize, scales: &[u8]) -> i8 {
     let low = if j < 8 { scales[j] & 0xF } else { scales[j - 8] >> 4 };
     let high = (scales[8 + j % 4] >> (2 * (j / 4))) & 3;
     (low | (high << 4)) as i8 - 32
@@ -171,12 +183,25 @@ pub(super) fn quantize_q3_k_block(x: &[f32; QK_K]) -> [u8; Q3_K_BLOCK_BYTES] {
     for j in 0..16 {
         scales[j] = make_q3_quants(4, &x[16 * j..16 * j + 16], &mut l[16 * j..]);
     }
-    let (max_scale, _) = crate::quant::largest_magnitude(&scales);
+    let (d, packed) = q3_k_header(&scales);
+    let d_f = f16::from_bits(d).to_f32();
+    for j in 0..16 {
+        let dj = d_f * q3_k_scale(j, &packed) as f32;
+        if dj == 0.0 {
+            continue;
+        }
+        for i in 16 * j..16 * j + 16 {
+            l[i] = (nearest_int(x[i] / dj).clamp(-4, 3) + 4) as u8;
+        }
+    }
+    write_q3_k(d, &packed, &mut l)
+}
 
-    let mut out = [0u8; Q3_K_BLOCK_BYTES];
-    let (hmask, rest) = out.split_at_mut(32);
-    let (qs, rest) = rest.split_at_mut(64);
-    let (packed, d_bytes) = rest.split_at_mut(12);
+/// The super-scale `d` (f16 bits) and the 12 bytes of 6-bit group scales for the groups' fitted
+/// scales, as `quantize_row_q3_K_ref` computes them.
+pub(super) fn q3_k_header(scales: &[f32; 16]) -> (u16, [u8; 12]) {
+    let (max_scale, _) = crate::quant::largest_magnitude(scales);
+    let mut packed = [0u8; 12];
     let mut d = 0u16;
     // C tests `if (max_scale)`: a NaN counts as non-zero.
     if max_scale != 0.0 {
@@ -194,26 +219,25 @@ pub(super) fn quantize_q3_k_block(x: &[f32; QK_K]) -> [u8; Q3_K_BLOCK_BYTES] {
         }
         d = to_f16_bits(1.0 / iscale);
     }
+    (d, packed)
+}
 
-    let d_f = f16::from_bits(d).to_f32();
-    for j in 0..16 {
-        let dj = d_f * q3_k_scale(j, packed) as f32;
-        if dj == 0.0 {
-            continue;
-        }
-        for i in 16 * j..16 * j + 16 {
-            l[i] = (nearest_int(x[i] / dj).clamp(-4, 3) + 4) as u8;
+/// A `Q3_K` block from its header and its quants (0..8, the third bit taken out of `l`).
+pub(super) fn write_q3_k(d: u16, packed: &[u8; 12], l: &mut [u8; QK_K]) -> [u8; Q3_K_BLOCK_BYTES] {
+    let mut out = [0u8; Q3_K_BLOCK_BYTES];
+    let (hmask, rest) = out.split_at_mut(32);
+    let (qs, rest) = rest.split_at_mut(64);
+    let (scales, d_bytes) = rest.split_at_mut(12);
+    scales.copy_from_slice(packed);
+    // The third bit of value `32·b + k` is bit `b` of `hmask[k]` (without a branch: it is as
+    // often set as not).
+    for (b, ls) in l.chunks_exact_mut(32).enumerate() {
+        for (h, q) in hmask.iter_mut().zip(ls) {
+            *h |= ((*q >> 2) & 1) << b;
+            *q &= 3;
         }
     }
-
-    // The third bit of value `32·b + k` is bit `b` of `hmask[k]`.
-    for (i, q) in l.iter_mut().enumerate() {
-        if *q > 3 {
-            hmask[i % 32] |= 1 << (i / 32);
-            *q -= 4;
-        }
-    }
-    pack_bit_pairs(&l, qs);
+    pack_bit_pairs(l, qs);
     d_bytes.copy_from_slice(&d.to_le_bytes());
     out
 }

@@ -9,13 +9,14 @@
 //! `tests/it/kquants_ref.rs` checks all of this against the C code itself.
 //!
 //! `reference.rs` is the scalar reference of `Q4_K`, `Q5_K` and `Q6_K`, `low.rs` that of `Q2_K` and
-//! `Q3_K` (scalar on every CPU: the low-bit types are rarely asked for). [`quantize_row`] runs the fastest [`Kernel`] this CPU
-//! has (AVX2 on `x86_64`, NEON on aarch64, chosen once per process), each bit-identical to the
-//! reference for every input: a kernel runs the reference's scale searches for the 8 (`Q4_K`,
-//! `Q5_K`) or 16 (`Q6_K`) groups of a block side by side, one group per vector lane, every lane
-//! doing the reference's operations in the reference's order (`search.rs`, written once over
-//! `crate::simd`'s lanes, rounding as `rounding.rs` chooses); the few scalar steps per block (the
-//! super-scales, the 6- and 8-bit group scales) are the reference's own code (`finish.rs`).
+//! `Q3_K`. [`quantize_row`] runs the fastest [`Kernel`] this CPU has (AVX2 on `x86_64`, NEON on
+//! aarch64, chosen once per process), each bit-identical to the reference for every input: a
+//! kernel runs the reference's scale searches for the groups of a block side by side, one group
+//! per vector lane (the 8 groups of 32 of `Q4_K` and `Q5_K`, the 16 groups of 16 of `Q2_K`,
+//! `Q3_K` and `Q6_K`), every lane doing the reference's operations in the reference's order
+//! (`search.rs`, written once over `crate::simd`'s lanes, rounding as `rounding.rs` chooses); the
+//! few scalar steps per block (the super-scales, the 4-, 6- and 8-bit group scales, the quants
+//! against the stored scales) are the reference's own code (`finish.rs`).
 
 use crate::block_type::BlockType;
 pub use crate::cpu::Kernel;
@@ -39,9 +40,10 @@ use rounding::PASSES;
 
 /// Values per super-block, for every K-quant type.
 pub const QK_K: usize = BlockType::Q4_K.elements();
-/// The K-quants whose scale searches the vector kernels run; the others are encoded by the
-/// scalar reference whatever the kernel.
-pub const SEARCHED: [BlockType; 3] = [BlockType::Q4_K, BlockType::Q5_K, BlockType::Q6_K];
+/// The K-quants whose scale searches the vector kernels run (all of them); any other would be
+/// encoded by the scalar reference whatever the kernel.
+pub const SEARCHED: [BlockType; 5] =
+    [BlockType::Q2_K, BlockType::Q3_K, BlockType::Q4_K, BlockType::Q5_K, BlockType::Q6_K];
 
 /// Bytes of one `Q4_K` super-block: f16 `d`, f16 `dmin`, 12 bytes of 6-bit scales and mins, 128
 /// bytes of 4-bit quants.

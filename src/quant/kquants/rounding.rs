@@ -32,11 +32,11 @@ impl Rounding {
     }
 }
 
-/// How many passes each [`Rounding`] ran, `Q4_K`/`Q5_K` then `Q6_K`: the tests check that their
-/// rows reach every one.
+/// How many passes each [`Rounding`] ran, `Q4_K`/`Q5_K`, `Q6_K`, then `Q2_K`: the tests check
+/// that their rows reach every one.
 #[cfg(test)]
-pub(super) static PASSES: [[std::sync::atomic::AtomicUsize; 5]; 2] =
-    [const { [const { std::sync::atomic::AtomicUsize::new(0) }; 5] }; 2];
+pub(super) static PASSES: [[std::sync::atomic::AtomicUsize; 5]; 3] =
+    [const { [const { std::sync::atomic::AtomicUsize::new(0) }; 5] }; 3];
 
 #[cfg(test)]
 pub(super) fn count(search: usize, r: Rounding) {

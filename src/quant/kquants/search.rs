@@ -1,8 +1,9 @@
 //! The scale searches of the SIMD kernels, written once over [`Lanes`] and compiled for each CPU
 //! by one `#[target_feature]` entry ([`quantize_blocks_avx2`], [`quantize_blocks_neon`]).
 //!
-//! The searches (`make_qkx2_quants` for the 32-value groups of `Q4_K` and `Q5_K`, `make_qx_quants`
-//! for the 16-value groups of `Q6_K`) are sequential within a group but independent between
+//! The searches (`make_qkx2_quants` for the 32-value groups of `Q4_K` and `Q5_K` and the 16-value
+//! groups of `Q2_K`, `make_q3_quants` for those of `Q3_K`, `make_qx_quants` for those of `Q6_K`)
+//! are sequential within a group but independent between
 //! groups, so they run side by side: one group per f32 lane, the groups' values transposed so that
 //! vector `i` holds element `i` of as many groups as there are lanes. Each lane then does exactly
 //! the reference's sequence for its group: sums front to back, products and sums as separate
@@ -15,10 +16,11 @@
 //! reference's quants (`rounding.rs`).
 //!
 //! `Q4_K` and `Q5_K` search four vectors of groups at once (four blocks on AVX2, two on NEON), each
-//! pass in three loops (quants, sums, error) so that few instructions wait on long chains; `Q6_K`'s
-//! 16 groups are one block. The per-block rest is `finish.rs`.
+//! pass in three loops (quants, sums, error) so that few instructions wait on long chains; `Q2_K`
+//! and `Q3_K` four vectors of 16-value groups (two blocks on AVX2, one on NEON); `Q6_K`'s 16
+//! groups are one block. The per-block rest is `finish.rs`.
 
-use super::finish::{finish_q6_k_block, finish_scale_min_block, Fits};
+use super::finish::{finish_q2_k_block, finish_q3_k_block, finish_q6_k_block, finish_scale_min_block, Fits, Levels};
 #[cfg(test)]
 use super::rounding::count;
 use super::rounding::{quant, rounding, QuantRange, Rounding};
@@ -50,30 +52,37 @@ fn quantize_blocks<L: Lanes>(lanes: L, kind: BlockType, values: &[f32], out: &mu
     let bytes = kind.bytes();
     assert_eq!(values.len() % QK_K, 0, "whole blocks");
     assert_eq!(values.len() / QK_K * bytes, out.len(), "room for exactly the blocks");
-    let (nmax, rmin, nstep) = match kind {
-        BlockType::Q4_K => (15, -1.0, 20),
-        BlockType::Q5_K => (31, -0.5, 15),
-        BlockType::Q6_K => {
-            for (x, o) in values.chunks_exact(QK_K).zip(out.chunks_exact_mut(bytes)) {
-                // The 16 groups: two vectors of eight lanes or four of four.
-                let fits = if L::LANES == 8 { qx_search::<L, 2>(lanes, x) } else { qx_search::<L, 4>(lanes, x) };
-                finish_q6_k_block(x, &fits, o);
-            }
-            return;
+    if kind == BlockType::Q6_K {
+        for (x, o) in values.chunks_exact(QK_K).zip(out.chunks_exact_mut(bytes)) {
+            // The 16 groups: two vectors of eight lanes or four of four.
+            let fits = if L::LANES == 8 { qx_search::<L, 2>(lanes, x) } else { qx_search::<L, 4>(lanes, x) };
+            finish_q6_k_block(x, &fits, o);
         }
-        other => unreachable!("{} is not a K-quant", other.name()),
-    };
-    // Four vectors of groups at a time, then what is left two and one at a time.
+        return;
+    }
+    // Q2_K and Q3_K: four vectors of 16-value groups at a time (two blocks on AVX2, one on NEON),
+    // then a last block alone. Q4_K and Q5_K: four vectors of 32-value groups at a time, then what
+    // is left two and one at a time. (Loops, not a closure: a closure would not be compiled for
+    // the caller's CPU features.)
+    let (nmax, rmin, nstep) = if kind == BlockType::Q4_K { (15, -1.0, 20) } else { (31, -0.5, 15) };
     let (mut x, mut o) = (values, out);
     while !x.is_empty() {
-        let groups = x.len() / 32;
-        let n = if groups >= 4 * L::LANES {
-            search_and_finish::<L, 4>(lanes, kind, x, o, nmax, rmin, nstep)
-        } else if groups >= 2 * L::LANES {
-            search_and_finish::<L, 2>(lanes, kind, x, o, nmax, rmin, nstep)
-        } else {
-            search_and_finish::<L, 1>(lanes, kind, x, o, nmax, rmin, nstep)
+        let (groups16, groups32) = (x.len() / 16, x.len() / 32);
+        let n = match kind {
+            BlockType::Q2_K if groups16 >= 4 * L::LANES => q2_k_search_and_finish::<L, 4>(lanes, x, o),
+            BlockType::Q2_K => q2_k_search_and_finish::<L, 2>(lanes, x, o),
+            BlockType::Q3_K if groups16 >= 4 * L::LANES => q3_k_search_and_finish::<L, 4>(lanes, x, o),
+            BlockType::Q3_K => q3_k_search_and_finish::<L, 2>(lanes, x, o),
+            BlockType::Q4_K | BlockType::Q5_K if groups32 >= 4 * L::LANES => {
+                search_and_finish::<L, 4>(lanes, kind, x, o, nmax, rmin, nstep)
+            }
+            BlockType::Q4_K | BlockType::Q5_K if groups32 >= 2 * L::LANES => {
+                search_and_finish::<L, 2>(lanes, kind, x, o, nmax, rmin, nstep)
+            }
+            BlockType::Q4_K | BlockType::Q5_K => search_and_finish::<L, 1>(lanes, kind, x, o, nmax, rmin, nstep),
+            other => unreachable!("{} is not a K-quant", other.name()),
         };
+        assert!(n > 0, "every step encodes a block");
         (x, o) = (&x[n * QK_K..], &mut o[n * bytes..]);
     }
 }
@@ -92,10 +101,39 @@ fn search_and_finish<L: Lanes, const G: usize>(
 ) -> usize {
     let blocks = G * L::LANES / 8;
     let x = &x[..blocks * QK_K];
-    let fits = qkx2_search::<L, G>(lanes, x, nmax, rmin, nstep);
+    let fits = qkx2_search::<L, 32, G, false>(lanes, x, nmax, rmin, nstep);
     let bytes = kind.bytes();
     for (b, (xb, ob)) in x.chunks_exact(QK_K).zip(out[..blocks * bytes].chunks_exact_mut(bytes)).enumerate() {
         finish_scale_min_block(kind, xb, &fits, 8 * b, ob);
+    }
+    blocks
+}
+
+/// `Q2_K`: searches the first `G·LANES / 16` blocks of `x` together (`make_qkx2_quants(16, 3, …,
+/// rmin −0.5, nstep 15)`, weights |x|, absolute error) and writes them to the start of `out`;
+/// returns how many.
+#[inline(always)]
+fn q2_k_search_and_finish<L: Lanes, const G: usize>(lanes: L, x: &[f32], out: &mut [u8]) -> usize {
+    let blocks = G * L::LANES / 16;
+    let x = &x[..blocks * QK_K];
+    let fits = qkx2_search::<L, 16, G, true>(lanes, x, 3, -0.5, 15);
+    let bytes = BlockType::Q2_K.bytes();
+    for (b, (xb, ob)) in x.chunks_exact(QK_K).zip(out[..blocks * bytes].chunks_exact_mut(bytes)).enumerate() {
+        finish_q2_k_block(xb, &fits, 16 * b, ob);
+    }
+    blocks
+}
+
+/// `Q3_K`: searches the first `G·LANES / 16` blocks of `x` together (`make_q3_quants(16, 4, …,
+/// do_rmse)`) and writes them to the start of `out`; returns how many.
+#[inline(always)]
+fn q3_k_search_and_finish<L: Lanes, const G: usize>(lanes: L, x: &[f32], out: &mut [u8]) -> usize {
+    let blocks = G * L::LANES / 16;
+    let x = &x[..blocks * QK_K];
+    let (fits, levels) = q3_search::<L, G>(lanes, x);
+    let bytes = BlockType::Q3_K.bytes();
+    for (b, (xb, ob)) in x.chunks_exact(QK_K).zip(out[..blocks * bytes].chunks_exact_mut(bytes)).enumerate() {
+        finish_q3_k_block(xb, &fits, &levels, 16 * b, ob);
     }
     blocks
 }
@@ -135,40 +173,42 @@ fn all_finite<L: Lanes, const N: usize, const G: usize>(lanes: L, xt: &[[L::F32;
 /// The quants of one `make_qkx2_quants` pass, `nearest_int(iscale·(x − min))` in `0..=nmax`,
 /// into `l`, rounded as `r` says.
 #[inline(always)]
-fn qkx2_levels<L: Lanes, const G: usize>(
+fn qkx2_levels<L: Lanes, const N: usize, const G: usize>(
     lanes: L,
     r: Rounding,
-    xt: &[[L::F32; G]; 32],
+    xt: &[[L::F32; G]; N],
     iscale: &[L::F32; G],
     min: &[L::F32; G],
     nmax: i32,
-    l: &mut [[L::F32; G]; 32],
+    l: &mut [[L::F32; G]; N],
 ) {
     #[cfg(test)]
-    count(0, r);
+    count(if N == 16 { 2 } else { 0 }, r);
     let range = QuantRange::new(lanes, 0, nmax);
     match r {
-        Rounding::Exact => qkx2_levels_as::<L, G, true, false, false>(xt, iscale, min, range, l),
+        Rounding::Exact => qkx2_levels_as::<L, N, G, true, false, false>(xt, iscale, min, range, l),
         Rounding::Round { lo: false, hi: false } => {
-            qkx2_levels_as::<L, G, false, false, false>(xt, iscale, min, range, l);
+            qkx2_levels_as::<L, N, G, false, false, false>(xt, iscale, min, range, l);
         }
         Rounding::Round { lo: true, hi: false } => {
-            qkx2_levels_as::<L, G, false, true, false>(xt, iscale, min, range, l);
+            qkx2_levels_as::<L, N, G, false, true, false>(xt, iscale, min, range, l);
         }
         Rounding::Round { lo: false, hi: true } => {
-            qkx2_levels_as::<L, G, false, false, true>(xt, iscale, min, range, l);
+            qkx2_levels_as::<L, N, G, false, false, true>(xt, iscale, min, range, l);
         }
-        Rounding::Round { lo: true, hi: true } => qkx2_levels_as::<L, G, false, true, true>(xt, iscale, min, range, l),
+        Rounding::Round { lo: true, hi: true } => {
+            qkx2_levels_as::<L, N, G, false, true, true>(xt, iscale, min, range, l);
+        }
     }
 }
 
 #[inline(always)]
-fn qkx2_levels_as<L: Lanes, const G: usize, const EXACT: bool, const LO: bool, const HI: bool>(
-    xt: &[[L::F32; G]; 32],
+fn qkx2_levels_as<L: Lanes, const N: usize, const G: usize, const EXACT: bool, const LO: bool, const HI: bool>(
+    xt: &[[L::F32; G]; N],
     iscale: &[L::F32; G],
     min: &[L::F32; G],
     range: QuantRange<L::F32>,
-    l: &mut [[L::F32; G]; 32],
+    l: &mut [[L::F32; G]; N],
 ) {
     for (li, xi) in l.iter_mut().zip(xt) {
         for g in 0..G {
@@ -177,13 +217,14 @@ fn qkx2_levels_as<L: Lanes, const G: usize, const EXACT: bool, const LO: bool, c
     }
 }
 
-/// `Σ w·(scale·l + min − x)²` front to back: the error of a `make_qkx2_quants` fit.
+/// `Σ w·(scale·l + min − x)²` front to back, or `Σ w·|scale·l + min − x|` when `MAD` (ggml's
+/// `use_mad`): the error of a `make_qkx2_quants` fit.
 #[inline(always)]
-fn qkx2_error<L: Lanes, const G: usize>(
+fn qkx2_error<L: Lanes, const N: usize, const G: usize, const MAD: bool>(
     lanes: L,
-    l: &[[L::F32; G]; 32],
-    w: &[[L::F32; G]; 32],
-    xt: &[[L::F32; G]; 32],
+    l: &[[L::F32; G]; N],
+    w: &[[L::F32; G]; N],
+    xt: &[[L::F32; G]; N],
     scale: &[L::F32; G],
     min: &[L::F32; G],
 ) -> [L::F32; G] {
@@ -191,38 +232,53 @@ fn qkx2_error<L: Lanes, const G: usize>(
     for ((li, wi), xi) in l.iter().zip(w).zip(xt) {
         for g in 0..G {
             let diff = scale[g] * li[g] + min[g] - xi[g];
-            error[g] = error[g] + wi[g] * (diff * diff);
+            error[g] = error[g] + wi[g] * if MAD { diff.abs() } else { diff * diff };
         }
     }
     error
 }
 
-/// `quantize_scale_min_block`'s weights and `make_qkx2_quants` for the `LANES·G` groups of 32 in
-/// `x`, one group per lane. See the reference for the algorithm; each line below is the
-/// reference's, lane-wise.
+/// `make_qkx2_quants` for the `LANES·G` groups of `N` in `x`, one group per lane, with its
+/// callers' weights: `quantize_scale_min_block`'s `sqrt(Σx²/N) + |x|` and squared error (`Q4_K`,
+/// `Q5_K`), or when `MAD` `Q2_K`'s `|x|` and absolute error. See the reference for the algorithm;
+/// each line below is the reference's, lane-wise.
 #[allow(clippy::needless_range_loop)] // `g` indexes several arrays of vectors at once
 #[inline(always)]
-fn qkx2_search<L: Lanes, const G: usize>(lanes: L, x: &[f32], nmax: i32, rmin: f32, nstep: i32) -> Fits {
-    let xt = transpose_units::<L, 32, G>(lanes, x);
+fn qkx2_search<L: Lanes, const N: usize, const G: usize, const MAD: bool>(
+    lanes: L,
+    x: &[f32],
+    nmax: i32,
+    rmin: f32,
+    nstep: i32,
+) -> Fits {
+    let xt = transpose_units::<L, N, G>(lanes, x);
     let finite = all_finite(lanes, &xt);
     let zero = lanes.splat(0.0);
     let nmax_f = nmax as f32;
 
-    // weights = sqrt(Σx²/32) + |x|, the sum front to back.
-    let mut sum_x2 = [zero; G];
-    for xi in &xt {
-        for g in 0..G {
-            sum_x2[g] = sum_x2[g] + xi[g] * xi[g];
+    // weights = sqrt(Σx²/N) + |x|, the sum front to back; or |x|.
+    let mut w = [[zero; G]; N];
+    if MAD {
+        for (wi, xi) in w.iter_mut().zip(&xt) {
+            for g in 0..G {
+                wi[g] = xi[g].abs();
+            }
         }
-    }
-    let mut av_x = [zero; G];
-    for g in 0..G {
-        av_x[g] = (sum_x2[g] / lanes.splat(32.0)).sqrt();
-    }
-    let mut w = [[zero; G]; 32];
-    for (wi, xi) in w.iter_mut().zip(&xt) {
+    } else {
+        let mut sum_x2 = [zero; G];
+        for xi in &xt {
+            for g in 0..G {
+                sum_x2[g] = sum_x2[g] + xi[g] * xi[g];
+            }
+        }
+        let mut av_x = [zero; G];
         for g in 0..G {
-            wi[g] = av_x[g] + xi[g].abs();
+            av_x[g] = (sum_x2[g] / lanes.splat(N as f32)).sqrt();
+        }
+        for (wi, xi) in w.iter_mut().zip(&xt) {
+            for g in 0..G {
+                wi[g] = av_x[g] + xi[g].abs();
+            }
         }
     }
 
@@ -230,7 +286,7 @@ fn qkx2_search<L: Lanes, const G: usize>(lanes: L, x: &[f32], nmax: i32, rmin: f
     for g in 0..G {
         sum_x[g] = w[0][g] * xt[0][g];
     }
-    for i in 1..32 {
+    for i in 1..N {
         for g in 0..G {
             min[g] = xt[i][g].min(min[g]);
             max[g] = xt[i][g].max(max[g]);
@@ -254,10 +310,10 @@ fn qkx2_search<L: Lanes, const G: usize>(lanes: L, x: &[f32], nmax: i32, rmin: f
         iscale[g] = lanes.splat(nmax_f) / (max[g] - min[g]);
         scale[g] = lanes.splat(1.0) / iscale[g];
     }
-    let mut laux = [[zero; G]; 32];
+    let mut laux = [[zero; G]; N];
     let r = qkx2_rounding(lanes, finite, &least, &max, &flat, &iscale, &min, nmax_f);
     qkx2_levels(lanes, r, &xt, &iscale, &min, nmax, &mut laux);
-    let mut best_error = qkx2_error(lanes, &laux, &w, &xt, &scale, &min);
+    let mut best_error = qkx2_error::<L, N, G, MAD>(lanes, &laux, &w, &xt, &scale, &min);
     let (mut best_iscale, mut best_lmin) = (iscale, min);
 
     for is in 0..=nstep {
@@ -286,7 +342,7 @@ fn qkx2_search<L: Lanes, const G: usize>(lanes: L, x: &[f32], nmax: i32, rmin: f
             this_min[g] = tm.zero_where(positive);
             this_scale[g] = ts.replaced_where(positive, sum_xl[g] / sum_l2[g]);
         }
-        let cur_error = qkx2_error(lanes, &laux, &w, &xt, &this_scale, &this_min);
+        let cur_error = qkx2_error::<L, N, G, MAD>(lanes, &laux, &w, &xt, &this_scale, &this_min);
         for g in 0..G {
             let better = ok[g] & cur_error[g].lt(best_error[g]);
             best_iscale[g] = best_iscale[g].replaced_where(better, iscale[g]);
@@ -473,4 +529,104 @@ fn qx_rounding<L: Lanes, const G: usize>(
         b[g] = iscale[g] * most[g];
     }
     rounding(lanes, finite, &a, &b, tiny, -32.0, 31.0)
+}
+
+/// How many of the `Q3_K` searches reached each sweep (index 1..=5): the tests check that their
+/// rows reach the last.
+#[cfg(test)]
+pub(super) static Q3_SWEEPS: [std::sync::atomic::AtomicUsize; 6] =
+    [const { std::sync::atomic::AtomicUsize::new(0) }; 6];
+
+/// Counts a `Q3_K` search's sweep, for the tests.
+#[inline(always)]
+fn count_sweep(sweep: usize) {
+    #[cfg(test)]
+    Q3_SWEEPS[sweep].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    #[cfg(not(test))]
+    let _ = sweep;
+}
+
+/// `make_q3_quants(16, 4, …, do_rmse)` for the `LANES·G` groups of 16 in `x`, one group per lane:
+/// the quants of the symmetric grid through the largest magnitude, then up to five sweeps that
+/// move one quant at a time while the x²-weighted least-squares fit improves. Each line is the
+/// reference's, lane-wise; the sweeps stop once no lane changed (a lane whose sweep changed
+/// nothing would change nothing in the next one either, so running on is the reference's
+/// stopping). Quants are rounded with the reference's bit arithmetic throughout: a sweep's
+/// candidate `x·sl2/slx` has no bound.
+#[allow(clippy::needless_range_loop)] // `g` indexes several arrays of vectors at once
+#[inline(always)]
+fn q3_search<L: Lanes, const G: usize>(lanes: L, x: &[f32]) -> (Fits, Levels) {
+    let xt = transpose_units::<L, 16, G>(lanes, x);
+    let zero = lanes.splat(0.0);
+    let (nmax, nmax_f) = (4, 4.0f32);
+
+    // The value of largest magnitude, the first of equals; the weights x² and the products x²·x.
+    let (mut max, mut amax) = ([zero; G], [zero; G]);
+    let (mut w, mut wx) = ([[zero; G]; 16], [[zero; G]; 16]);
+    for ((wi, wxi), xi) in w.iter_mut().zip(&mut wx).zip(&xt) {
+        for g in 0..G {
+            let ax = xi[g].abs();
+            let larger = ax.gt(amax[g]);
+            amax[g] = amax[g].replaced_where(larger, ax);
+            max[g] = max[g].replaced_where(larger, xi[g]);
+            wi[g] = xi[g] * xi[g];
+            wxi[g] = wi[g] * xi[g];
+        }
+    }
+    let mut tiny = [zero.eq(zero); G];
+    let mut iscale = [zero; G];
+    for g in 0..G {
+        tiny[g] = amax[g].lt(lanes.splat(1e-15));
+        iscale[g] = lanes.splat(-nmax_f) / max[g];
+    }
+
+    let mut q = [[zero; G]; 16];
+    let (mut sumlx, mut suml2) = ([zero; G], [zero; G]);
+    for ((qi, (wi, wxi)), xi) in q.iter_mut().zip(w.iter().zip(&wx)).zip(&xt) {
+        for g in 0..G {
+            qi[g] = (iscale[g] * xi[g]).nearest_int_clamped(-nmax, nmax - 1);
+            sumlx[g] = sumlx[g] + wxi[g] * qi[g];
+            suml2[g] = suml2[g] + wi[g] * qi[g] * qi[g];
+        }
+    }
+    for sweep in 1..=5 {
+        count_sweep(sweep);
+        let mut changed = [zero.lt(zero); G];
+        for i in 0..16 {
+            for g in 0..G {
+                let (wi, wxi, qi) = (w[i][g], wx[i][g], q[i][g]);
+                let slx = sumlx[g] - wxi * qi;
+                let sl2 = suml2[g] - wi * qi * qi;
+                let new_q = (xt[i][g] * sl2 / slx).nearest_int_clamped(-nmax, nmax - 1);
+                let new_slx = slx + wxi * new_q;
+                let new_sl2 = sl2 + wi * new_q * new_q;
+                let better = slx.gt(zero)
+                    & !new_q.eq(qi)
+                    & new_sl2.gt(zero)
+                    & (new_slx * new_slx * suml2[g]).gt(sumlx[g] * sumlx[g] * new_sl2);
+                q[i][g] = qi.replaced_where(better, new_q);
+                sumlx[g] = sumlx[g].replaced_where(better, new_slx);
+                suml2[g] = suml2[g].replaced_where(better, new_sl2);
+                changed[g] = changed[g] | better;
+            }
+        }
+        if !(0..G).any(|g| (changed[g] & !tiny[g]).any()) {
+            break;
+        }
+    }
+
+    // A group below 1e-15 returns 0 with all-zero quants (`tiny` marks it).
+    let mut fits = Fits::default();
+    let mut levels: Levels = [[0.0; 32]; 16];
+    for g in 0..G {
+        let u = L::LANES * g..L::LANES * (g + 1);
+        // `suml2 > 0 ? sumlx / suml2 : 0`
+        let scale = (sumlx[g] / suml2[g]).zero_where(!suml2[g].gt(zero));
+        scale.zero_where(tiny[g]).store(&mut fits.scale[u.clone()]);
+        tiny[g].store(&mut fits.zero[u.clone()]);
+        for (li, qi) in levels.iter_mut().zip(&q) {
+            qi[g].store(&mut li[u.clone()]);
+        }
+    }
+    (fits, levels)
 }
