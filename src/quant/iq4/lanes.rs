@@ -10,9 +10,10 @@
 //! selects. A group below the 1e-15 threshold is searched anyway and its scale dropped.
 //!
 //! The nearest level of `x` is found by comparing `x` with the 15 midpoints between consecutive
-//! levels ([`MIDPOINTS`]): the first midpoint above `x` names the level, none (or a NaN) the top
-//! one. That is the reference's `x − below < above − x` for every f32 (near a midpoint both
-//! differences are exact; the tests check it over all 2³² of them), in 15 compares and selects.
+//! levels ([`MIDPOINTS`]): 15 less the number of midpoints above `x` is its index (a NaN is below
+//! none: the top index), the level a table lookup. That is the reference's `x − below < above − x`
+//! for every f32 (near a midpoint both differences are exact; the tests check it over all 2³² of
+//! them), in 15 compares and adds and no branch or select chain.
 //! The re-quantization against the stored scales takes 8 consecutive values of one group per
 //! vector (no transposing); the per-block scales between are the reference's own code.
 
@@ -22,7 +23,7 @@ use crate::block_type::BlockType;
 use crate::simd::Avx2;
 #[cfg(target_arch = "aarch64")]
 use crate::simd::Neon;
-use crate::simd::{Lanes, Vector};
+use crate::simd::{Lanes, Vector, Words};
 
 /// The midpoints between consecutive levels of [`GRID`] (exact in f32): `x` is nearest level `i`
 /// when `MIDPOINTS[i − 1] ≤ x < MIDPOINTS[i]`.
@@ -43,30 +44,26 @@ pub(super) fn quantize_blocks_neon(lanes: Neon, kind: BlockType, values: &[f32],
     quantize_blocks(lanes, kind, values, out);
 }
 
-/// The constants of [`nearest`]: the midpoints, and what each level stands for (its value, or its
-/// index).
-#[derive(Clone, Copy)]
-struct Levels<V> {
-    midpoints: [V; 15],
-    out: [V; 16],
-}
-
-impl<V: Vector> Levels<V> {
-    #[inline(always)]
-    fn new<L: Lanes<F32 = V>>(lanes: L, out: impl Fn(usize) -> f32) -> Self {
-        Levels { midpoints: MIDPOINTS.map(|m| lanes.splat(m)), out: std::array::from_fn(|i| lanes.splat(out(i))) }
+/// [`GRID`] as f32, for [`Lanes::lookup16`].
+const LEVELS: [f32; 16] = {
+    let mut levels = [0.0; 16];
+    let mut i = 0;
+    while i < 16 {
+        levels[i] = GRID[i] as f32;
+        i += 1;
     }
+    levels
+};
 
-    /// Lane by lane, what the level nearest `x` stands for: the upper of two equally near, the top
-    /// one for a NaN (as the reference's `best_index`).
-    #[inline(always)]
-    fn nearest(&self, x: V) -> V {
-        let mut r = self.out[15];
-        for i in (0..15).rev() {
-            r = r.replaced_where(x.lt(self.midpoints[i]), self.out[i]);
-        }
-        r
+/// Lane by lane, the index of the level nearest `x`: the upper of two equally near, the top one
+/// for a NaN (as the reference's `best_index`). 15 less the number of midpoints above `x`.
+#[inline(always)]
+fn nearest<L: Lanes>(lanes: L, midpoints: &[L::F32; 15], x: L::F32) -> L::U32 {
+    let mut index = lanes.splat_u32(15);
+    for &m in midpoints {
+        index = index + lanes.mask_words(x.lt(m));
     }
+    index
 }
 
 /// Encodes `values` (whole blocks of `kind`) into `out`, exactly one block's bytes per block.
@@ -75,17 +72,16 @@ fn quantize_blocks<L: Lanes>(lanes: L, kind: BlockType, values: &[f32], out: &mu
     let (n, size) = (kind.elements(), kind.bytes());
     assert_eq!(values.len() % n, 0, "whole blocks");
     assert_eq!(values.len() / n * size, out.len(), "room for exactly the blocks");
-    let levels = Levels::new(lanes, |i| GRID[i] as f32);
-    let indexes = Levels::new(lanes, |i| i as f32);
+    let midpoints = MIDPOINTS.map(|m| lanes.splat(m));
     let mut scales = [0.0f32; GROUPS];
     let mut l = [0u8; SUPER];
     match kind {
         BlockType::IQ4_XS => {
             for (x, o) in values.chunks_exact(SUPER).zip(out.chunks_exact_mut(size)) {
-                group_scales(lanes, &levels, x, &mut scales);
+                group_scales(lanes, &midpoints, x, &mut scales);
                 let header = xs_header(&scales);
                 for ((group, li), &idl) in x.chunks_exact(GROUP).zip(l.chunks_exact_mut(GROUP)).zip(&header.inverse) {
-                    nearest_indexes(lanes, &indexes, group, idl, li);
+                    nearest_indexes(lanes, &midpoints, group, idl, li);
                 }
                 write_xs_block(&header, &l, o);
             }
@@ -101,11 +97,11 @@ fn quantize_blocks<L: Lanes>(lanes: L, kind: BlockType, values: &[f32], out: &mu
                     padded[x.len()..].fill(0.0);
                     &padded
                 };
-                group_scales(lanes, &levels, x, &mut scales);
+                group_scales(lanes, &midpoints, x, &mut scales);
                 for ((group, o), &scale) in x.chunks_exact(GROUP).zip(o.chunks_exact_mut(size)).zip(&scales) {
                     let (d, id) = nl_header(scale);
                     let li: &mut [u8; GROUP] = (&mut l[..GROUP]).try_into().unwrap();
-                    nearest_indexes(lanes, &indexes, group, id, li);
+                    nearest_indexes(lanes, &midpoints, group, id, li);
                     write_nl_block(d, li, o);
                 }
             }
@@ -116,21 +112,21 @@ fn quantize_blocks<L: Lanes>(lanes: L, kind: BlockType, values: &[f32], out: &mu
 
 /// The index of the level nearest `id·v` for each value `v` of `x` (a group of 32), into `l`.
 #[inline(always)]
-fn nearest_indexes<L: Lanes>(lanes: L, indexes: &Levels<L::F32>, x: &[f32], id: f32, l: &mut [u8]) {
+fn nearest_indexes<L: Lanes>(lanes: L, midpoints: &[L::F32; 15], x: &[f32], id: f32, l: &mut [u8]) {
     let id = lanes.splat(id);
     for (x, l) in x.chunks_exact(L::LANES).zip(l.chunks_exact_mut(L::LANES)) {
-        indexes.nearest(id * lanes.load(x)).store_u8(l);
+        nearest(lanes, midpoints, id * lanes.load(x)).to_f32().store_u8(l);
     }
 }
 
 /// The scale search of the reference's `group_scale` for the 8 groups of 32 in `x`, into `scales`
 /// (0 for a group below the threshold, where the reference has none).
 #[inline(always)]
-fn group_scales<L: Lanes>(lanes: L, levels: &Levels<L::F32>, x: &[f32], scales: &mut [f32; GROUPS]) {
+fn group_scales<L: Lanes>(lanes: L, midpoints: &[L::F32; 15], x: &[f32], scales: &mut [f32; GROUPS]) {
     if L::LANES == 8 {
-        search::<L, 1>(lanes, levels, x, scales);
+        search::<L, 1>(lanes, midpoints, x, scales);
     } else {
-        search::<L, 2>(lanes, levels, x, scales);
+        search::<L, 2>(lanes, midpoints, x, scales);
     }
 }
 
@@ -138,7 +134,7 @@ fn group_scales<L: Lanes>(lanes: L, levels: &Levels<L::F32>, x: &[f32], scales: 
 /// lane-wise.
 #[allow(clippy::needless_range_loop)] // `g` indexes several arrays of vectors at once
 #[inline(always)]
-fn search<L: Lanes, const G: usize>(lanes: L, levels: &Levels<L::F32>, x: &[f32], scales: &mut [f32; GROUPS]) {
+fn search<L: Lanes, const G: usize>(lanes: L, midpoints: &[L::F32; 15], x: &[f32], scales: &mut [f32; GROUPS]) {
     assert_eq!(G * L::LANES, GROUPS);
     assert_eq!(x.len(), SUPER);
     let zero = lanes.splat(0.0);
@@ -182,7 +178,7 @@ fn search<L: Lanes, const G: usize>(lanes: L, levels: &Levels<L::F32>, x: &[f32]
         let (mut sumqx, mut sumq2) = ([zero; G], [zero; G]);
         for (xi, wi) in xt.iter().zip(&w) {
             for g in 0..G {
-                let q = levels.nearest(id[g] * xi[g]);
+                let q = lanes.lookup16(&LEVELS, nearest(lanes, midpoints, id[g] * xi[g]));
                 let wq = wi[g] * q;
                 sumqx[g] = sumqx[g] + wq * xi[g];
                 sumq2[g] = sumq2[g] + wq * q;
