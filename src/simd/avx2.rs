@@ -185,14 +185,8 @@ impl Lanes for Avx2 {
     }
 
     #[inline(always)]
-    fn lookup16(self, table: &[f32; 16], Avx2U32(index): Avx2U32) -> Avx2F32 {
-        unsafe {
-            // `vpermps` reads the low three bits of each index; bit 3, shifted to the sign, picks
-            // the half.
-            let low = _mm256_permutevar8x32_ps(_mm256_loadu_ps(table.as_ptr()), index);
-            let high = _mm256_permutevar8x32_ps(_mm256_loadu_ps(table[8..].as_ptr()), index);
-            Avx2F32(_mm256_blendv_ps(low, high, _mm256_castsi256_ps(_mm256_slli_epi32::<28>(index))))
-        }
+    fn lookup8(self, table: &[f32; 8], Avx2U32(index): Avx2U32) -> Avx2F32 {
+        Avx2F32(unsafe { _mm256_permutevar8x32_ps(_mm256_loadu_ps(table.as_ptr()), index) })
     }
 }
 

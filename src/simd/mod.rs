@@ -94,8 +94,8 @@ pub trait Lanes: Copy {
     /// count subtracts one for each true lane.
     fn mask_words(self, mask: <Self::F32 as Vector>::Mask) -> Self::U32;
 
-    /// Lane by lane, `table[index]` (every index below 16): the entry's bits as they are.
-    fn lookup16(self, table: &[f32; 16], index: Self::U32) -> Self::F32;
+    /// Lane by lane, `table[index]` (every index below 8): the entry's bits as they are.
+    fn lookup8(self, table: &[f32; 8], index: Self::U32) -> Self::F32;
 }
 
 /// Codes per [`Lanes::pack_codes`]: 32 fields of any width fill whole bytes, so such runs pack

@@ -188,12 +188,12 @@ impl Lanes for Neon {
     }
 
     #[inline(always)]
-    fn lookup16(self, table: &[f32; 16], NeonU32(index): NeonU32) -> NeonF32 {
+    fn lookup8(self, table: &[f32; 8], NeonU32(index): NeonU32) -> NeonF32 {
         unsafe {
-            // Byte b of lane j reads byte 4·index + b of the 64-byte table.
+            // Byte b of lane j reads byte 4·index + b of the 32-byte table.
             let bytes = vmlaq_u32(vdupq_n_u32(0x0302_0100), index, vdupq_n_u32(0x0404_0404));
-            let table = vld1q_u8_x4(table.as_ptr().cast());
-            NeonF32(vreinterpretq_f32_u8(vqtbl4q_u8(table, vreinterpretq_u8_u32(bytes))))
+            let table = vld1q_u8_x2(table.as_ptr().cast());
+            NeonF32(vreinterpretq_f32_u8(vqtbl2q_u8(table, vreinterpretq_u8_u32(bytes))))
         }
     }
 }

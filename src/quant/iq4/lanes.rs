@@ -10,10 +10,11 @@
 //! selects. A group below the 1e-15 threshold is searched anyway and its scale dropped.
 //!
 //! The nearest level of `x` is found by comparing `x` with the 15 midpoints between consecutive
-//! levels ([`MIDPOINTS`]): 15 less the number of midpoints above `x` is its index (a NaN is below
-//! none: the top index), the level a table lookup. That is the reference's `x − below < above − x`
-//! for every f32 (near a midpoint both differences are exact; the tests check it over all 2³² of
-//! them), in 15 compares and adds and no branch or select chain.
+//! levels ([`MIDPOINTS`]): the level below the first midpoint above `x`, the top level when none is
+//! (or `x` is NaN). That is the reference's `x − below < above − x` for every f32 (near a midpoint
+//! both differences are exact; the tests check it over all 2³² of them). The compares are
+//! halved by taking the levels in pairs ([`Pairs`]): 7 compares with the midpoints between pairs
+//! count the pair, a table lookup gives the midpoint inside it, one compare more picks the level.
 //! The re-quantization against the stored scales takes 8 consecutive values of one group per
 //! vector (no transposing); the per-block scales between are the reference's own code.
 
@@ -44,26 +45,53 @@ pub(super) fn quantize_blocks_neon(lanes: Neon, kind: BlockType, values: &[f32],
     quantize_blocks(lanes, kind, values, out);
 }
 
-/// [`GRID`] as f32, for [`Lanes::lookup16`].
-const LEVELS: [f32; 16] = {
-    let mut levels = [0.0; 16];
-    let mut i = 0;
-    while i < 16 {
-        levels[i] = GRID[i] as f32;
-        i += 1;
-    }
-    levels
-};
+/// The nearest-level choice in two steps: the odd midpoints (1, 3, …, 13) split the line into 8
+/// pairs of levels, `2n` and `2n + 1`; the pair's even midpoint `2n` splits the pair.
+#[derive(Clone, Copy)]
+struct Pairs<V> {
+    /// `MIDPOINTS[2i + 1]` in every lane.
+    odd: [V; 7],
+    /// Per pair `n`: its midpoint `MIDPOINTS[2n]`, its lower and its upper level.
+    midpoint: [f32; 8],
+    lower: [f32; 8],
+    upper: [f32; 8],
+}
 
-/// Lane by lane, the index of the level nearest `x`: the upper of two equally near, the top one
-/// for a NaN (as the reference's `best_index`). 15 less the number of midpoints above `x`.
-#[inline(always)]
-fn nearest<L: Lanes>(lanes: L, midpoints: &[L::F32; 15], x: L::F32) -> L::U32 {
-    let mut index = lanes.splat_u32(15);
-    for &m in midpoints {
-        index = index + lanes.mask_words(x.lt(m));
+impl<V: Vector> Pairs<V> {
+    #[inline(always)]
+    fn new<L: Lanes<F32 = V>>(lanes: L) -> Self {
+        Pairs {
+            odd: std::array::from_fn(|i| lanes.splat(MIDPOINTS[2 * i + 1])),
+            midpoint: std::array::from_fn(|n| MIDPOINTS[2 * n]),
+            lower: std::array::from_fn(|n| GRID[2 * n] as f32),
+            upper: std::array::from_fn(|n| GRID[2 * n + 1] as f32),
+        }
     }
-    index
+
+    /// Lane by lane, the pair `n` of `x` (7 less the odd midpoints above `x`: a NaN, above none,
+    /// is in the top pair), and whether `x` is below the pair's midpoint (the lower level).
+    #[inline(always)]
+    fn pair<L: Lanes<F32 = V>>(&self, lanes: L, x: V) -> (L::U32, V::Mask) {
+        let mut n = lanes.splat_u32(7);
+        for &m in &self.odd {
+            n = n + lanes.mask_words(x.lt(m));
+        }
+        (n, x.lt(lanes.lookup8(&self.midpoint, n)))
+    }
+
+    /// Lane by lane, the level nearest `x`, as the reference's `best_index` picks it.
+    #[inline(always)]
+    fn level<L: Lanes<F32 = V>>(&self, lanes: L, x: V) -> V {
+        let (n, lower) = self.pair(lanes, x);
+        lanes.lookup8(&self.upper, n).replaced_where(lower, lanes.lookup8(&self.lower, n))
+    }
+
+    /// Lane by lane, the index of that level: `2n + 1`, less one for the lower level.
+    #[inline(always)]
+    fn index<L: Lanes<F32 = V>>(&self, lanes: L, x: V) -> L::U32 {
+        let (n, lower) = self.pair(lanes, x);
+        n + n + lanes.splat_u32(1) + lanes.mask_words(lower)
+    }
 }
 
 /// Encodes `values` (whole blocks of `kind`) into `out`, exactly one block's bytes per block.
@@ -72,16 +100,16 @@ fn quantize_blocks<L: Lanes>(lanes: L, kind: BlockType, values: &[f32], out: &mu
     let (n, size) = (kind.elements(), kind.bytes());
     assert_eq!(values.len() % n, 0, "whole blocks");
     assert_eq!(values.len() / n * size, out.len(), "room for exactly the blocks");
-    let midpoints = MIDPOINTS.map(|m| lanes.splat(m));
+    let pairs = Pairs::new(lanes);
     let mut scales = [0.0f32; GROUPS];
     let mut l = [0u8; SUPER];
     match kind {
         BlockType::IQ4_XS => {
             for (x, o) in values.chunks_exact(SUPER).zip(out.chunks_exact_mut(size)) {
-                group_scales(lanes, &midpoints, x, &mut scales);
+                group_scales(lanes, &pairs, x, &mut scales);
                 let header = xs_header(&scales);
                 for ((group, li), &idl) in x.chunks_exact(GROUP).zip(l.chunks_exact_mut(GROUP)).zip(&header.inverse) {
-                    nearest_indexes(lanes, &midpoints, group, idl, li);
+                    nearest_indexes(lanes, &pairs, group, idl, li);
                 }
                 write_xs_block(&header, &l, o);
             }
@@ -97,11 +125,11 @@ fn quantize_blocks<L: Lanes>(lanes: L, kind: BlockType, values: &[f32], out: &mu
                     padded[x.len()..].fill(0.0);
                     &padded
                 };
-                group_scales(lanes, &midpoints, x, &mut scales);
+                group_scales(lanes, &pairs, x, &mut scales);
                 for ((group, o), &scale) in x.chunks_exact(GROUP).zip(o.chunks_exact_mut(size)).zip(&scales) {
                     let (d, id) = nl_header(scale);
                     let li: &mut [u8; GROUP] = (&mut l[..GROUP]).try_into().unwrap();
-                    nearest_indexes(lanes, &midpoints, group, id, li);
+                    nearest_indexes(lanes, &pairs, group, id, li);
                     write_nl_block(d, li, o);
                 }
             }
@@ -112,21 +140,21 @@ fn quantize_blocks<L: Lanes>(lanes: L, kind: BlockType, values: &[f32], out: &mu
 
 /// The index of the level nearest `id·v` for each value `v` of `x` (a group of 32), into `l`.
 #[inline(always)]
-fn nearest_indexes<L: Lanes>(lanes: L, midpoints: &[L::F32; 15], x: &[f32], id: f32, l: &mut [u8]) {
+fn nearest_indexes<L: Lanes>(lanes: L, pairs: &Pairs<L::F32>, x: &[f32], id: f32, l: &mut [u8]) {
     let id = lanes.splat(id);
     for (x, l) in x.chunks_exact(L::LANES).zip(l.chunks_exact_mut(L::LANES)) {
-        nearest(lanes, midpoints, id * lanes.load(x)).to_f32().store_u8(l);
+        pairs.index(lanes, id * lanes.load(x)).to_f32().store_u8(l);
     }
 }
 
 /// The scale search of the reference's `group_scale` for the 8 groups of 32 in `x`, into `scales`
 /// (0 for a group below the threshold, where the reference has none).
 #[inline(always)]
-fn group_scales<L: Lanes>(lanes: L, midpoints: &[L::F32; 15], x: &[f32], scales: &mut [f32; GROUPS]) {
+fn group_scales<L: Lanes>(lanes: L, pairs: &Pairs<L::F32>, x: &[f32], scales: &mut [f32; GROUPS]) {
     if L::LANES == 8 {
-        search::<L, 1>(lanes, midpoints, x, scales);
+        search::<L, 1>(lanes, pairs, x, scales);
     } else {
-        search::<L, 2>(lanes, midpoints, x, scales);
+        search::<L, 2>(lanes, pairs, x, scales);
     }
 }
 
@@ -134,7 +162,7 @@ fn group_scales<L: Lanes>(lanes: L, midpoints: &[L::F32; 15], x: &[f32], scales:
 /// lane-wise.
 #[allow(clippy::needless_range_loop)] // `g` indexes several arrays of vectors at once
 #[inline(always)]
-fn search<L: Lanes, const G: usize>(lanes: L, midpoints: &[L::F32; 15], x: &[f32], scales: &mut [f32; GROUPS]) {
+fn search<L: Lanes, const G: usize>(lanes: L, pairs: &Pairs<L::F32>, x: &[f32], scales: &mut [f32; GROUPS]) {
     assert_eq!(G * L::LANES, GROUPS);
     assert_eq!(x.len(), SUPER);
     let zero = lanes.splat(0.0);
@@ -178,7 +206,7 @@ fn search<L: Lanes, const G: usize>(lanes: L, midpoints: &[L::F32; 15], x: &[f32
         let (mut sumqx, mut sumq2) = ([zero; G], [zero; G]);
         for (xi, wi) in xt.iter().zip(&w) {
             for g in 0..G {
-                let q = lanes.lookup16(&LEVELS, nearest(lanes, midpoints, id[g] * xi[g]));
+                let q = pairs.level(lanes, id[g] * xi[g]);
                 let wq = wi[g] * q;
                 sumqx[g] = sumqx[g] + wq * xi[g];
                 sumq2[g] = sumq2[g] + wq * q;
