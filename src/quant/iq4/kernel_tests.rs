@@ -67,7 +67,7 @@ fn by_midpoints(x: f32) -> u8 {
 #[test]
 fn midpoints_are_halfway_between_levels() {
     for (i, &m) in MIDPOINTS.iter().enumerate() {
-        assert_eq!(m, (GRID[i] as f32 + GRID[i + 1] as f32) / 2.0);
+        assert_eq!(m, f32::midpoint(GRID[i] as f32, GRID[i + 1] as f32));
     }
 }
 

@@ -11,7 +11,7 @@
 //! groups of 32 side by side, one group per vector lane, every lane doing the reference's
 //! operations in the reference's order, and picks the nearest levels lane-wise. The per-block
 //! scalar steps between (the super-scale and the 6-bit group scales of `IQ4_XS`, the f16 scale of
-//! `IQ4_NL`) are shared by both ([`xs_header`], [`nl_header`]).
+//! `IQ4_NL`) are shared by both (`xs_header`, `nl_header`).
 
 use crate::block_type::BlockType;
 pub use crate::cpu::Kernel;
