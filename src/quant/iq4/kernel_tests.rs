@@ -93,7 +93,7 @@ fn the_midpoint_rule_is_the_references_near_every_level_and_midpoint() {
     }
 }
 
-/// The same over every f32 (about 40 s in a release build).
+/// The same over every f32 (about 20 s in a release build).
 #[test]
 #[ignore = "every f32: run with --release -- --ignored"]
 fn the_midpoint_rule_is_the_references_for_every_f32() {
