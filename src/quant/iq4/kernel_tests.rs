@@ -251,7 +251,7 @@ fn edge_rows_match_the_reference() {
 }
 
 /// The edge rows reach what they are there for: groups below the threshold, first guesses exactly
-/// on midpoints, NaN scales, and infinite sums.
+/// on midpoints, and NaN scales (from sums that overflow).
 #[test]
 fn edge_rows_reach_the_edges() {
     let mut rng = SplitMix64(0x1A4_ED6E);
