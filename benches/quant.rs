@@ -1,17 +1,18 @@
-//! MLX affine, ggml K-quant and `Q8_0` quantization speed in ns per weight (median of several runs, and
-//! the minimum).
+//! MLX affine, ggml K-quant, IQ4 and `Q8_0` quantization speed in ns per weight (median of several
+//! runs, and the minimum).
 //!
 //! `cargo bench --bench quant`. One 128×5120 block (one conversion work unit of a 27B-wide
 //! linear) of Gaussian-like weights rounded to bf16, single-threaded: the scalar reference and the
-//! kernel `quantize_rows` / `kquants::quantize_row` dispatches to. Affine: group size 64 with BF16
-//! scales; K-quants: `Q2_K` to `Q6_K` (`kquants::SEARCHED`), a row (20 super-blocks) at a time; `Q8_0` a row
-//! at a time, beside the bf16 rounding of the same row (what a bf16 output costs there); the legacy
-//! types `Q4_0`, `Q4_1`, `Q5_0` and `Q5_1` a row at a time.
+//! kernel `quantize_rows` / `kquants::quantize_row` / `iq4::quantize_row` dispatches to. Affine:
+//! group size 64 with BF16 scales; K-quants: `Q2_K` to `Q6_K` (`kquants::SEARCHED`), a row (20
+//! super-blocks) at a time; `IQ4_XS` and `IQ4_NL` a row at a time; `Q8_0` a row at a time, beside
+//! the bf16 rounding of the same row (what a bf16 output costs there); the legacy types `Q4_0`,
+//! `Q4_1`, `Q5_0` and `Q5_1` a row at a time.
 
 use escha_convert::block_type::BlockType;
 use escha_convert::quant::affine::{quantize_rows_with, round_slice, AffineOut, AffineSpec, Kernel};
 use escha_convert::quant::kquants;
-use escha_convert::quant::{dense, legacy, q8_0};
+use escha_convert::quant::{dense, iq4, legacy, q8_0};
 use escha_convert::rng::SplitMix64;
 use safetensors::Dtype;
 use std::hint::black_box;
@@ -55,6 +56,7 @@ fn main() {
         println!("{bits:>4}  {reference}  {fast}  {:6.1}×", reference.median / fast.median);
     }
     kquants_section(&values);
+    iq4_section(&values);
     q8_0_section(&values);
     legacy_section(&values);
 }
@@ -83,6 +85,32 @@ fn kquants_section(values: &[f32]) {
         let reference = ns_per_weight(REPS, values.len(), || run(kquants::Kernel::Reference, &mut out));
         let fast = ns_per_weight(REPS, values.len(), || run(best, &mut out));
         println!("{:>4}  {reference}  {fast}  {:6.1}×", kind.name(), reference.median / fast.median);
+    }
+}
+
+/// `iq4::quantize_row` for `IQ4_XS` and `IQ4_NL`, row by row: the reference against the best
+/// kernel, after checking that they agree.
+fn iq4_section(values: &[f32]) {
+    let best = iq4::Kernel::best();
+    println!();
+    println!("iq4::quantize_row, {ROWS}×{COLS} block, a row at a time: ns/weight, median (min) of {REPS}");
+    println!("{:>6}  {:>22}  {:>22}  speed-up", "type", "reference", best.name());
+    let mut out = Vec::new();
+    for kind in [BlockType::IQ4_XS, BlockType::IQ4_NL] {
+        let run = |kernel: iq4::Kernel, out: &mut Vec<u8>| {
+            out.clear();
+            for row in black_box(values).chunks_exact(COLS) {
+                iq4::quantize_row_with(kernel, kind, row, out);
+            }
+            black_box(&*out);
+        };
+        let mut want = Vec::new();
+        run(iq4::Kernel::Reference, &mut want);
+        run(best, &mut out);
+        assert!(out == want, "{} differs from the reference for {}", best.name(), kind.name());
+        let reference = ns_per_weight(REPS, values.len(), || run(iq4::Kernel::Reference, &mut out));
+        let fast = ns_per_weight(REPS, values.len(), || run(best, &mut out));
+        println!("{:>6}  {reference}  {fast}  {:6.1}×", kind.name(), reference.median / fast.median);
     }
 }
 

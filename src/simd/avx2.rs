@@ -178,6 +178,16 @@ impl Lanes for Avx2 {
         let x = &x[..16];
         [hadamard8(self.load(x)), hadamard8(self.load(&x[8..]))]
     }
+
+    #[inline(always)]
+    fn mask_words(self, mask: Avx2Mask) -> Avx2U32 {
+        Avx2U32(unsafe { _mm256_castps_si256(mask.0) })
+    }
+
+    #[inline(always)]
+    fn lookup8(self, table: &[f32; 8], Avx2U32(index): Avx2U32) -> Avx2F32 {
+        Avx2F32(unsafe { _mm256_permutevar8x32_ps(_mm256_loadu_ps(table.as_ptr()), index) })
+    }
 }
 
 /// [`Lanes::load_hadamard_pair`] of one vector.

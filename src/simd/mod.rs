@@ -89,6 +89,13 @@ pub trait Lanes: Copy {
     /// Walsh–Hadamard transform of each vector. Every lane is exactly the sum or difference the
     /// scalar butterflies give (a NaN stays a NaN, its sign and payload unspecified).
     fn load_hadamard_pair(self, x: &[f32]) -> [Self::F32; 2];
+
+    /// `mask` as u32 lanes: `u32::MAX` where true, 0 where false, so that adding masks to a
+    /// count subtracts one for each true lane.
+    fn mask_words(self, mask: <Self::F32 as Vector>::Mask) -> Self::U32;
+
+    /// Lane by lane, `table[index]` (every index below 8): the entry's bits as they are.
+    fn lookup8(self, table: &[f32; 8], index: Self::U32) -> Self::F32;
 }
 
 /// Codes per [`Lanes::pack_codes`]: 32 fields of any width fill whole bytes, so such runs pack

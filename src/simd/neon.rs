@@ -181,6 +181,21 @@ impl Lanes for Neon {
             [NeonF32(vuzp1q_f32(p, q)), NeonF32(vuzp2q_f32(p, q))]
         }
     }
+
+    #[inline(always)]
+    fn mask_words(self, mask: NeonMask) -> NeonU32 {
+        NeonU32(mask.0)
+    }
+
+    #[inline(always)]
+    fn lookup8(self, table: &[f32; 8], NeonU32(index): NeonU32) -> NeonF32 {
+        unsafe {
+            // Byte b of lane j reads byte 4·index + b of the 32-byte table.
+            let bytes = vmlaq_u32(vdupq_n_u32(0x0302_0100), index, vdupq_n_u32(0x0404_0404));
+            let table = vld1q_u8_x2(table.as_ptr().cast());
+            NeonF32(vreinterpretq_f32_u8(vqtbl2q_u8(table, vreinterpretq_u8_u32(bytes))))
+        }
+    }
 }
 
 /// Table lookups that keep the low `b` bytes of each u64: bytes `0..b` then `8..8 + b`, zeros

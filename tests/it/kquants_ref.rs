@@ -1,5 +1,5 @@
 //! The K-quant encoders of `src/quant/kquants/`, the legacy ones of `src/quant/legacy.rs`, `Q8_0`
-//! (`src/quant/q8_0.rs`) and the IQ4 ones (`src/quant/iq4.rs`) against ggml's own C:
+//! (`src/quant/q8_0.rs`) and the IQ4 ones (`src/quant/iq4/`) against ggml's own C:
 //! `tests/c/ggml_quants_ref.c` is compiled with the llama.cpp sources named by `ESCHA_LLAMA_CPP`
 //! (the `vendor/llama.cpp` of the llama-cpp-python sdist) and `quantize_row_q{2,3,4,5,6}_K_ref` /
 //! `quantize_row_q{4,5}_{0,1}_ref` / `quantize_iq4_{nl,xs}` must write exactly the bytes
