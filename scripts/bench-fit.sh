@@ -6,7 +6,7 @@
 #
 #     bash scripts/bench-fit.sh [LAYERS] [VOCAB] [RUNS] [SIZE]    (defaults 64, 248320, 1, 11GB)
 #
-# The defaults are the dense 27B's shape (scripts/make-synthetic-27b.sh: 10.8 GB of input under
+# The defaults are the dense 27B's shape (scripts/make-synthetic-27b.sh: 10.3 GB of input under
 # BENCH_DIR, default /tmp/escha-fit, and up to 17 GB of output at a time); `bash
 # scripts/bench-fit.sh 2 4096 1 300MB` is a sanity run of the same steps in a few minutes. Keeps the
 # checkpoint and the JSON reports.

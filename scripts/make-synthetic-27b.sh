@@ -2,7 +2,7 @@
 # A synthetic checkpoint of random codes in the dense 27B's shape: 64 layers (hidden 5120, MLP
 # 17408: gate K=2, up and down K=3; every layer a full-attention block with q/k/v/o at K=3, where
 # the real model has three linear-attention blocks in four: about the same bytes), the int8
-# embedding and head over the 248,320-token vocabulary, and the norms: 10.78 GB of safetensors
+# embedding and head over the 248,320-token vocabulary, and the norms: 10.33 GB of safetensors
 # (the release is 10.15 GB).
 #
 #     bash scripts/make-synthetic-27b.sh OUT_DIR [LAYERS] [VOCAB]    (defaults 64 and 248320)
