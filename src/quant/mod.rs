@@ -10,6 +10,8 @@ pub mod iq4;
 pub mod kquants;
 pub mod legacy;
 pub mod q8_0;
+#[cfg(test)]
+mod test_rows;
 
 /// The first value of largest magnitude in `x`, and that magnitude; `(0, 0)` for no value above
 /// zero. A strict comparison, as ggml's scans make it: a NaN never wins, and of two equal

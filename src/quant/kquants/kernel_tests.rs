@@ -6,6 +6,7 @@ use super::reference::{
     fit_affine, make_qkx2_quants, make_qx_quants, q6_k_header, scale_min_header, ErrorNorm, GridSearch,
 };
 use super::*;
+use crate::quant::test_rows::{element, random_block};
 use crate::rng::SplitMix64;
 use proptest::prelude::*;
 
@@ -281,56 +282,11 @@ fn tie_blocks_tie() {
     }
 }
 
-/// A random block: a distribution, a scale from 1e-30 to 1e30, sometimes a per-group spread of
-/// scales, an outlier, zeros.
-fn random_block(rng: &mut SplitMix64) -> Vec<f32> {
-    let scale = 10f32.powf(rng.uniform() as f32 * 60.0 - 30.0);
-    let kind = rng.next_u64() % 6;
-    let spread = rng.next_u64().is_multiple_of(3);
-    let group_scales: Vec<f32> =
-        (0..16).map(|_| if spread { 10f32.powf(rng.uniform() as f32 * 6.0 - 3.0) } else { 1.0 }).collect();
-    let mut b: Vec<f32> = (0..QK_K)
-        .map(|i| {
-            let v = match kind {
-                0 | 1 => gaussian(rng),
-                2 => rng.uniform() as f32 * 2.0 - 1.0,
-                3 => rng.uniform() as f32,
-                4 => ((rng.next_u64() % 33) as f32 - 16.0) / 8.0,
-                _ => gaussian(rng) * gaussian(rng),
-            };
-            v * scale * group_scales[i / 16]
-        })
-        .collect();
-    if rng.next_u64().is_multiple_of(4) {
-        let at = (rng.next_u64() % QK_K as u64) as usize;
-        b[at] *= 50.0;
-    }
-    if rng.next_u64().is_multiple_of(5) {
-        for _ in 0..rng.next_u64() % 40 {
-            let at = (rng.next_u64() % QK_K as u64) as usize;
-            b[at] = if rng.next_u64().is_multiple_of(2) { 0.0 } else { -0.0 };
-        }
-    }
-    b
-}
-
 #[test]
 fn thousands_of_random_blocks_match_the_reference() {
     let mut rng = SplitMix64(0x0005_EED5);
-    let blocks: Vec<f32> = (0..3000).flat_map(|_| random_block(&mut rng)).collect();
+    let blocks: Vec<f32> = (0..3000).flat_map(|_| random_block(&mut rng, 16)).collect();
     assert_same(&blocks, "random blocks");
-}
-
-/// An element: mostly ordinary weights, often exact multiples of ⅛ (many ties), sometimes a
-/// signed zero or a finite value of any magnitude.
-fn element() -> impl Strategy<Value = f32> {
-    prop_oneof![
-        6 => -1.0f32..1.0,
-        3 => (-24i32..24).prop_map(|i| i as f32 / 8.0),
-        1 => any::<u32>().prop_map(f32::from_bits).prop_filter("finite", |v| v.is_finite()),
-        1 => Just(0.0f32),
-        1 => Just(-0.0f32),
-    ]
 }
 
 proptest! {
@@ -387,7 +343,7 @@ fn edge_and_random_rows_reach_every_simd_rounding() {
     }
     let mut rng = SplitMix64(0xC0FF_EE11);
     let mut rows = edge_blocks(&mut rng);
-    rows.extend((0..300).map(|_| random_block(&mut rng)));
+    rows.extend((0..300).map(|_| random_block(&mut rng, 16)));
     let mut bad = Vec::new();
     for bad_value in [f32::NAN, f32::INFINITY] {
         let mut b: Vec<f32> = (0..QK_K).map(|_| gaussian(&mut rng)).collect();
@@ -419,7 +375,7 @@ fn edge_and_random_rows_reach_every_q3_k_sweep() {
     }
     let mut rng = SplitMix64(0x5EE9);
     let mut rows = edge_blocks(&mut rng);
-    rows.extend((0..300).map(|_| random_block(&mut rng)));
+    rows.extend((0..300).map(|_| random_block(&mut rng, 16)));
     for row in &rows {
         let want = run(Kernel::Reference, BlockType::Q3_K, row);
         for kernel in fast_kernels() {
