@@ -38,7 +38,7 @@ convert() { # name, flags...
 }
 
 size_of() { # bytes of the model files in OUT
-    find "$OUT" -maxdepth 1 \( -name '*.safetensors' -o -name '*.gguf' \) -printf '%s\n' | awk '{s += $1} END {printf "%d\n", s}'
+    find "$OUT" -maxdepth 1 \( -name '*.safetensors' -o -name '*.gguf' \) -printf '%s\n' | awk '{s += $1} END {printf "%.0f\n", s}'
 }
 
 GGUF=(--format gguf --gguf-vocab none)
