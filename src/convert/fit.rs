@@ -121,13 +121,13 @@ pub fn largest_table_ratio(menu: &[FitTensor], choice: &[usize]) -> f64 {
 /// The assignment for `allowance` bytes of menu tensors; `None` when even the smallest exceeds it.
 ///
 /// The largest ratio is made as small as the bytes allow, the bytes left then spent where they
-/// lower the weighted sum most. The plan must also beat every one of the format's fixed `recipes`
-/// that fits the same bytes: a lower largest ratio, and a mean no higher. Where the smallest
+/// lower the weighted sum most. The plan must also beat each of `rivals` (the format's fixed
+/// recipes whose files fit the same size): a lower largest ratio, and a mean no higher. Where the smallest
 /// largest ratio costs more mean than such a recipe, the largest ratio is let rise (never to the
 /// recipe's) until the mean is low enough; where the recipe reaches its size by squeezing the
 /// tables (which the plan holds to the layers' ratio), the plan gives the tables what the recipe
 /// gives them; failing both, the recipe itself is the start and the bytes it leaves are spent.
-pub fn choose(menu: &[FitTensor], allowance: u64, recipes: &[FitRecipe]) -> Option<Vec<usize>> {
+pub fn choose(menu: &[FitTensor], allowance: u64, rivals: &[FitRecipe]) -> Option<Vec<usize>> {
     let mut levels: Vec<f64> = menu
         .iter()
         .filter(|t| t.coded() || !menu.iter().any(FitTensor::coded))
@@ -145,7 +145,6 @@ pub fn choose(menu: &[FitTensor], allowance: u64, recipes: &[FitRecipe]) -> Opti
         spend(menu, &mut choice, allowance);
         choice
     };
-    let rivals: Vec<&FitRecipe> = recipes.iter().filter(|r| bytes(menu, &r.choice) <= allowance).collect();
     let own = levels.get(lowest(None)).map(|&level| plan(level, None));
     let Some(rival_largest) = rivals.iter().map(|r| largest_ratio(menu, &r.choice)).min_by(f64::total_cmp) else {
         return own.or_else(|| {
@@ -177,8 +176,12 @@ pub fn choose(menu: &[FitTensor], allowance: u64, recipes: &[FitRecipe]) -> Opti
         levels[..below].get(lo).map(|&level| plan(level, tables)).filter(|c| beats(c))
     };
     search(None).or_else(|| search(Some(&best_mean.choice))).or_else(|| {
+        // The recipe's files fit; its tensors' bytes may still pass the allowance, which takes the
+        // plan's own headers off SIZE.
         let mut choice = best_mean.choice.clone();
-        spend(menu, &mut choice, allowance);
+        if bytes(menu, &choice) <= allowance {
+            spend(menu, &mut choice, allowance);
+        }
         Some(choice)
     })
 }
@@ -235,20 +238,23 @@ pub fn fit(
     let mut least = smallest(menu);
     set(tensors, &least);
     let mut least_bytes = model_bytes(tensors)?;
-    if least_bytes > max_size {
-        // A fixed recipe that squeezes the tables (which the plan holds to the layers' ratio) may be smaller.
-        for r in recipes {
-            set(tensors, &r.choice);
-            let b = model_bytes(tensors)?;
-            if b < least_bytes {
-                (least, least_bytes) = (r.choice.clone(), b);
-            }
+    // The recipes whose files fit SIZE, to be beaten. One may be smaller than the plan's own
+    // smallest: it squeezes the tables, which the plan holds to the layers' ratio.
+    let mut rivals = Vec::new();
+    for r in recipes {
+        set(tensors, &r.choice);
+        let b = model_bytes(tensors)?;
+        if b < least_bytes {
+            (least, least_bytes) = (r.choice.clone(), b);
+        }
+        if b <= max_size {
+            rivals.push(r.clone());
         }
     }
     if least_bytes > max_size {
         bail!(
-            "--max-size {max_size} ({}): the smallest output this format can make is {least_bytes} bytes ({}), every \
-             quantized tensor at its narrowest; nothing was written",
+            "--max-size {max_size} ({}): the smallest output this format can make is {least_bytes} bytes ({}), the \
+             coded linears at their narrowest; nothing was written",
             human_bytes(max_size),
             human_bytes(least_bytes)
         );
@@ -259,7 +265,7 @@ pub fn fit(
     let mut allowance = max_size - overhead;
     let (mut choice, mut total) = (least.clone(), least_bytes);
     for _ in 0..16 {
-        let Some(c) = choose(menu, allowance, recipes) else { break };
+        let Some(c) = choose(menu, allowance, &rivals) else { break };
         set(tensors, &c);
         let b = model_bytes(tensors)?;
         if b <= max_size {
@@ -291,13 +297,9 @@ pub fn fit(
             }
         })
         .collect();
-    // The recipes whose files would fit too (with this plan's headers and alignment), and that
-    // this plan beats on both measures.
-    let overhead = total - bytes(menu, &choice);
     let mean = mean_ratio(menu, &choice);
-    let fixed_recipes_beaten = recipes
+    let fixed_recipes_beaten = rivals
         .iter()
-        .filter(|r| bytes(menu, &r.choice) + overhead <= max_size)
         .filter(|r| level < largest_ratio(menu, &r.choice) && mean <= mean_ratio(menu, &r.choice))
         .map(|r| r.name.clone())
         .collect();
@@ -375,8 +377,6 @@ mod tests {
         // A recipe of 30 bytes has the mean 0.525 (A at 3.0, B at 0.5): the plan lets the largest
         // ratio rise to 2.0, still below the recipe's 3.0, and spends the rest on B: mean 0.515.
         assert_eq!(choose(&menu, 50, &[recipe(&[0, 1])]), Some(vec![1, 1]));
-        // A recipe that does not fit is no yardstick.
-        assert_eq!(choose(&menu, 29, &[recipe(&[0, 1])]), Some(vec![0, 0]));
     }
 
     #[test]
