@@ -2,14 +2,17 @@
 # `--max-size` against the fixed recipes of the same size: CPU and wall of each, and what the
 # budget bought (the largest and mean added-error ratio of the coded linears, as reported). Pairs:
 # MLX `--bits 3`, GGUF `--gguf-type q4_k` and `q3_k_m`, each followed by `--max-size` set to that
-# output's size; then `--max-size SIZE` in both formats.
+# output's size; then `--max-size SIZE` in both formats, and the README's other rows (`--format
+# exl3`, MLX 4-bit and `--bits auto`, `--gguf-type q4_k_m`). With CLIENTS=1 the SIZE outputs are
+# also read back: mlx-lm loads the MLX one strictly and runs 4 tokens (minutes on a CPU), llama.cpp
+# (scripts/llama-cpp.sh's) evaluates the GGUF one; both must give finite logits.
 #
 #     bash scripts/bench-fit.sh [LAYERS] [VOCAB] [RUNS] [SIZE]    (defaults 64, 248320, 1, 11GB)
 #
 # The defaults are the dense 27B's shape (scripts/make-synthetic-27b.sh: 10.3 GB of input under
-# BENCH_DIR, default /tmp/escha-fit, and up to 17 GB of output at a time); `bash
-# scripts/bench-fit.sh 2 4096 1 300MB` is a sanity run of the same steps in a few minutes. Keeps the
-# checkpoint and the JSON reports.
+# BENCH_DIR, default /tmp/escha-fit, and up to 18 GB of output at a time); `bash
+# scripts/bench-fit.sh 4 4096 1 600MB` is a sanity run of the same steps in a few minutes (four
+# layers: llama.cpp needs both kinds of attention layer). Keeps the checkpoint and the JSON reports.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LAYERS=${1:-64}
@@ -54,9 +57,28 @@ for i in $(seq "$RUNS"); do
         rm -rf "$OUT"
     done
     convert "mlx-$SIZE" --format mlx --max-size "$SIZE"
+    [ "${CLIENTS:-0}" = 1 ] && .venv/bin/python - "$OUT" <<'PY'
+import pathlib, sys
+import mlx.core as mx, mlx_lm.utils, numpy as np
+model, _ = mlx_lm.utils.load_model(pathlib.Path(sys.argv[1]), strict=True)
+y = np.array(model(mx.array([[1, 2, 3, 4]])).astype(mx.float32))
+assert np.isfinite(y).all(), "mlx-lm: logits not finite"
+print(f"mlx-lm: loaded strictly, logits {y.shape} finite")
+PY
     rm -rf "$OUT"
     convert "gguf-$SIZE" "${GGUF[@]}" --max-size "$SIZE"
+    if [ "${CLIENTS:-0}" = 1 ]; then
+        # shellcheck disable=SC1090
+        . "$(bash scripts/llama-cpp.sh --print-env)"
+        "$ESCHA_LLAMA_BIN/llama_logits" -t 2 -o "$DIR/logits.f32" "$OUT/model.gguf" 1,2,3,4 2>/dev/null
+        .venv/bin/python -c "import numpy as np, sys; y = np.fromfile(sys.argv[1], '<f4'); assert y.size and np.isfinite(y).all(); print('llama.cpp: logits finite')" "$DIR/logits.f32"
+    fi
     rm -rf "$OUT"
+    for other in "exl3:--format exl3" "mlx4:--format mlx" "mlx-auto:--format mlx --bits auto" "gguf-q4_k_m:${GGUF[*]} --gguf-type q4_k_m"; do
+        read -ra flags <<< "${other#*:}"
+        convert "${other%%:*}" "${flags[@]}"
+        rm -rf "$OUT"
+    done
 done
 
 python3 - "$DIR" <<'PY'
