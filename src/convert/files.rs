@@ -1,7 +1,7 @@
 //! The files around the shards: the marker, the index, config.json, the copied side files and the
 //! model card.
 
-use super::job::Job;
+use super::job::{Job, TENSORS_ONLY};
 use super::options::ConvertOptions;
 use super::report::VerifySummary;
 use crate::card::{self, Card};
@@ -68,10 +68,6 @@ pub fn marker(job: &Job, layout: &dyn Layout, opts: &ConvertOptions) -> Marker {
 
 /// The model card's file name in OUT.
 pub const CARD_FILE: &str = "README.md";
-
-/// What the card and the warning say of a single `.safetensors` file as IN.
-pub const TENSORS_ONLY: &str = "the source is a single .safetensors file: its tensors are converted as they are, \
-     unchecked against any config, and no config.json or tokenizer is written; add the model's own before loading it";
 
 /// The model card of `job`.
 pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Option<&VerifySummary>) -> Card {

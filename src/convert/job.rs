@@ -15,6 +15,10 @@ use anyhow::{bail, Result};
 use serde_json::Map;
 use std::collections::BTreeSet;
 
+/// What the card and the warning say of a single `.safetensors` file as IN.
+pub const TENSORS_ONLY: &str = "the source is a single .safetensors file: its tensors are converted as they are, \
+     unchecked against any config, and no config.json or tokenizer is written; add the model's own before loading it";
+
 pub struct Job {
     pub ck: Checkpoint,
     pub cat: Catalog,
@@ -57,10 +61,7 @@ impl Job {
         cat.check_convertible(&ck, true)?;
         architecture::check(&ck, &cat)?;
         if ck.single_file {
-            warnings.push(Warning::new(
-                WarningCode::TensorsOnly,
-                format!("{}: {}", ck.root.display(), super::files::TENSORS_ONLY),
-            ));
+            warnings.push(Warning::new(WarningCode::TensorsOnly, format!("{}: {}", ck.root.display(), TENSORS_ONLY)));
         }
         warnings.extend(cat.notes());
         if !cat.vision.is_empty() {

@@ -23,12 +23,13 @@
 //! * no `mtp.*` key and no vision tensor is written (either would make some loader shift the
 //!   norms a second time or fail a strict load).
 
+use super::choice::{Chosen, WidthChoice};
 use super::fit::{FitOption, FitRecipe, FitTensor};
 use super::flags::FlagWords;
 use super::mtp;
 use super::names::{natural_key, norm_kind};
 use super::options::{AutoBits, BiasMode, Int8Mode};
-use super::policy::{Chosen, FormatCard, Layout, WeightProbe, WidthChoice};
+use super::policy::{FormatCard, Layout, WeightProbe};
 use super::tensor::{Adjust, AffineParams, Encoding, Kind, OutputTensor, Recipe, RowSource};
 use crate::checkpoint::tensor::is_float;
 use crate::checkpoint::{Catalog, Checkpoint, Leaf};

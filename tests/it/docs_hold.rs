@@ -170,9 +170,10 @@ fn the_docs_show_what_verify_prints() {
 /// The long flags a `--help` page lists as options (not those its prose mentions).
 fn listed_flags(help: &str) -> Vec<String> {
     help.lines()
-        // clap indents an option by two spaces, and the text under it further.
-        .filter(|l| l.starts_with("  -"))
+        // clap indents an option by two spaces (six without a short form), the text under it further.
+        .filter(|l| l.len() - l.trim_start().len() <= 6)
         .map(str::trim_start)
+        .filter(|l| l.starts_with('-'))
         .filter_map(|l| l.split([' ', ',', '=', '<']).find(|w| w.starts_with("--")).map(str::to_string))
         .filter(|f| f != "--help" && f != "--version")
         .collect()
@@ -187,7 +188,12 @@ fn every_flag_the_help_lists_is_in_the_reference() {
         assert_eq!(o.status.code(), Some(0), "{command} --help");
         let flags = listed_flags(&String::from_utf8_lossy(&o.stdout));
         assert!(command != "convert" || flags.len() > 20, "convert --help lists its flags: {flags:?}");
-        missing.extend(flags.into_iter().filter(|f| !usage.contains(&format!("`{f}")) && !usage.contains(&format!(", {f}"))).map(|f| format!("{command} {f}")));
+        missing.extend(
+            flags
+                .into_iter()
+                .filter(|f| !usage.contains(&format!("`{f}")) && !usage.contains(&format!(", {f}")))
+                .map(|f| format!("{command} {f}")),
+        );
     }
     assert!(missing.is_empty(), "docs/USAGE.md does not describe: {missing:?}");
 }
@@ -198,7 +204,8 @@ fn the_front_page_is_short_and_starts_with_the_two_commands() {
     let lines: Vec<&str> = readme.lines().collect();
     assert!(lines.len() <= 300, "README.md has {} lines; the reference belongs in docs/USAGE.md", lines.len());
     for command in ["    cargo run --release -- fixtures/dense out/dense-bf16", "    bash scripts/test.sh"] {
-        let at = lines.iter().position(|l| *l == command).unwrap_or_else(|| panic!("README.md runs `{}`", command.trim()));
+        let at =
+            lines.iter().position(|l| *l == command).unwrap_or_else(|| panic!("README.md runs `{}`", command.trim()));
         assert!(at < 60, "`{}` is on line {} of README.md, past the first 60", command.trim(), at + 1);
     }
     assert_eq!(read(".ci/run").matches("bash scripts/test.sh").count(), 1, ".ci/run calls the README's test command");
