@@ -240,6 +240,7 @@ impl Layout for Exl3Layout {
         bias: BiasMode,
         warnings: &mut Vec<crate::warning::Warning>,
     ) -> Result<Vec<OutputTensor>> {
+        rope_runs(ck.config.as_ref())?;
         let mut tensors = Vec::new();
         // Everything but the coded linears (and their biases) as in the Hugging Face layout.
         for t in hf::tensors(ck, cat, DenseDtype::Bf16, BiasMode::Drop) {
@@ -295,7 +296,11 @@ impl Layout for Exl3Layout {
                  tokenizer = Tokenizer.from_config(config)\n\
                  generator = Generator(model=model, cache=cache, tokenizer=tokenizer)\n\
                  print(generator.generate(prompt=\"Hello\", max_new_tokens=64))\n```\n\n\
-                 TabbyAPI: put the directory under its `models/` folder and set `model_name` to it (backend exllamav3).\n"
+                 TabbyAPI: put the directory under its `models/` folder and set `model_name` to it (backend exllamav3).\n\n\
+                 Rotary scaling, where config.json asks for one: exllamav3 reads the text config's `rope_scaling`, else \
+                 its `rope_parameters`, and runs linear, yarn, llama3 and longrope. For YaRN it takes the factor as \
+                 `max_position_embeddings / original_max_position_embeddings` (not `factor`) and its attention factor \
+                 from that, so `max_position_embeddings` must be the context the scaling extends to.\n"
                 .into(),
         }
     }
@@ -306,6 +311,29 @@ impl Layout for Exl3Layout {
         } else {
             "not written (incomplete, or dropped on request); mtp_num_hidden_layers is 0"
         }
+    }
+}
+
+/// The rotary scaling exllamav3 runs (`util/rope.py`): it raises on a type it does not know
+/// (dynamic), and YaRN needs `max_position_embeddings`, which its factor is computed from.
+fn rope_runs(config: Option<&Value>) -> Result<()> {
+    let Some(config) = config else { return Ok(()) };
+    let text = config.get("text_config").filter(|t| t.is_object()).unwrap_or(config);
+    let Some(rope) = ["rope_scaling", "rope_parameters"].iter().find_map(|k| text.get(k).filter(|r| r.is_object()))
+    else {
+        return Ok(());
+    };
+    let kind = rope.get("rope_type").or_else(|| rope.get("type")).and_then(Value::as_str).unwrap_or("default");
+    match kind {
+        "dynamic" => bail!(
+            "config.json: rope_type \"dynamic\"; exllamav3 does not run it (\"Unknown rope_type\"): convert to another \
+             format, or use linear or yarn"
+        ),
+        "yarn" if !text.get("max_position_embeddings").is_some_and(Value::is_u64) => bail!(
+            "config.json: YaRN without max_position_embeddings; exllamav3 computes the YaRN factor from it and refuses \
+             the model without"
+        ),
+        _ => Ok(()),
     }
 }
 

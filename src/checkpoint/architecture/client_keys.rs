@@ -2,14 +2,14 @@
 
 use super::keys::{excerpt, positive, Keys, MAX_POSITIONS};
 use super::model::Family;
-use super::rope::rope_parameters;
+use super::rope::{rope_parameters, RopeContext};
 use anyhow::{bail, Result};
 use serde_json::{Map, Value};
 
 /// The keys the clients read beyond the tensors' sizes (transformers' config classes, mlx-lm's
 /// model arguments, exllamav3's architecture), each held to what every one of them accepts, so
 /// that a config they would refuse is refused here by name.
-pub(super) fn client_keys(keys: &Keys, model_type: &str, family: Family, vocab: u64) -> Result<()> {
+pub(super) fn client_keys(keys: &Keys, model_type: &str, family: Family, vocab: u64, head_dim: u64) -> Result<()> {
     if keys.nested && !keys.top.get("model_type").is_some_and(Value::is_string) {
         bail!("config.json has no top-level model_type, which transformers reads the architecture from");
     }
@@ -52,11 +52,24 @@ pub(super) fn client_keys(keys: &Keys, model_type: &str, family: Family, vocab: 
     if let Some(v) = keys.text.get("max_position_embeddings") {
         keys.in_range("max_position_embeddings", v, 1, MAX_POSITIONS)?;
     }
+    // mlx-lm reads Qwen3-Next's rotation from rope_scaling, Qwen3.5's from the text part's
+    // rope_parameters (its own defaults standing in when absent).
+    let mlx_key = if family == Family::Next { "rope_scaling".to_string() } else { keys.path("rope_parameters") };
     for (map, prefix) in [(keys.top, ""), (keys.text, if keys.nested { "text_config." } else { "" })] {
         token_ids(map, prefix, "config.json", vocab)?;
         for rope in ["rope_parameters", "rope_scaling"] {
             if let Some(Value::Object(r)) = map.get(rope) {
-                rope_parameters(r, &format!("{prefix}{rope}"))?;
+                let at = format!("{prefix}{rope}");
+                let cx = RopeContext {
+                    at: &at,
+                    mlx_reads: at == mlx_key,
+                    mlx_key: &mlx_key,
+                    model_type,
+                    head_dim,
+                    theta: keys.get("rope_theta").and_then(Value::as_f64),
+                    partial: keys.get("partial_rotary_factor").and_then(Value::as_f64),
+                };
+                rope_parameters(r, &cx)?;
             }
         }
         if let Some(theta) = map.get("rope_theta") {

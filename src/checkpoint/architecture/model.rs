@@ -85,6 +85,9 @@ impl TextModel {
             Some(Value::Object(t)) => (t, true),
             Some(v) => bail!("config.json: text_config is {v}, not an object"),
         };
+        if nested {
+            text_at_top_only(top, text)?;
+        }
         let keys = Keys { text, top, nested };
         let (model_type, family) = family(&keys)?;
         let hidden = keys.count("hidden_size", 1, MAX_DIM)?;
@@ -117,7 +120,7 @@ impl TextModel {
             if sparse.iter().all(|&s| s) { None } else { Some(keys.count("intermediate_size", 1, MAX_DIM)?) };
         let experts = if sparse.iter().any(|&s| s) { Some(experts(&keys)?) } else { None };
         let layer_types = layer_types(&keys, layers)?;
-        client_keys(&keys, &model_type, family, vocab)?;
+        client_keys(&keys, &model_type, family, vocab, head_dim)?;
         let attention_bias = keys.flag("attention_bias", false)?;
         let tie_word_embeddings = tie_word_embeddings(&keys)?;
         // Only a claim: the head's layers are those its tensors hold (the MTP rule's to judge).
@@ -152,6 +155,29 @@ impl TextModel {
     pub(super) fn value_dim(&self) -> u64 {
         self.linear_value_heads * self.linear_value_dim
     }
+}
+
+/// A text model's config holds no `text_config`: transformers takes one for a sub-config and fails
+/// to build the model ("'dict' object has no attribute 'to_dict'"). So a config whose top-level
+/// model type is a text model's (`…_text`, `qwen3_next`) is flat, and a `text_config` holds no
+/// `text_config` of its own.
+fn text_at_top_only(top: &Map<String, Value>, text: &Map<String, Value>) -> Result<()> {
+    if let Some(Value::String(t)) = top.get("model_type") {
+        if MODEL_TYPES.iter().any(|(k, _)| k == t) && !matches!(t.as_str(), "qwen3_5" | "qwen3_5_moe") {
+            bail!(
+                "config.json: model_type {t:?} is a text model's, whose keys stand at the top, but the config also \
+                 has a text_config: transformers cannot build the model from it (flatten it, or name the whole \
+                 model's type)"
+            );
+        }
+    }
+    if text.get("text_config").is_some_and(|v| !v.is_null()) {
+        bail!(
+            "config.json: text_config holds a text_config of its own; transformers cannot build the text model \
+             from it (a text model's config has no text_config)"
+        );
+    }
+    Ok(())
 }
 
 /// The family config.json names: `model_type` of the text part (or of the whole config), which
