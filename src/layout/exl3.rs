@@ -296,13 +296,18 @@ impl Layout for Exl3Layout {
                  tokenizer = Tokenizer.from_config(config)\n\
                  generator = Generator(model=model, cache=cache, tokenizer=tokenizer)\n\
                  print(generator.generate(prompt=\"Hello\", max_new_tokens=64))\n```\n\n\
-                 TabbyAPI: put the directory under its `models/` folder and set `model_name` to it (backend exllamav3).\n\n\
-                 Rotary scaling, where config.json asks for one: exllamav3 reads the text config's `rope_scaling`, else \
-                 its `rope_parameters`, and runs linear, yarn, llama3 and longrope. For YaRN it takes the factor as \
-                 `max_position_embeddings / original_max_position_embeddings` (not `factor`) and its attention factor \
-                 from that, so `max_position_embeddings` must be the context the scaling extends to.\n"
+                 TabbyAPI: put the directory under its `models/` folder and set `model_name` to it (backend exllamav3).\n"
                 .into(),
         }
+    }
+
+    fn rope_scaling_note(&self) -> Option<&'static str> {
+        Some(
+            "exllamav3 reads the text config's `rope_scaling`, else its `rope_parameters`, and runs linear, yarn, \
+             llama3 and longrope; for YaRN it takes the factor as `max_position_embeddings / \
+             original_max_position_embeddings` (not `factor`), and the attention factor from that, so \
+             `max_position_embeddings` must be the context the scaling extends to",
+        )
     }
 
     fn mtp_note(&self, written: bool) -> &'static str {
@@ -315,7 +320,7 @@ impl Layout for Exl3Layout {
 }
 
 /// The rotary scaling exllamav3 runs (`util/rope.py`): it raises on a type it does not know
-/// (dynamic), and YaRN needs `max_position_embeddings`, which its factor is computed from.
+/// (dynamic), and `YaRN` needs `max_position_embeddings`, which its factor is computed from.
 fn rope_runs(config: Option<&Value>) -> Result<()> {
     let Some(config) = config else { return Ok(()) };
     let text = config.get("text_config").filter(|t| t.is_object()).unwrap_or(config);

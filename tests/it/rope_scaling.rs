@@ -1,4 +1,4 @@
-//! Rotary scaling as the model cards document it (YaRN under `text_config.rope_parameters`):
+//! Rotary scaling as the model cards document it (`YaRN` under `text_config.rope_parameters`):
 //! every format converts it and carries it where its client reads it (config.json for
 //! transformers, mlx-lm and exllamav3; llama.cpp's `rope.scaling.*` keys in GGUF); a scaling one
 //! client would not run is refused for that client's format only, naming it.
@@ -59,6 +59,10 @@ fn yarn_as_the_card_documents_it_converts_in_every_format() {
                     key("original_context_length")
                 );
                 continue;
+            }
+            if format == "exl3" {
+                let card = std::fs::read_to_string(out.join("README.md")).unwrap();
+                assert!(card.contains("max_position_embeddings / original_max_position_embeddings"), "{card}");
             }
             let rope = rope_of(&out);
             assert_eq!(rope["rope_type"], "yarn", "{model} {format}: {rope}");

@@ -158,7 +158,7 @@ impl TextModel {
 }
 
 /// A text model's config holds no `text_config`: transformers takes one for a sub-config and fails
-/// to build the model ("'dict' object has no attribute 'to_dict'"). So a config whose top-level
+/// to build the model (`'dict' object has no attribute 'to_dict'`). So a config whose top-level
 /// model type is a text model's (`…_text`, `qwen3_next`) is flat, and a `text_config` holds no
 /// `text_config` of its own.
 fn text_at_top_only(top: &Map<String, Value>, text: &Map<String, Value>) -> Result<()> {

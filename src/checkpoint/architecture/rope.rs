@@ -100,7 +100,7 @@ pub(super) fn rope_parameters(r: &Map<String, Value>, cx: &RopeContext) -> Resul
     Ok(())
 }
 
-/// YaRN: the parameters both clients compute the same rotation and attention factor from.
+/// `YaRN`: the parameters both clients compute the same rotation and attention factor from.
 fn yarn(p: &Params, cx: &RopeContext) -> Result<()> {
     let at = p.at;
     p.factor(true)?;
@@ -127,7 +127,7 @@ fn yarn(p: &Params, cx: &RopeContext) -> Result<()> {
         );
     }
     match p.r.get("truncate") {
-        None | Some(Value::Null) | Some(Value::Bool(true)) => {}
+        None | Some(Value::Null | Value::Bool(true)) => {}
         Some(v) => {
             bail!("config.json: {at}.truncate is {}; mlx-lm always truncates the correction range (true)", excerpt(v))
         }
@@ -135,7 +135,7 @@ fn yarn(p: &Params, cx: &RopeContext) -> Result<()> {
     Ok(())
 }
 
-/// LongRoPE: a per-frequency factor list of half the rotated width, for short and long contexts.
+/// `LongRoPE`: a per-frequency factor list of half the rotated width, for short and long contexts.
 fn longrope(p: &Params, cx: &RopeContext) -> Result<()> {
     let at = p.at;
     p.factor(false)?;
@@ -143,7 +143,8 @@ fn longrope(p: &Params, cx: &RopeContext) -> Result<()> {
     if let Some(v) = p.r.get("attention_factor").filter(|v| !v.is_null()) {
         bail!("config.json: {at}.attention_factor is {}; mlx-lm's LongRoPE does not read it", excerpt(v));
     }
-    let partial = p.r.get("partial_rotary_factor").and_then(Value::as_f64).or(cx.partial).unwrap_or(1.0);
+    // This family's clients rotate a quarter of the head unless told otherwise.
+    let partial = p.r.get("partial_rotary_factor").and_then(Value::as_f64).or(cx.partial).unwrap_or(0.25);
     let half = ((cx.head_dim as f64 * partial) as u64) / 2;
     for key in ["short_factor", "long_factor"] {
         let ok = p.r.get(key).and_then(Value::as_array).is_some_and(|a| {

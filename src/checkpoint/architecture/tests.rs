@@ -53,3 +53,30 @@ fn the_config_is_read_once_typed_and_bounded() {
         assert!(e.contains(says), "{key}: {e}");
     }
 }
+
+#[test]
+fn rotary_scaling_is_read_where_mlx_lm_reads_it_and_bounded() {
+    let with = |key: &str, rope: Value| {
+        let mut c = qwen3_next();
+        c[key] = rope;
+        TextModel::from_config(&c).map(|_| ()).map_err(|e| e.to_string())
+    };
+    let yarn = json!({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024});
+    assert_eq!(with("rope_scaling", yarn.clone()), Ok(()));
+    // Qwen3-Next's mlx-lm model reads rope_scaling only.
+    let e = with("rope_parameters", yarn).unwrap_err();
+    assert!(e.contains("mlx-lm") && e.contains("rope_scaling"), "{e}");
+    // head_dim 64, a quarter rotated: 8 factors each.
+    let factors = |n: usize| json!(vec![1.0; n]);
+    let longrope = |n| {
+        json!({"type": "longrope", "original_max_position_embeddings": 1024,
+                              "short_factor": factors(n), "long_factor": factors(8)})
+    };
+    assert_eq!(with("rope_scaling", longrope(8)), Ok(()));
+    assert!(with("rope_scaling", longrope(7)).unwrap_err().contains("short_factor"));
+    let llama3 = json!({"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 1024,
+                        "low_freq_factor": 4.0, "high_freq_factor": 4.0});
+    assert!(with("rope_scaling", llama3).unwrap_err().contains("high_freq_factor"));
+    let disagree = json!({"rope_type": "yarn", "type": "linear", "factor": 2.0});
+    assert!(with("rope_scaling", disagree).unwrap_err().contains("rope_scaling.type"));
+}

@@ -183,8 +183,8 @@ impl Hparams {
 }
 
 /// The rotary scaling as llama.cpp's converter writes it (`TextModel.set_gguf_parameters`):
-/// `rope.scaling.type`, `.factor` and, for YaRN, `.original_context_length` (read by the loader of
-/// every architecture, qwen35 and qwen35moe among them), and YaRN's betas where the config gives
+/// `rope.scaling.type`, `.factor` and, for `YaRN`, `.original_context_length` (read by the loader of
+/// every architecture, qwen35 and qwen35moe among them), and `YaRN`'s betas where the config gives
 /// them. A scaling llama.cpp would not run as transformers does is refused, naming llama.cpp.
 fn scaling(rope: &Map<String, Value>, kv: &mut Metadata, key: &dyn Fn(&str) -> String) -> Result<()> {
     let kind = rope.get("rope_type").or_else(|| rope.get("type")).and_then(Value::as_str).unwrap_or("default");
