@@ -432,6 +432,12 @@ fn keys_the_clients_read_are_refused_by_every_format_when_a_client_would_refuse_
             vec!["rope_parameters.rope_type", "junk", "neither transformers nor mlx-lm"],
         ),
         (
+            with_config(copy(t, "mrope-short", "moe"), |c| {
+                text(c)["rope_parameters"]["mrope_section"] = serde_json::json!([1]);
+            }),
+            vec!["rope_parameters.mrope_section", "3 to 8"],
+        ),
+        (
             with_config(copy(t, "rope-mrope", "dense"), |c| text(c)["rope_parameters"]["rope_type"] = "mrope".into()),
             vec!["rope_type", "mrope", "transformers"],
         ),

@@ -49,9 +49,13 @@ pub(super) fn rope_parameters(r: &Map<String, Value>, cx: &RopeContext) -> Resul
             bail!("config.json: {at}.partial_rotary_factor is {}, not a number in (0, 1]", excerpt(f));
         }
     }
+    // transformers' Qwen3.5 rotary embedding reads the sections of the height and width axes
+    // (`mrope_section[1]`, `[2]`) whatever the list holds.
     if let Some(m) = r.get("mrope_section") {
-        if !m.as_array().is_some_and(|a| a.len() <= 8 && a.iter().all(|x| x.as_u64().is_some_and(|n| n <= MAX_DIM))) {
-            bail!("config.json: {at}.mrope_section is {}, not a short list of whole numbers", excerpt(m));
+        let ok =
+            |a: &Vec<Value>| (3..=8).contains(&a.len()) && a.iter().all(|x| x.as_u64().is_some_and(|n| n <= MAX_DIM));
+        if !m.as_array().is_some_and(ok) {
+            bail!("config.json: {at}.mrope_section is {}, not a list of 3 to 8 whole numbers", excerpt(m));
         }
     }
     let kind = rope_type(r, at)?;
