@@ -13,6 +13,7 @@ use crate::output::checksums::{sha256_hex, SUMS_FILE};
 use crate::output::{Marker, MARKER_FILE};
 use crate::text::shell_word;
 use anyhow::{Context, Result};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -102,6 +103,9 @@ pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Optio
     if let Some(budget) = &job.budget {
         notes.push(("size budget", budget.words()));
     }
+    if let Some(note) = layout.rope_scaling_note().filter(|_| scales_rope(job.ck.config.as_ref())) {
+        notes.push(("rotary scaling", note.to_string()));
+    }
     let mtp =
         if job.ck.tensors.keys().any(|n| is_mtp(n)) { layout.mtp_note(job.mtp_written) } else { "none in the source" };
     notes.push(("MTP head", mtp.to_string()));
@@ -115,6 +119,16 @@ pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Optio
         notes,
         verified: verify.map(|v| v.line_quoting(|base| card::md_code(base, true))),
     }
+}
+
+/// Whether config.json asks for a rotary scaling (a rope type other than the default).
+fn scales_rope(config: Option<&Value>) -> bool {
+    let Some(config) = config else { return false };
+    let text = config.get("text_config").filter(|t| t.is_object()).unwrap_or(config);
+    ["rope_parameters", "rope_scaling"]
+        .iter()
+        .filter_map(|k| text.get(k))
+        .any(|r| r.get("rope_type").or_else(|| r.get("type")).and_then(Value::as_str).is_some_and(|t| t != "default"))
 }
 
 /// The card's line on the biases of coded linears, when the input has any: kept or dropped, and

@@ -240,6 +240,7 @@ impl Layout for Exl3Layout {
         bias: BiasMode,
         warnings: &mut Vec<crate::warning::Warning>,
     ) -> Result<Vec<OutputTensor>> {
+        rope_runs(ck.config.as_ref())?;
         let mut tensors = Vec::new();
         // Everything but the coded linears (and their biases) as in the Hugging Face layout.
         for t in hf::tensors(ck, cat, DenseDtype::Bf16, BiasMode::Drop) {
@@ -300,12 +301,44 @@ impl Layout for Exl3Layout {
         }
     }
 
+    fn rope_scaling_note(&self) -> Option<&'static str> {
+        Some(
+            "exllamav3 reads the text config's `rope_scaling`, else its `rope_parameters`, and runs linear, yarn, \
+             llama3 and longrope; for YaRN it takes the factor as `max_position_embeddings / \
+             original_max_position_embeddings` (not `factor`), and the attention factor from that, so \
+             `max_position_embeddings` must be the context the scaling extends to",
+        )
+    }
+
     fn mtp_note(&self, written: bool) -> &'static str {
         if written {
             "kept as `mtp.*` tensors in the main shards (exllamav3's text-only Qwen3.5 model does not load them)"
         } else {
             "not written (incomplete, or dropped on request); mtp_num_hidden_layers is 0"
         }
+    }
+}
+
+/// The rotary scaling exllamav3 runs (`util/rope.py`): it raises on a type it does not know
+/// (dynamic), and `YaRN` needs `max_position_embeddings`, which its factor is computed from.
+fn rope_runs(config: Option<&Value>) -> Result<()> {
+    let Some(config) = config else { return Ok(()) };
+    let text = config.get("text_config").filter(|t| t.is_object()).unwrap_or(config);
+    let Some(rope) = ["rope_scaling", "rope_parameters"].iter().find_map(|k| text.get(k).filter(|r| r.is_object()))
+    else {
+        return Ok(());
+    };
+    let kind = rope.get("rope_type").or_else(|| rope.get("type")).and_then(Value::as_str).unwrap_or("default");
+    match kind {
+        "dynamic" => bail!(
+            "config.json: rope_type \"dynamic\"; exllamav3 does not run it (\"Unknown rope_type\"): convert to another \
+             format, or use linear or yarn"
+        ),
+        "yarn" if !text.get("max_position_embeddings").is_some_and(Value::is_u64) => bail!(
+            "config.json: YaRN without max_position_embeddings; exllamav3 computes the YaRN factor from it and refuses \
+             the model without"
+        ),
+        _ => Ok(()),
     }
 }
 

@@ -182,6 +182,12 @@ pub trait Layout: Sync {
         tensors.iter().any(|t| is_mtp(&t.name))
     }
 
+    /// The model card's line on a rotary scaling config.json asks for: what the format's client
+    /// does with it, where that is not simply what transformers does.
+    fn rope_scaling_note(&self) -> Option<&'static str> {
+        None
+    }
+
     /// The model card's line on the MTP head of a source that has one: kept (`written`) or not.
     fn mtp_note(&self, written: bool) -> &'static str {
         if written {

@@ -36,6 +36,7 @@ mod metal_gpu;
 mod metal_kernel_shim;
 mod model_check;
 mod reconstruct;
+mod rope_scaling;
 mod scale_range;
 mod verify;
 mod verify_html;

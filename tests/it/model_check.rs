@@ -392,6 +392,74 @@ fn keys_the_clients_read_are_refused_by_every_format_when_a_client_would_refuse_
             with_config(copy(t, "experts", "dense"), |c| drop(text(c).insert("num_experts".into(), (-1).into()))),
             vec!["num_experts"],
         ),
+        // A text model's config with a text_config of its own: transformers cannot build it.
+        (
+            with_config(copy(t, "text-nested-in-flat", "dense"), |c| {
+                let inner = text(c).clone();
+                *c = Value::Object(inner.clone());
+                c["text_config"] = Value::Object(inner);
+            }),
+            vec!["qwen3_5_text", "text_config"],
+        ),
+        (
+            with_config(copy(t, "text-in-text", "moe"), |c| {
+                let inner = text(c).clone();
+                text(c).insert("text_config".into(), Value::Object(inner));
+            }),
+            vec!["text_config holds a text_config"],
+        ),
+        // Rotary scaling: parameters typed and bounded, types no client runs named.
+        (
+            with_config(copy(t, "yarn-factor", "dense"), |c| {
+                let r = &mut text(c)["rope_parameters"];
+                r["rope_type"] = "yarn".into();
+                r["factor"] = (-4.0).into();
+                r["original_max_position_embeddings"] = 4096.into();
+            }),
+            vec!["rope_parameters.factor", "-4"],
+        ),
+        (
+            with_config(copy(t, "yarn-original", "moe"), |c| {
+                let r = &mut text(c)["rope_parameters"];
+                r["rope_type"] = "yarn".into();
+                r["factor"] = 4.0.into();
+                r["original_max_position_embeddings"] = 4096.5.into();
+            }),
+            vec!["original_max_position_embeddings", "4096.5"],
+        ),
+        (
+            with_config(copy(t, "rope-junk", "dense"), |c| text(c)["rope_parameters"]["rope_type"] = "junk".into()),
+            vec!["rope_parameters.rope_type", "junk", "neither transformers nor mlx-lm"],
+        ),
+        (
+            with_config(copy(t, "mrope-short", "moe"), |c| {
+                text(c)["rope_parameters"]["mrope_section"] = serde_json::json!([1]);
+            }),
+            vec!["rope_parameters.mrope_section", "3 to 8"],
+        ),
+        (
+            with_config(copy(t, "rope-mrope", "dense"), |c| text(c)["rope_parameters"]["rope_type"] = "mrope".into()),
+            vec!["rope_type", "mrope", "transformers"],
+        ),
+        (
+            with_config(copy(t, "yarn-attention", "moe"), |c| {
+                let r = &mut text(c)["rope_parameters"];
+                r["rope_type"] = "yarn".into();
+                r["factor"] = 4.0.into();
+                r["original_max_position_embeddings"] = 4096.into();
+                r["attention_factor"] = 1.5.into();
+            }),
+            vec!["attention_factor", "mlx-lm"],
+        ),
+        (
+            with_config(copy(t, "scaling-elsewhere", "dense"), |c| {
+                text(c).insert(
+                    "rope_scaling".into(),
+                    serde_json::json!({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}),
+                );
+            }),
+            vec!["text_config.rope_scaling", "mlx-lm", "text_config.rope_parameters"],
+        ),
         (
             generation(copy(t, "no-new-tokens", "dense"), r#"{"max_new_tokens": 0}"#),
             vec!["generation_config.json", "max_new_tokens"],
@@ -404,4 +472,35 @@ fn keys_the_clients_read_are_refused_by_every_format_when_a_client_would_refuse_
     for (input, expect) in cases {
         refused_by_every_format(&input, &expect);
     }
+}
+
+/// Plain values a client exponentiates, held to what it can compute: an `A_log` whose exponential
+/// overflows f32 (the decay turns infinite and the logits NaN), a `dt_bias` that scales the decay
+/// past it, an F64 value past f32's range.
+#[test]
+fn values_a_client_exponentiates_are_refused_by_every_format_beyond_what_it_computes() {
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let a_log = format!("{L}.1.linear_attn.A_log");
+    let dt_bias = format!("{L}.2.linear_attn.dt_bias");
+    let huge_a = with_tensors(copy(t, "a-log", "dense"), |ts| {
+        let x = tensor(ts, &a_log);
+        x.data = [1.0f32, 2.0, 100.0, 0.5].iter().flat_map(|v| v.to_le_bytes()).collect();
+    });
+    refused_by_every_format(&huge_a, &[&a_log, "100", "exponential"]);
+    let huge_dt = with_tensors(copy(t, "dt-bias", "moe"), |ts| {
+        let x = tensor(ts, &dt_bias);
+        // Stored F32 (the fixture's is F16, which holds nothing past the bound).
+        x.dtype = "F32";
+        x.data = [0.0f32, 0.0, 0.0, -1e30].iter().flat_map(|v| v.to_le_bytes()).collect();
+    });
+    refused_by_every_format(&huge_dt, &[&dt_bias, "decay"]);
+    // Within the bounds, the model converts.
+    let fine = with_tensors(copy(t, "a-log-fine", "dense"), |ts| {
+        let x = tensor(ts, &a_log);
+        x.data = [-30.0f32, 2.0, 31.0, 0.5].iter().flat_map(|v| v.to_le_bytes()).collect();
+    });
+    let out = t.join("fine-out");
+    let o = escha_convert().arg(&fine).arg(&out).arg("--quiet").output().unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
 }

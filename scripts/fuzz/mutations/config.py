@@ -187,7 +187,7 @@ def cfg_rope(ck, rng):
     tc = ck.text(cfg)
     rp = tc.get("rope_parameters")
     rp = rp if isinstance(rp, dict) else {}
-    op = rng.choice(["theta", "partial", "mrope", "type", "delete", "legacy", "maxpos", "scaling"])
+    op = rng.choice(["theta", "partial", "mrope", "type", "delete", "legacy", "maxpos", "scaling", "yarn"])
     if op == "theta":
         v = rng.choice([0, -1, 1e-30, 1e308, "x", None, Raw("1e400")])
         rp["rope_theta"] = v
@@ -206,6 +206,25 @@ def cfg_rope(ck, rng):
         if rng.random() < 0.5:
             rp["factor"] = rng.choice([0, 4.0, -1, 1e30])
         desc = f"rope_parameters.rope_type = {short(v)}, factor {rp.get('factor', '<absent>')}"
+    elif op == "yarn":
+        # The Qwen3.6 card's long-context setting, with one parameter perhaps taken hostile.
+        rp.update({"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 1024})
+        key, v = rng.choice(
+            [
+                (None, None),
+                ("factor", rng.choice([0, -4.0, 1e30, "4", None])),
+                ("original_max_position_embeddings", rng.choice([0, -1, 1024.5, 2**40, None])),
+                ("beta_fast", rng.choice([0, -32, 16, 1e308])),
+                ("beta_slow", rng.choice([0, 2, -1])),
+                ("mscale", rng.choice([1, 0, -1])),
+                ("attention_factor", rng.choice([1.0, 0, -1])),
+                ("truncate", rng.choice([False, True, "no"])),
+                ("type", rng.choice(["linear", "yarn"])),
+            ]
+        )
+        if key is not None:
+            rp[key] = v
+        desc = f"rope_parameters yarn{'' if key is None else f', {key} = {short(v)}'}"
     elif op == "delete":
         tc.pop("rope_parameters", None)
         ck.save("config.json", cfg)
@@ -288,6 +307,42 @@ def cfg_flatten(ck, rng):
             cfg.setdefault(k, v)
     ck.save("config.json", cfg)
     return "config.json: text_config's keys moved to the top level"
+
+
+TEXT_TYPES = {"qwen3_5": "qwen3_5_text", "qwen3_5_moe": "qwen3_5_moe_text"}
+
+
+@kind(2)
+def cfg_text_nesting(ck, rng):
+    """Nested and flattened text configs: a flat text model (valid), a flat one that also carries a
+    text_config, a text_config inside the text_config, a nested config whose top-level type is the
+    text model's, a vision_config inside the text part."""
+    cfg = ck.config()
+    tc = cfg.get("text_config")
+    if not isinstance(tc, dict):
+        return "config.json has no text_config: nothing to nest or flatten"
+    op = rng.choice(["flat_text", "flat_with_text_config", "text_in_text", "top_text_type", "vision_in_text"])
+    if op in ("flat_text", "flat_with_text_config"):
+        flat = dict(tc)
+        flat["model_type"] = TEXT_TYPES.get(cfg.get("model_type"), tc.get("model_type"))
+        arch = [a.replace("ForConditionalGeneration", "ForCausalLM") for a in cfg.get("architectures") or []]
+        if arch:
+            flat["architectures"] = arch
+        for k in ("tie_word_embeddings", "quantization_config"):
+            if k in cfg:
+                flat[k] = cfg[k]
+        if op == "flat_with_text_config":
+            flat["text_config"] = dict(tc)
+        ck.save("config.json", flat)
+        return f"config.json flattened to the text model ({flat['model_type']}){' plus its text_config' if op != 'flat_text' else ''}"
+    if op == "text_in_text":
+        tc["text_config"] = dict(tc)
+    elif op == "top_text_type":
+        cfg["model_type"] = TEXT_TYPES.get(cfg.get("model_type"), "qwen3_5_text")
+    else:
+        tc["vision_config"] = cfg.get("vision_config", {"depth": 1})
+    ck.save("config.json", cfg)
+    return f"config.json: {op.replace('_', ' ')}"
 
 
 @kind(2)

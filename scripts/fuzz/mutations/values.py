@@ -1,5 +1,6 @@
 """Mutations of the stored values: scales taken huge, tiny or non-finite, extreme norms, linear
-attention parameters, int8 pairs and plain weights, random trellis words."""
+attention parameters, int8 pairs and plain weights, huge finite values in any plain tensor, random
+trellis words."""
 
 import random
 
@@ -140,6 +141,36 @@ def w_plain_extreme(ck, rng):
 
     scale_values(ck, t, fn)
     return f"{ck.rel(t[0])}: {t[1]} {'element 0' if one else 'all'} = {v:g}"
+
+
+# Finite values near the top of each float type's range (F64: past f32's).
+HUGE = {
+    "F16": [65504.0, -65504.0, 60000.0],
+    "BF16": [3.38e38, -3.38e38, 1e30, -1e30],
+    "F32": [3.4e38, -3.4e38, 1e30, 88.8],
+    "F64": [1e300, -1e300, 3.5e38],
+}
+
+
+@kind(2)
+def w_plain_huge(ck, rng):
+    """A huge but finite value in any plain float tensor: norms, A_log, dt_bias, conv1d, biases,
+    embeddings, the MTP head's."""
+    t = ck.pick_tensor(rng, r"^(?!.*escha_)(?!.*weight_(int8|scale)$)", dtypes=set(HUGE))
+    if t is None:
+        return "no plain float tensor"
+    v = rng.choice(HUGE[t[2]])
+    one = rng.random() < 0.5
+
+    def fn(a):
+        if one:
+            a = a.copy()
+            a[rng.randrange(len(a))] = v
+            return a
+        return np.full_like(a, v)
+
+    scale_values(ck, t, fn)
+    return f"{ck.rel(t[0])}: {t[1]} {'one element' if one else 'all'} = {v:g}"
 
 
 @kind(1)

@@ -77,7 +77,10 @@ impl Hparams {
 
     /// The rope parameters: `rope_parameters`, else the older `rope_theta` / `rope_scaling`.
     fn rope(&self) -> Map<String, Value> {
-        let mut rope = self.get("rope_parameters").and_then(Value::as_object).cloned().unwrap_or_default();
+        let mut rope = (self.get("rope_parameters").and_then(Value::as_object))
+            .or_else(|| self.get("rope_scaling").and_then(Value::as_object))
+            .cloned()
+            .unwrap_or_default();
         if let Some(theta) = self.get("rope_theta") {
             rope.entry("rope_theta").or_insert_with(|| theta.clone());
         }
@@ -108,10 +111,7 @@ impl Hparams {
         push_u32(&mut kv, "attention.head_count", &["num_attention_heads"])?;
         push_u32(&mut kv, "attention.head_count_kv", &["num_key_value_heads"])?;
         let rope = self.rope();
-        match rope.get("rope_type").and_then(Value::as_str) {
-            None | Some("default") => {}
-            Some(other) => bail!("config.json: rope_type {other:?}, which this tool does not map to GGUF"),
-        }
+        scaling(&rope, &mut kv, &key)?;
         let sections: Vec<i32> = match rope.get("mrope_section").and_then(Value::as_array) {
             Some(s) => {
                 let mut v: Vec<i32> = s
@@ -180,4 +180,54 @@ impl Hparams {
     pub fn vocab_size(&self) -> Result<Option<u32>> {
         self.count("vocab_size")
     }
+}
+
+/// The rotary scaling as llama.cpp's converter writes it (`TextModel.set_gguf_parameters`):
+/// `rope.scaling.type`, `.factor` and, for `YaRN`, `.original_context_length` (read by the loader of
+/// every architecture, qwen35 and qwen35moe among them), and `YaRN`'s betas where the config gives
+/// them. A scaling llama.cpp would not run as transformers does is refused, naming llama.cpp.
+fn scaling(rope: &Map<String, Value>, kv: &mut Metadata, key: &dyn Fn(&str) -> String) -> Result<()> {
+    let kind = rope.get("rope_type").or_else(|| rope.get("type")).and_then(Value::as_str).unwrap_or("default");
+    let number = |k: &str| rope.get(k).and_then(Value::as_f64);
+    let factor = || number("factor").with_context(|| format!("config.json: rope_type {kind:?} without a factor"));
+    match kind {
+        "default" => {}
+        "linear" => {
+            kv.push((key("rope.scaling.type"), MetaValue::Str("linear".into())));
+            kv.push((key("rope.scaling.factor"), MetaValue::F32(factor()? as f32)));
+        }
+        "yarn" => {
+            // qwen35's loader reads none of YaRN's own keys: it runs betas 32 and 1, and the
+            // attention factor of `factor` alone.
+            for (k, runs) in [("beta_fast", 32.0), ("beta_slow", 1.0)] {
+                if let Some(v) = number(k).filter(|&v| v != runs) {
+                    bail!(
+                        "config.json: rope {k} is {v}; llama.cpp's qwen35 loader does not read rope.scaling.yarn_{k}                          and runs {runs}, so the GGUF would rotate unlike the model"
+                    );
+                }
+            }
+            if rope.contains_key("mscale") || rope.contains_key("mscale_all_dim") {
+                bail!(
+                    "config.json: rope mscale and mscale_all_dim; llama.cpp's qwen35 loader reads neither and scales                      attention by factor alone, so the GGUF would attend unlike the model"
+                );
+            }
+            let original = rope
+                .get("original_max_position_embeddings")
+                .and_then(Value::as_u64)
+                .and_then(|n| u32::try_from(n).ok())
+                .context("config.json: YaRN without original_max_position_embeddings")?;
+            kv.push((key("rope.scaling.type"), MetaValue::Str("yarn".into())));
+            kv.push((key("rope.scaling.factor"), MetaValue::F32(factor()? as f32)));
+            kv.push((key("rope.scaling.original_context_length"), MetaValue::U32(original)));
+            for k in ["beta_fast", "beta_slow"] {
+                if let Some(v) = number(k) {
+                    kv.push((key(&format!("rope.scaling.yarn_{k}")), MetaValue::F32(v as f32)));
+                }
+            }
+        }
+        other => bail!(
+            "config.json: rope_type {other:?}; llama.cpp does not run it for qwen35 (its converter writes no scaling              for it and the model would rotate unscaled): convert to another format, or use linear or yarn"
+        ),
+    }
+    Ok(())
 }

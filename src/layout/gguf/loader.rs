@@ -227,6 +227,12 @@ fn check_rope(keys: &Keys, head_dim: u32) -> Result<()> {
             );
         }
     }
+    // llama.cpp asserts a scaling type it knows (`llama_rope_scaling_type_from_string`).
+    match keys.get("rope.scaling.type") {
+        None => {}
+        Some(MetaValue::Str(t)) if ["none", "linear", "yarn", "longrope"].contains(&t.as_str()) => {}
+        Some(t) => bail!("GGUF: rope.scaling.type is {t:?}; llama.cpp aborts on a type it does not know"),
+    }
     match keys.get("rope.freq_base") {
         Some(MetaValue::F32(theta)) if !theta.is_finite() || *theta <= 0.0 => {
             bail!("config.json: rope_theta is {theta}; rope needs a finite base above 0")
