@@ -8,7 +8,7 @@ use crate::card::{self, Card};
 use crate::checkpoint::{open_regular, Leaf};
 use crate::failure::{Classify, ErrorCode};
 use crate::layout::mtp::is_mtp;
-use crate::layout::Layout;
+use crate::layout::{tensors_only_note, Layout};
 use crate::output::checksums::{sha256_hex, SUMS_FILE};
 use crate::output::{Marker, MARKER_FILE};
 use crate::text::shell_word;
@@ -69,10 +69,6 @@ pub fn marker(job: &Job, layout: &dyn Layout, opts: &ConvertOptions) -> Marker {
 /// The model card's file name in OUT.
 pub const CARD_FILE: &str = "README.md";
 
-/// What the card and the warning say of a single `.safetensors` file as IN.
-pub const TENSORS_ONLY: &str = "the source is a single .safetensors file: its tensors are converted as they are, \
-     unchecked against any config, and no config.json or tokenizer is written; add the model's own before loading it";
-
 /// The model card of `job`.
 pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Option<&VerifySummary>) -> Card {
     let (source, revision) = card::source(&opts.input, opts.hub.as_ref());
@@ -82,7 +78,7 @@ pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Optio
     let command = format!("escha-convert {} OUT {}", shell_word(&arg), opts.recorded_flags(job.bias));
     let mut notes = Vec::new();
     if job.ck.single_file {
-        notes.push(("tensors only", TENSORS_ONLY.to_string()));
+        notes.push(("tensors only", tensors_only_note(layout)));
     }
     if let Some(bias) = bias_note(job, layout.applies_bias()) {
         notes.push(("coded-linear biases", bias.to_string()));

@@ -30,6 +30,7 @@ use super::names::{natural_key, norm_kind};
 use super::options::{AutoBits, BiasMode, Int8Mode};
 use super::policy::{Chosen, FormatCard, Layout, WeightProbe, WidthChoice};
 use super::tensor::{Adjust, AffineParams, Encoding, Kind, OutputTensor, Recipe, RowSource};
+use crate::checkpoint::architecture::{Family as ModelFamily, TextModel};
 use crate::checkpoint::tensor::is_float;
 use crate::checkpoint::{Catalog, Checkpoint, Leaf};
 use crate::container::{MetaValue, Metadata};
@@ -299,6 +300,17 @@ impl Layout for MlxLayout {
         Some(crate::json::to_text(&config, 4))
     }
 
+    /// mlx-lm reads each module's width and group size from config.json's `quantization`, which
+    /// the model's own config.json does not hold: [`QUANTIZATION_FILE`] holds it, merged in one line.
+    fn tensors_only_step(&self) -> &'static str {
+        TENSORS_ONLY_STEP
+    }
+
+    fn tensors_only_files(&self, tensors: &[OutputTensor]) -> Vec<(String, String)> {
+        let fragment = config_fragment(tensors, self.opts);
+        vec![(QUANTIZATION_FILE.into(), crate::json::to_text(&fragment, 4))]
+    }
+
     fn metadata(
         &self,
         _ck: &Checkpoint,
@@ -342,6 +354,30 @@ impl Layout for MlxLayout {
     }
 }
 
+/// The config fragment a tensors-only output holds: the keys mlx-lm needs beyond the model's own
+/// config.json.
+pub const QUANTIZATION_FILE: &str = "quantization.json";
+
+/// How a tensors-only output becomes loadable: one shell line, run as written.
+const TENSORS_ONLY_STEP: &str = "copy the model's own config.json and tokenizer files into OUT, then merge \
+     quantization.json (each module's width and group size, which mlx-lm reads) into config.json: cd OUT && \
+     python3 -c \"import json; c = json.load(open('config.json')); c.update(json.load(open('quantization.json'))); \
+     json.dump(c, open('config.json', 'w'), indent=4)\"";
+
+/// The keys [`QUANTIZATION_FILE`] gives config.json: `quantization` and `quantization_config` as
+/// [`config_json`] writes them, and the `model_type` of the module the tensors are laid out for
+/// (the family from their names, as [`family`] reads them without a config).
+pub fn config_fragment(tensors: &[OutputTensor], opts: MlxOptions) -> Value {
+    let moe = is_moe(tensors);
+    let model_type = match (tensors.iter().any(|t| t.name.starts_with("language_model.")), moe) {
+        (true, false) => ModelFamily::Dense,
+        (true, true) => ModelFamily::Moe,
+        (false, _) => ModelFamily::Next,
+    };
+    let q = quantization(tensors, opts, moe);
+    json!({ "model_type": mlx_model_type(model_type), "quantization": q, "quantization_config": q })
+}
+
 /// What the layout dropped, for warnings.
 #[derive(Clone, Debug, Default)]
 pub struct Dropped {
@@ -350,18 +386,26 @@ pub struct Dropped {
     pub expert_biases: usize,
 }
 
-/// The model family, from `model_type` (or from the tensor names when there is no config).
+/// The model family, from config.json as the model check reads it (any `model_type` it accepts,
+/// exllamav3's text-only `qwen3_5_text` and `qwen3_5_moe_text` included), or from the tensor names
+/// when there is no config.
 pub fn family(ck: &Checkpoint) -> Result<Family> {
-    let model_type = ck.config.as_ref().and_then(|c| c.get("model_type")).and_then(Value::as_str);
-    match model_type {
-        Some("qwen3_5" | "qwen3_5_moe") => Ok(Family::Qwen35),
-        Some("qwen3_next") => Ok(Family::Qwen3Next),
-        Some(other) => bail!(
-            "{}: model_type \"{other}\": the MLX layout is defined for qwen3_5, qwen3_5_moe and qwen3_next",
-            ck.root.display()
-        ),
+    match &ck.config {
+        Some(config) => Ok(match TextModel::from_config(config)?.family {
+            ModelFamily::Dense | ModelFamily::Moe => Family::Qwen35,
+            ModelFamily::Next => Family::Qwen3Next,
+        }),
         None if ck.tensors.keys().any(|k| k.starts_with("model.language_model.")) => Ok(Family::Qwen35),
         None => Ok(Family::Qwen3Next),
+    }
+}
+
+/// mlx-lm's module for a model family: the `model_type` the MLX config.json names.
+fn mlx_model_type(family: ModelFamily) -> &'static str {
+    match family {
+        ModelFamily::Dense => "qwen3_5",
+        ModelFamily::Moe => "qwen3_5_moe",
+        ModelFamily::Next => "qwen3_next",
     }
 }
 
@@ -717,18 +761,37 @@ pub fn quantization(tensors: &[OutputTensor], opts: MlxOptions, moe: bool) -> Va
 
 /// The MLX `config.json`: the input config without Escha's `quantization_config`,
 /// `_name_or_path` and `vision_config` (as mlx-lm's `save_config` drops them), with identical
-/// `quantization` and `quantization_config`, top-level keys sorted.
+/// `quantization` and `quantization_config`, top-level keys sorted. `model_type` names the module
+/// mlx-lm builds the family with (exllamav3's text-only `qwen3_5_text` is no module of mlx-lm's),
+/// and the text model's keys stand where that module reads them: `text_config` or the top level
+/// for Qwen3.5, the top level for Qwen3-Next.
 pub fn config_json(config: &Value, quantization: Value) -> Value {
     let Some(obj) = config.as_object() else { return config.clone() };
-    let mut out: Vec<(String, Value)> = obj
+    let family = TextModel::from_config(config).ok().map(|m| m.family);
+    let nested = obj.get("text_config").and_then(Value::as_object);
+    let flatten = family == Some(ModelFamily::Next) && nested.is_some();
+    let mut out: Map<String, Value> = obj
         .iter()
-        .filter(|(k, _)| {
-            !matches!(k.as_str(), "quantization_config" | "quantization" | "_name_or_path" | "vision_config")
+        .filter(|(k, v)| {
+            let dropped =
+                matches!(k.as_str(), "quantization_config" | "quantization" | "_name_or_path" | "vision_config");
+            // A null `text_config` is a flat config to the model check, and a crash to mlx-lm.
+            let text = k.as_str() == "text_config" && (v.is_null() || flatten);
+            !dropped && !text
         })
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    out.push(("quantization".into(), quantization.clone()));
-    out.push(("quantization_config".into(), quantization));
+    if flatten {
+        for (k, v) in nested.into_iter().flatten() {
+            out.insert(k.clone(), v.clone());
+        }
+    }
+    if let Some(family) = family {
+        out.insert("model_type".into(), json!(mlx_model_type(family)));
+    }
+    out.insert("quantization".into(), quantization.clone());
+    out.insert("quantization_config".into(), quantization);
+    let mut out: Vec<(String, Value)> = out.into_iter().collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Value::Object(out.into_iter().collect())
 }

@@ -29,7 +29,7 @@ pub use mlx::{MlxLayout, MlxOptions};
 pub use mtp::MtpMode;
 pub use names::{natural_key, norm_kind, NormKind};
 pub use options::{AutoBits, BiasMode, Int8Mode};
-pub use policy::{Chosen, FormatCard, Layout, WeightProbe, WidthChoice};
+pub use policy::{tensors_only_note, Chosen, FormatCard, Layout, WeightProbe, WidthChoice};
 pub use tensor::{
     check_unique_names, Adjust, AffineParams, Encoding, HeadOrder, Kind, OutputTensor, Recipe, RowSource,
 };
