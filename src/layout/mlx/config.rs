@@ -132,6 +132,36 @@ pub fn is_moe(tensors: &[OutputTensor]) -> bool {
 mod tests {
     use super::*;
 
+    /// Every `model_type` the model check accepts becomes mlx-lm's module, its keys where that
+    /// module reads them.
+    #[test]
+    fn model_type_is_mlx_lms_module() {
+        let q = json!({"group_size": 64, "bits": 4, "mode": "affine"});
+        let dense: Value = serde_json::from_str(include_str!("../../../fixtures/dense/config.json")).unwrap();
+        let moe: Value = serde_json::from_str(include_str!("../../../fixtures/moe/config.json")).unwrap();
+        for (c, want) in [(&dense, "qwen3_5"), (&moe, "qwen3_5_moe")] {
+            assert_eq!(config_json(c, q.clone())["model_type"], want);
+            // exllamav3's text-only config: flat, `qwen3_5_text` / `qwen3_5_moe_text`.
+            let flat = c["text_config"].clone();
+            assert!(flat["model_type"].as_str().unwrap().ends_with("_text"));
+            let out = config_json(&flat, q.clone());
+            assert_eq!(out["model_type"], want);
+            assert_eq!(out["hidden_size"], 128);
+            let mut null_text = flat.clone();
+            null_text["text_config"] = Value::Null;
+            assert!(config_json(&null_text, q.clone()).get("text_config").is_none());
+        }
+        // A nested Qwen3-Next config: mlx-lm's qwen3_next reads the top level only.
+        let mut next = moe.clone();
+        next["model_type"] = json!("qwen3_next");
+        next["text_config"]["model_type"] = json!("qwen3_next");
+        next.as_object_mut().unwrap().shift_remove("architectures");
+        TextModel::from_config(&next).expect("the model check accepts it");
+        let out = config_json(&next, q);
+        assert_eq!(out["model_type"], "qwen3_next");
+        assert!(out.get("text_config").is_none() && out["num_experts"] == moe["text_config"]["num_experts"]);
+    }
+
     #[test]
     fn config_is_sorted_and_carries_both_copies() {
         let c = json!({"model_type": "qwen3_5", "vision_config": {}, "quantization_config": {"quant_method": "escha"}, "architectures": ["x"]});
