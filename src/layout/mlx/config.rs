@@ -11,7 +11,7 @@ use serde_json::{json, Map, Value};
 
 /// The config fragment a tensors-only output holds: the keys mlx-lm needs beyond the model's own
 /// config.json.
-pub const QUANTIZATION_FILE: &str = "quantization.json";
+pub(super) const QUANTIZATION_FILE: &str = "quantization.json";
 
 /// How a tensors-only output becomes loadable: one shell line, run as written.
 pub(super) const TENSORS_ONLY_STEP: &str = "copy the model's own config.json and tokenizer files into OUT, then merge \
@@ -22,7 +22,7 @@ pub(super) const TENSORS_ONLY_STEP: &str = "copy the model's own config.json and
 /// The keys [`QUANTIZATION_FILE`] gives config.json: `quantization` and `quantization_config` as
 /// [`config_json`] writes them, and the `model_type` of the module the tensors are laid out for
 /// (the family from their names, as [`family`](super::tensors::family) reads them without a config).
-pub fn config_fragment(tensors: &[OutputTensor], opts: MlxOptions) -> Value {
+pub(super) fn config_fragment(tensors: &[OutputTensor], opts: MlxOptions) -> Value {
     let moe = is_moe(tensors);
     let model_type = match (tensors.iter().any(|t| t.name.starts_with("language_model.")), moe) {
         (true, false) => ModelFamily::Dense,

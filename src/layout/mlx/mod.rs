@@ -29,9 +29,7 @@ mod options;
 mod tensors;
 mod widths;
 
-pub use config::{
-    config_fragment, config_json, is_moe, quantization, quantized_modules, total_parameters, QUANTIZATION_FILE,
-};
+pub use config::{config_json, is_moe, quantization, quantized_modules, total_parameters};
 pub use options::{MlxOptions, INT8_SCALE_DTYPE, ROUTER_SPEC};
 pub use tensors::{family, is_offset_norm, mlx_name, model_dtype, tensors, Dropped, Family};
 
@@ -46,7 +44,7 @@ use crate::container::{MetaValue, Metadata};
 use crate::select::selected;
 use crate::warning::{Warning, WarningCode};
 use anyhow::Result;
-use config::TENSORS_ONLY_STEP;
+use config::{config_fragment, QUANTIZATION_FILE, TENSORS_ONLY_STEP};
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
 
@@ -159,7 +157,7 @@ impl Layout for MlxLayout {
     }
 
     /// mlx-lm reads each module's width and group size from config.json's `quantization`, which
-    /// the model's own config.json does not hold: [`QUANTIZATION_FILE`] holds it, merged in one line.
+    /// the model's own config.json does not hold: `quantization.json` holds it, merged in one line.
     fn tensors_only_step(&self) -> &'static str {
         TENSORS_ONLY_STEP
     }
