@@ -152,7 +152,28 @@ pub fn error_document(code: ErrorCode, message: &str, exit_status: u8) -> String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::warning::WarningCode;
     use anyhow::{anyhow, Context};
+
+    fn schema() -> serde_json::Value {
+        serde_json::from_str(include_str!("../docs/escha-convert.schema.json")).unwrap()
+    }
+
+    #[test]
+    fn the_schema_lists_every_code_and_this_version() {
+        let s = schema();
+        let defs = &s["$defs"];
+        let warnings: Vec<serde_json::Value> =
+            WarningCode::ALL.iter().map(|c| serde_json::to_value(c).unwrap()).collect();
+        assert_eq!(defs["warning"]["properties"]["code"]["enum"], serde_json::Value::from(warnings));
+        let errors: Vec<serde_json::Value> = ErrorCode::ALL.iter().map(|c| serde_json::to_value(c).unwrap()).collect();
+        assert_eq!(defs["error"]["properties"]["error"]["properties"]["code"]["enum"], serde_json::Value::from(errors));
+        for kind in ["convert", "verify", "inspect", "merge", "error"] {
+            let version = &defs[kind]["properties"]["schema_version"]["const"];
+            assert_eq!(version.as_u64(), Some(crate::json::SCHEMA_VERSION), "{kind}");
+            assert!(defs[kind]["required"].as_array().unwrap().contains(&"schema_version".into()), "{kind}");
+        }
+    }
 
     #[test]
     fn a_class_keeps_the_text_and_the_innermost_class_wins() {

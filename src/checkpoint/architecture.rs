@@ -602,7 +602,7 @@ pub fn check(ck: &Checkpoint, cat: &Catalog) -> Result<()> {
     };
     let model = TextModel::from_config(config)?;
     if let Some((_, path)) = ck.copied_files.iter().find(|(name, _)| name == "generation_config.json") {
-        check_generation_config(&super::boundary::read_text(path)?, model.vocab)
+        check_generation_config(&super::regular::read_text(path)?, model.vocab)
             .with_context(|| format!("{}", path.display()))?;
     }
     check_tensors(ck, cat, &model)?;

@@ -13,7 +13,7 @@
 //! the `hf download` command that puts it there. The snapshot found is then read like any input
 //! directory, within its boundary (`boundary.rs`).
 
-use super::boundary::{kind, open_regular};
+use super::regular::{kind, open_regular};
 use crate::text::excerpt;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;

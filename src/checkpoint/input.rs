@@ -1,7 +1,8 @@
 //! An opened input checkpoint: its shards (memory-mapped), the index, config.json and the side
 //! files, with typed access to the values of any tensor.
 
-use super::boundary::{input_extent, read_text, Boundary};
+use super::boundary::{input_extent, Boundary};
+use super::regular::read_text;
 use super::shard::{self, Shard};
 use super::tensor::{floats_to_f32, view, TensorEntry};
 use crate::paths::parent_dir;

@@ -1,6 +1,6 @@
 //! One memory-mapped safetensors file and its validated header.
 
-use super::boundary::open_regular;
+use super::regular::open_regular;
 use super::tensor::TensorEntry;
 use crate::signals;
 use anyhow::{bail, Context, Result};

@@ -1,7 +1,7 @@
 //! `--max-size`: the encodings a format offers each tensor it quantizes, what each costs in bytes
 //! and the error each adds, for the engine to choose among (`convert/fit.rs`).
 
-use super::policy::Chosen;
+use super::choice::Chosen;
 use crate::storage::Storage;
 
 /// The bits an int8 table (an embedding, `lm_head`, any other int8 or plain weight a format

@@ -8,6 +8,7 @@
 //! output tensor in terms every format shares; `options.rs` holds the options more than one
 //! format takes ([`Int8Mode`], [`AutoBits`], [`BiasMode`]).
 
+mod choice;
 pub mod exl3;
 mod fit;
 mod flags;
@@ -20,6 +21,7 @@ mod options;
 mod policy;
 mod tensor;
 
+pub use choice::{Chosen, WidthChoice};
 pub use exl3::Exl3Layout;
 pub use fit::{FitOption, FitRecipe, FitTensor, TABLE_BITS};
 pub use flags::FlagWords;
@@ -29,7 +31,7 @@ pub use mlx::{MlxLayout, MlxOptions};
 pub use mtp::MtpMode;
 pub use names::{natural_key, norm_kind, NormKind};
 pub use options::{AutoBits, BiasMode, Int8Mode};
-pub use policy::{tensors_only_note, Chosen, FormatCard, Layout, WeightProbe, WidthChoice};
+pub use policy::{tensors_only_note, FormatCard, Layout, WeightProbe};
 pub use tensor::{
     check_unique_names, Adjust, AffineParams, Encoding, HeadOrder, Kind, OutputTensor, Recipe, RowSource,
 };

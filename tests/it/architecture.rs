@@ -114,3 +114,123 @@ fn the_engine_names_no_format() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// The module path of a file of `src/`: `src/layout/gguf/types.rs` → `[layout, gguf, types]`, a
+/// folder's `mod.rs` the folder's own path.
+fn module_path(src: &Path, file: &Path) -> Vec<String> {
+    let mut path: Vec<String> =
+        file.strip_prefix(src).unwrap().with_extension("").iter().map(|c| c.to_string_lossy().into_owned()).collect();
+    if path.last().is_some_and(|l| l == "mod" || l == "lib" || l == "main") {
+        path.pop();
+    }
+    path
+}
+
+/// Every path a file names from `crate::` or `super::`, made absolute (`use super::{a::X, b}` names
+/// `a::X` and `b`), comments left out.
+fn named_paths(text: &str, at: &[String]) -> Vec<Vec<String>> {
+    let code: String = text.lines().filter(|l| !l.trim_start().starts_with("//")).collect::<Vec<_>>().join("\n");
+    let chars: Vec<char> = code.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let starts_word =
+            i == 0 || !(chars[i - 1].is_ascii_alphanumeric() || chars[i - 1] == '_' || chars[i - 1] == ':');
+        let rest: String = chars[i..chars.len().min(i + 7)].iter().collect();
+        if starts_word && (rest.starts_with("crate::") || rest.starts_with("super::")) {
+            let mut base: Vec<String> = Vec::new();
+            let mut j = i;
+            if rest.starts_with("crate::") {
+                j += 7;
+            } else {
+                // Each `super::` is one step up from the file's own module.
+                base = at.to_vec();
+                while chars[j..].iter().take(7).collect::<String>() == "super::" {
+                    base.pop();
+                    j += 7;
+                }
+            }
+            let (paths, end) = use_tree(&chars, j, base);
+            out.extend(paths);
+            i = end.max(i + 1);
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The paths of one use tree starting at `i` under `prefix`, and where it ends.
+fn use_tree(chars: &[char], mut i: usize, mut prefix: Vec<String>) -> (Vec<Vec<String>>, usize) {
+    loop {
+        if chars.get(i) == Some(&'{') {
+            let mut out = Vec::new();
+            i += 1;
+            loop {
+                while chars.get(i).is_some_and(|c| c.is_whitespace() || *c == ',') {
+                    i += 1;
+                }
+                match chars.get(i) {
+                    None => return (out, i),
+                    Some('}') => return (out, i + 1),
+                    _ => {}
+                }
+                let (inner, end) = use_tree(chars, i, prefix.clone());
+                out.extend(inner);
+                i = end;
+                // Skip an `as name` or anything else up to the next item.
+                while chars.get(i).is_some_and(|c| *c != ',' && *c != '}') {
+                    i += 1;
+                }
+            }
+        }
+        let word: String = chars[i..].iter().take_while(|c| c.is_ascii_alphanumeric() || **c == '_').collect();
+        if word.is_empty() {
+            return (vec![prefix], i);
+        }
+        i += word.len();
+        if word != "self" {
+            prefix.push(word);
+        }
+        if chars.get(i) == Some(&':') && chars.get(i + 1) == Some(&':') {
+            i += 2;
+        } else {
+            return (vec![prefix], i);
+        }
+    }
+}
+
+#[test]
+fn no_two_files_of_one_folder_import_each_other() {
+    let src = Path::new(ROOT).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    // A unit of a folder is one of its files or subfolders (its mod.rs is the folder itself).
+    let is_unit = |folder: &[String], name: &str| {
+        let dir = folder.iter().fold(src.clone(), |d, s| d.join(s));
+        dir.join(format!("{name}.rs")).is_file() || dir.join(name).is_dir()
+    };
+    let mut edges = std::collections::BTreeSet::new();
+    for file in &files {
+        let at = module_path(&src, file);
+        for target in named_paths(&std::fs::read_to_string(file).unwrap(), &at) {
+            let common = at.iter().zip(&target).take_while(|(a, b)| a == b).count();
+            let (Some(from), Some(to)) = (at.get(common), target.get(common)) else { continue };
+            let folder = &at[..common];
+            if is_unit(folder, from) && is_unit(folder, to) {
+                edges.insert((folder.join("/"), from.clone(), to.clone()));
+            }
+        }
+    }
+    let cycles: Vec<String> = edges
+        .iter()
+        .filter(|(d, a, b)| a < b && edges.contains(&(d.clone(), b.clone(), a.clone())))
+        .map(|(d, a, b)| format!("src/{d}: {a} ↔ {b}"))
+        .collect();
+    assert!(edges.len() > 50, "the import graph was read ({} edges)", edges.len());
+    assert!(
+        cycles.is_empty(),
+        "files of one folder import each other (move what both need to the lower one):\n{}",
+        cycles.join("\n")
+    );
+}

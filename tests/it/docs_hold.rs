@@ -1,6 +1,7 @@
-//! What the README and fixtures/README.md tell a newcomer holds: the virtual environments the
-//! README has one make are ignored by git, the fixture sizes are the ones the files hold, and the
-//! example output of `verify` is what the command prints.
+//! What the README, docs/USAGE.md and fixtures/README.md tell a newcomer holds: the virtual
+//! environments the README has one make are ignored by git, the fixture sizes are the ones the files
+//! hold, the example output of `verify` is what the command prints, every flag `--help` lists is in
+//! the reference, and the front page stays short with its two set-up commands near the top.
 
 use crate::common::{escha_convert, fixture};
 use crate::synth::read_safetensors;
@@ -138,13 +139,13 @@ fn the_fixture_readme_gives_the_sizes_the_files_hold() {
 }
 
 #[test]
-fn the_readme_shows_what_verify_prints() {
-    let readme = read("README.md");
+fn the_docs_show_what_verify_prints() {
+    let docs = read("README.md") + &read("docs/USAGE.md");
     let command = "$ escha-convert verify fixtures/dense --base fixtures/dense-base-fp8";
-    let shown: Vec<&str> = readme
+    let shown: Vec<&str> = docs
         .split(&format!("    {command}\n"))
         .nth(1)
-        .expect("the README's verify example")
+        .expect("the docs' verify example")
         .lines()
         .take_while(|l| l.is_empty() || l.starts_with("    "))
         .map(|l| l.trim_start_matches("    "))
@@ -163,5 +164,49 @@ fn the_readme_shows_what_verify_prints() {
         .filter(|l| !l.trim().is_empty() && l.trim() != "…" && !l.starts_with("verify "))
         .filter(|l| !lines.contains(&l.trim_end()))
         .collect();
-    assert!(missing.is_empty(), "the README shows lines verify does not print:\n{missing:#?}\n\nit prints:\n{printed}");
+    assert!(missing.is_empty(), "the docs show lines verify does not print:\n{missing:#?}\n\nit prints:\n{printed}");
+}
+
+/// The long flags a `--help` page lists as options (not those its prose mentions).
+fn listed_flags(help: &str) -> Vec<String> {
+    help.lines()
+        // clap indents an option by two spaces (six without a short form), the text under it further.
+        .filter(|l| l.len() - l.trim_start().len() <= 6)
+        .map(str::trim_start)
+        .filter(|l| l.starts_with('-'))
+        .filter_map(|l| l.split([' ', ',', '=', '<']).find(|w| w.starts_with("--")).map(str::to_string))
+        .filter(|f| f != "--help" && f != "--version")
+        .collect()
+}
+
+#[test]
+fn every_flag_the_help_lists_is_in_the_reference() {
+    let usage = read("docs/USAGE.md");
+    let mut missing = Vec::new();
+    for command in ["convert", "verify", "inspect", "merge", "completions", "man"] {
+        let o = escha_convert().args([command, "--help"]).output().unwrap();
+        assert_eq!(o.status.code(), Some(0), "{command} --help");
+        let flags = listed_flags(&String::from_utf8_lossy(&o.stdout));
+        assert!(command != "convert" || flags.len() > 20, "convert --help lists its flags: {flags:?}");
+        missing.extend(
+            flags
+                .into_iter()
+                .filter(|f| !usage.contains(&format!("`{f}")) && !usage.contains(&format!(", {f}")))
+                .map(|f| format!("{command} {f}")),
+        );
+    }
+    assert!(missing.is_empty(), "docs/USAGE.md does not describe: {missing:?}");
+}
+
+#[test]
+fn the_front_page_is_short_and_starts_with_the_two_commands() {
+    let readme = read("README.md");
+    let lines: Vec<&str> = readme.lines().collect();
+    assert!(lines.len() <= 300, "README.md has {} lines; the reference belongs in docs/USAGE.md", lines.len());
+    for command in ["    cargo run --release -- fixtures/dense out/dense-bf16", "    bash scripts/test.sh"] {
+        let at =
+            lines.iter().position(|l| *l == command).unwrap_or_else(|| panic!("README.md runs `{}`", command.trim()));
+        assert!(at < 60, "`{}` is on line {} of README.md, past the first 60", command.trim(), at + 1);
+    }
+    assert_eq!(read(".ci/run").matches("bash scripts/test.sh").count(), 1, ".ci/run calls the README's test command");
 }

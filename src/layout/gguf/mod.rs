@@ -16,12 +16,13 @@ pub use types::GgufType;
 use types::{choose_by_budget, quantize_as_llama_does};
 mod vocab;
 
+use super::choice::WidthChoice;
 use super::fit::{FitRecipe, FitTensor};
 use super::flags::FlagWords;
 use super::hf::{self, DenseDtype};
 use super::mtp::{self, MtpMode};
 use super::options::{AutoBits, BiasMode, Int8Mode};
-use super::policy::{FormatCard, Layout, WeightProbe, WidthChoice};
+use super::policy::{FormatCard, Layout, WeightProbe};
 use super::tensor::{OutputTensor, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint};
 use crate::container::{Container, Gguf, MetaValue, Metadata};

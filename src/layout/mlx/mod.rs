@@ -33,11 +33,12 @@ pub use config::{config_json, is_moe, quantization, quantized_modules, total_par
 pub use options::{MlxOptions, INT8_SCALE_DTYPE, ROUTER_SPEC};
 pub use tensors::{family, is_offset_norm, mlx_name, model_dtype, tensors, Dropped, Family};
 
+use super::choice::WidthChoice;
 use super::fit::{FitRecipe, FitTensor};
 use super::flags::FlagWords;
 use super::mtp;
 use super::options::BiasMode;
-use super::policy::{FormatCard, Layout, WeightProbe, WidthChoice};
+use super::policy::{FormatCard, Layout, WeightProbe};
 use super::tensor::OutputTensor;
 use crate::checkpoint::{Catalog, Checkpoint};
 use crate::container::{MetaValue, Metadata};
