@@ -1,14 +1,14 @@
 //! The files around the shards: the marker, the index, config.json, the copied side files and the
 //! model card.
 
-use super::job::{Job, TENSORS_ONLY};
+use super::job::Job;
 use super::options::ConvertOptions;
 use super::report::VerifySummary;
 use crate::card::{self, Card};
 use crate::checkpoint::{open_regular, Leaf};
 use crate::failure::{Classify, ErrorCode};
 use crate::layout::mtp::is_mtp;
-use crate::layout::Layout;
+use crate::layout::{tensors_only_note, Layout};
 use crate::output::checksums::{sha256_hex, SUMS_FILE};
 use crate::output::{Marker, MARKER_FILE};
 use crate::text::shell_word;
@@ -79,7 +79,7 @@ pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Optio
     let command = format!("escha-convert {} OUT {}", shell_word(&arg), opts.recorded_flags(job.bias));
     let mut notes = Vec::new();
     if job.ck.single_file {
-        notes.push(("tensors only", TENSORS_ONLY.to_string()));
+        notes.push(("tensors only", tensors_only_note(layout)));
     }
     if let Some(bias) = bias_note(job, layout.applies_bias()) {
         notes.push(("coded-linear biases", bias.to_string()));

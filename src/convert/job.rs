@@ -8,16 +8,14 @@ use super::rows::Reader;
 use crate::checkpoint::{architecture, catalog, Catalog, Checkpoint, Leaf};
 use crate::codec::TileDecoder;
 use crate::container::Container;
-use crate::layout::{check_unique_names, BiasMode, FitTensor, Layout, OutputTensor, RowSource, WidthChoice};
+use crate::layout::{
+    check_unique_names, tensors_only_note, BiasMode, FitTensor, Layout, OutputTensor, RowSource, WidthChoice,
+};
 use crate::plan::Plan;
 use crate::warning::{Warning, WarningCode};
 use anyhow::{bail, Result};
 use serde_json::Map;
 use std::collections::BTreeSet;
-
-/// What the card and the warning say of a single `.safetensors` file as IN.
-pub const TENSORS_ONLY: &str = "the source is a single .safetensors file: its tensors are converted as they are, \
-     unchecked against any config, and no config.json or tokenizer is written; add the model's own before loading it";
 
 pub struct Job {
     pub ck: Checkpoint,
@@ -61,7 +59,17 @@ impl Job {
         cat.check_convertible(&ck, true)?;
         architecture::check(&ck, &cat)?;
         if ck.single_file {
-            warnings.push(Warning::new(WarningCode::TensorsOnly, format!("{}: {}", ck.root.display(), TENSORS_ONLY)));
+            if let Some(why) = layout.needs_config() {
+                bail!(
+                    "{}: a single .safetensors file has no config.json, and {why}: put the file in a directory with the \
+                     model's config.json and tokenizer files and pass that directory",
+                    ck.root.display()
+                );
+            }
+            warnings.push(Warning::new(
+                WarningCode::TensorsOnly,
+                format!("{}: {}", ck.root.display(), tensors_only_note(layout)),
+            ));
         }
         warnings.extend(cat.notes());
         if !cat.vision.is_empty() {
@@ -101,7 +109,11 @@ impl Job {
             None => (layout.refine(&mut all, &cat, &Probe { reader: &reader, sample, measured_row_step: 1 })?, None),
         };
         let config = ck.config.as_ref().and_then(|c| layout.config(c, &all));
-        let extra_files = ck.config.as_ref().map(|c| layout.extra_files(c, &all)).unwrap_or_default();
+        let extra_files = match &ck.config {
+            Some(c) => layout.extra_files(c, &all),
+            None if ck.single_file => layout.tensors_only_files(&all),
+            None => Vec::new(),
+        };
         let fold_change = layout.fold_change(&ck, &cat)?;
         let metadata = layout.metadata(&ck, &all, warnings)?;
         let mtp_written = layout.writes_mtp(&all);

@@ -285,6 +285,10 @@ impl Layout for Exl3Layout {
         5_000_000_000
     }
 
+    fn needs_config(&self) -> Option<&'static str> {
+        Some("exllamav3 loads the text model's config.json and quantization_config.json written from it")
+    }
+
     fn card(&self, _mtp: bool) -> FormatCard {
         FormatCard {
             library: "exllamav3",

@@ -31,7 +31,7 @@ pub use mlx::{MlxLayout, MlxOptions};
 pub use mtp::MtpMode;
 pub use names::{natural_key, norm_kind, NormKind};
 pub use options::{AutoBits, BiasMode, Int8Mode};
-pub use policy::{FormatCard, Layout, WeightProbe};
+pub use policy::{tensors_only_note, FormatCard, Layout, WeightProbe};
 pub use tensor::{
     check_unique_names, Adjust, AffineParams, Encoding, HeadOrder, Kind, OutputTensor, Recipe, RowSource,
 };

@@ -17,6 +17,16 @@ use anyhow::Result;
 use safetensors::Dtype;
 use serde_json::{Map, Value};
 
+/// What the warning and the model card say of a single `.safetensors` file as IN, ending in
+/// `layout`'s step to load OUT.
+pub fn tensors_only_note(layout: &dyn Layout) -> String {
+    format!(
+        "the source is a single .safetensors file: its tensors are converted as they are, unchecked against any \
+         config, and no config.json or tokenizer is written; to load OUT, {}",
+        layout.tensors_only_step()
+    )
+}
+
 /// What a format may learn about the decoded weights before it fixes its plan.
 pub trait WeightProbe {
     /// The errors affine quantization at `group_size` would add to the rows of `source` (after
@@ -128,6 +138,25 @@ pub trait Layout: Sync {
     /// Further text files the format writes beside config.json (name, text), from the same input
     /// config and tensors.
     fn extra_files(&self, _input: &Value, _tensors: &[OutputTensor]) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
+    /// Why the format cannot be written from a single `.safetensors` file (no config.json to write
+    /// its own files from), or `None` when following [`Layout::tensors_only_step`] loads it.
+    fn needs_config(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// A single `.safetensors` file as IN has no config.json to write from: the one step that
+    /// makes OUT loadable, which the warning and the model card say. Where the step needs more
+    /// than the model's own files, [`Layout::tensors_only_files`] writes it.
+    fn tensors_only_step(&self) -> &'static str {
+        "copy the model's own config.json and tokenizer files into OUT before loading it"
+    }
+
+    /// Further text files (name, text) the format writes, from `tensors`, when IN is a single
+    /// `.safetensors` file: what [`Layout::tensors_only_step`] uses.
+    fn tensors_only_files(&self, _tensors: &[OutputTensor]) -> Vec<(String, String)> {
         Vec::new()
     }
 

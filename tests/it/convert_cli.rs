@@ -279,6 +279,21 @@ fn single_safetensors_file_input() {
     assert!(card.contains("| tensors only |") && card.contains("no config.json"), "{card}");
 }
 
+/// A format written from config.json (GGUF's model keys, EXL3's flattened config) refuses a single
+/// file before any work, saying what to pass instead; none leaves an output behind.
+#[test]
+fn single_file_input_is_refused_where_the_format_needs_the_config() {
+    let tmp = tempfile::tempdir().unwrap();
+    let input = write_checkpoint(&tmp.path().join("in"), &small_checkpoint(14)).join("model.safetensors");
+    for format in ["gguf", "exl3"] {
+        let out = tmp.path().join(format);
+        let o = run(&[&input, &out, &"--quiet", &"--format", &format]);
+        assert_eq!(o.status.code(), Some(1), "{format}: {}", stderr(&o));
+        assert!(stderr(&o).contains("put the file in a directory with the model's config.json"), "{}", stderr(&o));
+        assert!(!out.exists(), "{format}");
+    }
+}
+
 #[test]
 fn interrupted_conversion_leaves_nothing_behind() {
     let tmp = tempfile::tempdir().unwrap();

@@ -189,6 +189,39 @@ fn exl3_back_to_bf16_is_within_the_fold_bound_otherwise() {
     assert!(moved > 0, "s ≠ 1 on the dense fixture moves some bf16 values");
 }
 
+/// The tool's own EXL3 output is an input of every other format: to MLX (config.json naming the
+/// module mlx-lm builds, not exllamav3's text-only class) with the direct conversion's tensors byte
+/// for byte where `s` = 1 (int8 tables requantized), and to GGUF and bf16 as before.
+#[test]
+fn exl3_output_converts_to_every_other_format() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, model_type) in [("dense", "qwen3_5"), ("moe", "qwen3_5_moe")] {
+        let dir = tmp.path().join(name);
+        let input = with_unit_scales(name, &dir.join("in"));
+        convert(&input, &dir.join("exl3"), &["--format", "exl3"]);
+        // EXL3 keeps int8 tables as bf16 weights, which MLX quantizes as `--int8 requant` does.
+        convert(&input, &dir.join("direct"), &["--format", "mlx", "--int8", "requant"]);
+        convert(&dir.join("exl3"), &dir.join("mlx"), &["--format", "mlx"]);
+        let config: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("mlx/config.json")).unwrap()).unwrap();
+        assert_eq!(config["model_type"], model_type, "{name}");
+        let (direct, back) = (tensors(&dir.join("direct")), tensors(&dir.join("mlx")));
+        assert!(back.keys().eq(direct.keys()), "{name}: the same tensors");
+        for (n, t) in &back {
+            // The direct conversion zeroes the dead channels of a fused gate_up's down_proj; EXL3
+            // keeps its experts' projections apart, so those columns (multiplied by zero) may differ.
+            if n.contains(".switch_mlp.down_proj.") {
+                assert_eq!((&t.0, &t.1), (&direct[n].0, &direct[n].1), "{name}: {n}");
+                continue;
+            }
+            assert!(*t == direct[n], "{name}: {n} differs from the direct conversion");
+        }
+        convert(&dir.join("exl3"), &dir.join("gguf"), &["--format", "gguf"]);
+        assert!(dir.join("gguf/model.gguf").is_file(), "{name}");
+        convert(&dir.join("exl3"), &dir.join("bf16"), &["--format", "bf16"]);
+    }
+}
+
 /// Escha tensors of codebook `codebook` (its `escha_config` id).
 fn with_codebook(mut ts: Vec<T>, codebook: i32) -> Vec<T> {
     for t in ts.iter_mut().filter(|t| t.name.ends_with(".escha_config")) {

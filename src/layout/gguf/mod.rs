@@ -356,6 +356,10 @@ impl Layout for GgufLayout {
         }
     }
 
+    fn needs_config(&self) -> Option<&'static str> {
+        Some("the GGUF's model keys, which llama.cpp builds the model from, are written from it")
+    }
+
     fn card(&self, mtp: bool) -> FormatCard {
         let ty = if self.opts.fitted { "mixed" } else { self.opts.ty.name() };
         let draft = if mtp { " (add `--spec-type draft-mtp` to use its MTP head)" } else { "" };
