@@ -96,6 +96,8 @@ pub struct TextModel {
     pub layer_types: Vec<LayerType>,
     pub tie_word_embeddings: bool,
     pub mtp_layers: u64,
+    /// `max_position_embeddings`, when given: the longest context the model was made for.
+    pub max_positions: Option<u64>,
 }
 
 /// The keys of the text part of config.json (`text_config`, or the top level of a flat config),
@@ -194,6 +196,7 @@ impl TextModel {
         let tie_word_embeddings = tie_word_embeddings(&keys)?;
         // Only a claim: the head's layers are those its tensors hold (the MTP rule's to judge).
         let mtp_layers = keys.count_or("mtp_num_hidden_layers", 0, 0, u64::MAX)?;
+        let max_positions = keys.get("max_position_embeddings").map(|v| keys.in_range("max_position_embeddings", v, 1, MAX_POSITIONS)).transpose()?;
         Ok(TextModel {
             model_type,
             family,
@@ -214,6 +217,7 @@ impl TextModel {
             layer_types,
             tie_word_embeddings,
             mtp_layers,
+            max_positions,
         })
     }
 

@@ -10,6 +10,7 @@
 mod execute;
 mod files;
 mod fit;
+mod memory;
 mod job;
 mod options;
 mod probe;
@@ -20,6 +21,7 @@ mod units;
 
 pub use crate::plan::PartSpec;
 pub use fit::BudgetReport;
+pub use memory::{FitMemory, MemoryBudget};
 pub use options::{ConvertOptions, VerifyRequest};
 pub use report::{render_plan, render_summary, ConvertReport, ShardReport, TensorReport, VerifySummary, WrittenFile};
 
