@@ -71,11 +71,6 @@ impl Job {
             ));
         }
         let bias = opts.bias.resolved(&cat);
-        let mut all = layout.tensors(&ck, &cat, bias, warnings)?;
-        check_unique_names(&all, &cat)?;
-        ready(&ck)?;
-        let reader = Reader { ck: &ck, cat: &cat, decoder };
-        let max_shard_size = opts.max_shard_size.unwrap_or_else(|| layout.default_max_shard_size());
         // `--fit-memory`: SIZE is what the memory leaves beside the client's caches, their K and V
         // elements first taken as 2 bytes; a plan whose client computes wider is fitted again.
         let memory = opts
@@ -86,6 +81,11 @@ impl Job {
             Some(m) => Some(m.max_size()?),
             None => opts.max_size,
         };
+        let mut all = layout.tensors(&ck, &cat, bias, warnings)?;
+        check_unique_names(&all, &cat)?;
+        ready(&ck)?;
+        let reader = Reader { ck: &ck, cat: &cat, decoder };
+        let max_shard_size = opts.max_shard_size.unwrap_or_else(|| layout.default_max_shard_size());
         let (widths, budget) = match max_size {
             Some(max_size) => {
                 let probe = Probe {
