@@ -232,10 +232,10 @@ mod tests {
         let e = MemoryBudget::new(Some(&dense_27b()), ask, 2).unwrap_err();
         assert_eq!(crate::failure::code_of(&e), Some(ErrorCode::Usage));
         assert!(e.to_string().contains("--context 300000") && e.to_string().contains("262144"), "{e}");
-        let ask = FitMemory { memory: 2_000_000_000, context: None, reserve: None };
+        let ask = FitMemory { memory: 1_500_000_000, context: None, reserve: None };
         let e = MemoryBudget::new(Some(&dense_27b()), ask, 2).unwrap().max_size().unwrap_err();
         assert_eq!(crate::failure::code_of(&e), Some(ErrorCode::Usage));
-        assert!(e.to_string().contains("--fit-memory 2000000000") && e.to_string().contains("no room"), "{e}");
+        assert!(e.to_string().contains("--fit-memory 1500000000") && e.to_string().contains("no room"), "{e}");
         let e = MemoryBudget::new(None, ask, 2).unwrap_err();
         assert_eq!(crate::failure::code_of(&e), Some(ErrorCode::Usage));
     }
