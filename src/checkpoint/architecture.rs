@@ -196,7 +196,10 @@ impl TextModel {
         let tie_word_embeddings = tie_word_embeddings(&keys)?;
         // Only a claim: the head's layers are those its tensors hold (the MTP rule's to judge).
         let mtp_layers = keys.count_or("mtp_num_hidden_layers", 0, 0, u64::MAX)?;
-        let max_positions = keys.get("max_position_embeddings").map(|v| keys.in_range("max_position_embeddings", v, 1, MAX_POSITIONS)).transpose()?;
+        let max_positions = keys
+            .get("max_position_embeddings")
+            .map(|v| keys.in_range("max_position_embeddings", v, 1, MAX_POSITIONS))
+            .transpose()?;
         Ok(TextModel {
             model_type,
             family,

@@ -413,12 +413,7 @@ fn checked_format(a: &ConvertArgs) -> Result<OutputFormat, clap::Error> {
             };
             let spec = AffineSpec::new(fixed, a.group_size.unwrap_or(default.spec.group_size)).map_err(usage)?;
             let auto = (a.bits == Some(Bits::Auto)).then(|| auto_budget(a));
-            OutputFormat::Mlx(MlxOptions {
-                spec,
-                int8: a.int8.map_or(default.int8, Into::into),
-                auto,
-                fitted,
-            })
+            OutputFormat::Mlx(MlxOptions { spec, int8: a.int8.map_or(default.int8, Into::into), auto, fitted })
         }
         FormatArg::Gguf => {
             let default = GgufOptions::DEFAULT;
@@ -597,38 +592,40 @@ mod tests {
             proptest::option::of(1u64..=1 << 53),
             proptest::option::of(fit_memory()),
         )
-            .prop_map(|(input, format, bias, max_shard_size, only, checksums, verify, max_size, fit_memory)| {
-                let base = verify.as_ref().map(|(base, _)| base.clone());
-                // --max-size (or else --fit-memory) chooses every width (MLX) or type (GGUF) itself.
-                let fit_memory = fit_memory.filter(|_| max_size.is_none());
-                let fitted = max_size.is_some() || fit_memory.is_some();
-                let (format, max_size, fit_memory) = match format {
-                    OutputFormat::Mlx(o) if fitted => (
-                        OutputFormat::Mlx(MlxOptions { int8: o.int8, fitted: true, ..MlxOptions::DEFAULT }),
+            .prop_map(
+                |(input, format, bias, max_shard_size, only, checksums, verify, max_size, fit_memory)| {
+                    let base = verify.as_ref().map(|(base, _)| base.clone());
+                    // --max-size (or else --fit-memory) chooses every width (MLX) or type (GGUF) itself.
+                    let fit_memory = fit_memory.filter(|_| max_size.is_none());
+                    let fitted = max_size.is_some() || fit_memory.is_some();
+                    let (format, max_size, fit_memory) = match format {
+                        OutputFormat::Mlx(o) if fitted => (
+                            OutputFormat::Mlx(MlxOptions { int8: o.int8, fitted: true, ..MlxOptions::DEFAULT }),
+                            max_size,
+                            fit_memory,
+                        ),
+                        OutputFormat::Gguf(o) if fitted => (
+                            OutputFormat::Gguf(GgufOptions { ty: GgufType::Auto, auto: None, fitted: true, ..o }),
+                            max_size,
+                            fit_memory,
+                        ),
+                        format => (format, None, None),
+                    };
+                    let options = ConvertOptions {
+                        hub: input.hub.clone(),
+                        format,
+                        bias,
+                        max_shard_size,
                         max_size,
                         fit_memory,
-                    ),
-                    OutputFormat::Gguf(o) if fitted => (
-                        OutputFormat::Gguf(GgufOptions { ty: GgufType::Auto, auto: None, fitted: true, ..o }),
-                        max_size,
-                        fit_memory,
-                    ),
-                    format => (format, None, None),
-                };
-                let options = ConvertOptions {
-                    hub: input.hub.clone(),
-                    format,
-                    bias,
-                    max_shard_size,
-                    max_size,
-                    fit_memory,
-                    only,
-                    checksums,
-                    verify: verify.map(|(base, sample)| VerifyRequest { base: base.path, hub: base.hub, sample }),
-                    ..ConvertOptions::new(input.path.clone(), PathBuf::from("OUT"))
-                };
-                (options, input, base)
-            })
+                        only,
+                        checksums,
+                        verify: verify.map(|(base, sample)| VerifyRequest { base: base.path, hub: base.hub, sample }),
+                        ..ConvertOptions::new(input.path.clone(), PathBuf::from("OUT"))
+                    };
+                    (options, input, base)
+                },
+            )
     }
 
     proptest! {

@@ -10,8 +10,8 @@
 mod execute;
 mod files;
 mod fit;
-mod memory;
 mod job;
+mod memory;
 mod options;
 mod probe;
 mod progress;

@@ -17,7 +17,8 @@ fn run(name: &str, out: &Path, args: &[&str]) -> (i32, Value, String) {
 
 /// The text model's keys of a fixture's config.json.
 fn text_config(name: &str) -> Value {
-    let config: Value = serde_json::from_str(&std::fs::read_to_string(fixture(name).join("config.json")).unwrap()).unwrap();
+    let config: Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture(name).join("config.json")).unwrap()).unwrap();
     config["text_config"].clone()
 }
 
@@ -31,8 +32,10 @@ fn expected(text: &Value, context: u64, element: u64) -> (u64, u64) {
     let linear = types.iter().filter(|t| **t == "linear_attention").count() as u64;
     let cells = context.div_ceil(256) * 256;
     let kv = full * cells * 2 * n("num_key_value_heads") * n("head_dim") * element;
-    let (key_dim, value_dim) =
-        (n("linear_num_key_heads") * n("linear_key_head_dim"), n("linear_num_value_heads") * n("linear_value_head_dim"));
+    let (key_dim, value_dim) = (
+        n("linear_num_key_heads") * n("linear_key_head_dim"),
+        n("linear_num_value_heads") * n("linear_value_head_dim"),
+    );
     let conv = (n("linear_conv_kernel_dim") - 1) * (2 * key_dim + value_dim);
     let state = n("linear_num_value_heads") * n("linear_key_head_dim") * n("linear_value_head_dim");
     (kv, linear * (conv + state) * 4)
@@ -44,7 +47,11 @@ fn element_bytes(format: &str, doc: &Value) -> u64 {
     if format == "gguf" {
         return 2;
     }
-    let scales = doc["tensors"].as_array().unwrap().iter().find(|t| t["name"].as_str().unwrap().ends_with("embed_tokens.scales"));
+    let scales = doc["tensors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"].as_str().unwrap().ends_with("embed_tokens.scales"));
     match scales.map(|t| t["dtype"].as_str().unwrap()) {
         Some("F32") => 4,
         _ => 2,
@@ -66,7 +73,8 @@ fn the_size_is_memory_less_the_cache_and_the_reserve_as_config_json_sizes_them()
                 (&["--fit-memory", "4GB"], 4096, 4_000_000_000 / 3),
             ];
             for (args, context, allowance) in cases {
-                let (code, doc, stderr) = run(name, &tmp.path().join("out"), &[&["--format", format, "--dry-run"], args].concat());
+                let (code, doc, stderr) =
+                    run(name, &tmp.path().join("out"), &[&["--format", format, "--dry-run"], args].concat());
                 assert_eq!(code, 0, "{format} {name} {args:?}: {stderr}");
                 let budget = &doc["budget"];
                 let (kv, state) = expected(&text, context, element_bytes(format, &doc));
@@ -74,7 +82,11 @@ fn the_size_is_memory_less_the_cache_and_the_reserve_as_config_json_sizes_them()
                 assert_eq!(budget["context"].as_u64(), Some(context), "{format} {name} {args:?}");
                 assert_eq!(budget["kv_cache_bytes"].as_u64(), Some(kv), "{format} {name} {args:?}");
                 assert_eq!(budget["reserve_bytes"].as_u64(), Some(state + allowance), "{format} {name} {args:?}");
-                assert_eq!(budget["max_size"].as_u64(), Some(memory - kv - state - allowance), "{format} {name} {args:?}");
+                assert_eq!(
+                    budget["max_size"].as_u64(),
+                    Some(memory - kv - state - allowance),
+                    "{format} {name} {args:?}"
+                );
                 assert!(budget["bytes"].as_u64().unwrap() <= budget["max_size"].as_u64().unwrap());
             }
         }
@@ -84,7 +96,8 @@ fn the_size_is_memory_less_the_cache_and_the_reserve_as_config_json_sizes_them()
 #[test]
 fn the_floor_of_the_default_allowance_is_one_gib() {
     let tmp = tempfile::tempdir().unwrap();
-    let (code, doc, stderr) = run("dense", &tmp.path().join("out"), &["--format", "gguf", "--dry-run", "--fit-memory", "2GB"]);
+    let (code, doc, stderr) =
+        run("dense", &tmp.path().join("out"), &["--format", "gguf", "--dry-run", "--fit-memory", "2GB"]);
     assert_eq!(code, 0, "{stderr}");
     let (kv, state) = expected(&text_config("dense"), 4096, 2);
     assert_eq!(doc["budget"]["reserve_bytes"].as_u64(), Some(state + (1 << 30)));
@@ -201,8 +214,12 @@ fn bad_values_are_usage_errors_naming_the_numbers() {
         let e = refused("dense", &[&f[..], &["--fit-memory", "500KB", "--context", "256", "--reserve", "0"]].concat());
         let (kv, _) = expected(&text_config("dense"), 256, 2);
         let left = 500_000 - kv - state;
-        assert!(e.contains(&format!("= {left} bytes")) && e.contains("the smallest output this format can make is"), "{e}");
-        for junk in [&["--fit-memory", "lots"][..], &["--fit-memory", "0"], &["--fit-memory", "5MB", "--context", "0"]] {
+        assert!(
+            e.contains(&format!("= {left} bytes")) && e.contains("the smallest output this format can make is"),
+            "{e}"
+        );
+        for junk in [&["--fit-memory", "lots"][..], &["--fit-memory", "0"], &["--fit-memory", "5MB", "--context", "0"]]
+        {
             refused("dense", &[&f[..], junk].concat());
         }
         for junk in [&["--fit-memory", "5MB", "--context", "1k"][..], &["--fit-memory", "5MB", "--reserve", "x"]] {
