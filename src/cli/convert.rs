@@ -123,7 +123,7 @@ pub struct ConvertArgs {
     #[arg(long, value_name = "M", value_parser = parse_size, conflicts_with = "max_size", value_hint = ValueHint::Other)]
     pub fit_memory: Option<u64>,
     /// With --fit-memory: the tokens of context to leave room for (default 8192, or the model's
-    /// max_position_embeddings when shorter).
+    /// `max_position_embeddings` when shorter).
     #[arg(long, value_name = "N", requires = "fit_memory", value_hint = ValueHint::Other,
           value_parser = clap::value_parser!(u64).range(1..=u64::from(u32::MAX)))]
     pub context: Option<u64>,

@@ -16,18 +16,18 @@ use serde_json::Value;
 pub struct FitMemory {
     pub memory: u64,
     pub context: Option<u64>,
-    /// The allowance for the runtime and the OS, in place of [`default_allowance`]; the recurrent
+    /// The allowance for the runtime and the OS, in place of `default_allowance`; the recurrent
     /// state is counted besides it.
     pub reserve: Option<u64>,
 }
 
 /// Tokens of context when `--context` is not given (the model's `max_position_embeddings` when
 /// that is shorter).
-pub const DEFAULT_CONTEXT: u64 = 8192;
+const DEFAULT_CONTEXT: u64 = 8192;
 
 /// Cache cells are allocated in steps of this many tokens: llama.cpp pads the context to a multiple
 /// of 256 (`llama_context`), mlx-lm's `KVCache` grows 256 at a time.
-pub const CACHE_STEP: u64 = 256;
+const CACHE_STEP: u64 = 256;
 
 /// Bytes of a K or V element in llama.cpp's default cache (`type_k`, `type_v`: F16), and in
 /// mlx-lm's when the model computes in bf16 or f16.
@@ -38,12 +38,12 @@ pub const KV_ELEMENT_BYTES: u64 = 2;
 const STATE_ELEMENT_BYTES: u64 = 4;
 
 /// The least allowance for the runtime and the OS.
-pub const ALLOWANCE_FLOOR: u64 = 1 << 30;
+const ALLOWANCE_FLOOR: u64 = 1 << 30;
 
 /// The allowance for the runtime, the OS and other programs on a machine of `memory` bytes: a
-/// third, at least [`ALLOWANCE_FLOOR`]. A third is what macOS keeps from the GPU of an Apple-silicon
+/// third, at least `ALLOWANCE_FLOOR`. A third is what macOS keeps from the GPU of an Apple-silicon
 /// machine of 16 GB (its default GPU working set is two thirds of the memory).
-pub fn default_allowance(memory: u64) -> u64 {
+fn default_allowance(memory: u64) -> u64 {
     (memory / 3).max(ALLOWANCE_FLOOR)
 }
 
@@ -55,14 +55,14 @@ pub struct MemoryBudget {
     /// Tokens of context the K/V cache is sized for.
     pub context: u64,
     /// The K and V cache of the full-attention layers for `context` tokens, as the client
-    /// allocates it (whole steps of [`CACHE_STEP`] cells).
+    /// allocates it (whole steps of `CACHE_STEP` cells).
     pub kv_cache_bytes: u64,
     /// The recurrent state and the allowance.
     pub reserve_bytes: u64,
     /// The linear-attention layers' recurrent state (conv and delta-net state) for one sequence.
     #[serde(skip)]
     pub state_bytes: u64,
-    /// For the runtime and the OS: `--reserve`, or [`default_allowance`].
+    /// For the runtime and the OS: `--reserve`, or `default_allowance`.
     #[serde(skip)]
     pub allowance: u64,
     /// Bytes of one K or V element.
@@ -130,6 +130,7 @@ impl MemoryBudget {
     }
 
     /// The same budget with K and V elements of `element_bytes`.
+    #[must_use]
     pub fn with_element_bytes(self, element_bytes: u64) -> MemoryBudget {
         let cells = u128::from(self.context).div_ceil(u128::from(CACHE_STEP)) * u128::from(CACHE_STEP);
         let bytes = cells * u128::from(self.kv_elements) * u128::from(element_bytes);
