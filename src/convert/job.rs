@@ -105,10 +105,6 @@ impl Job {
                 };
                 let apply = |tensors: &mut [OutputTensor], t: &FitTensor, i: usize| layout.fit_apply(tensors, t, i);
                 let recipes = layout.fit_recipes(&ck, &all, &menu)?;
-                let refused = |m: &MemoryBudget, e: anyhow::Error| match e.downcast_ref::<fit::TooSmall>() {
-                    Some(small) => m.too_small(small.smallest),
-                    None => e,
-                };
                 let mut fitted = fit::fit(&menu, &recipes, &mut all, max_size, apply, model_bytes);
                 let mut memory = memory;
                 if let (Some(m), Ok(_)) = (memory, &fitted) {
@@ -120,11 +116,14 @@ impl Job {
                         memory = Some(m);
                     }
                 }
-                let (widths, mut budget) = match (fitted, &memory) {
-                    (Ok(f), _) => f,
-                    (Err(e), Some(m)) => return Err(refused(m, e)),
-                    (Err(e), None) => return Err(e),
-                };
+                // Too small a SIZE is said in the memory's terms.
+                let (widths, mut budget) = fitted.map_err(|e| {
+                    let smallest = e.downcast_ref::<fit::TooSmall>().map(|t| t.smallest);
+                    match (&memory, smallest) {
+                        (Some(m), Some(smallest)) => m.too_small(smallest),
+                        _ => e,
+                    }
+                })?;
                 budget.memory = memory;
                 (widths, Some(budget))
             }
@@ -162,9 +161,7 @@ impl Job {
             bias,
         })
     }
-}
 
-impl Job {
     /// The flags the marker fingerprints and the card records: `opts`' as this job resolved them.
     pub fn recorded_flags(&self, opts: &ConvertOptions) -> String {
         opts.recorded_flags(self.bias, self.budget.as_ref().and_then(|b| b.memory.as_ref()))
