@@ -1,18 +1,18 @@
 //! `escha-convert convert IN OUT`: its arguments, their options, and the run.
 
-use super::exit::{fail, print_json, print_out, usage, warn, FAILURE};
+use super::exit::{fail, print_json, print_out, usage, warn, FAILURE, USAGE};
 use super::size::parse_size;
 use super::values::{BackendArg, GgufTypeArg, Int8Arg, MtpArg};
 use crate::backend::{Backend, BackendKind};
 use crate::checkpoint::{locate, Located};
-use crate::convert::{convert, render_plan, render_summary, ConvertOptions, PartSpec, VerifyRequest};
-use crate::failure::ErrorCode;
+use crate::convert::{convert, render_plan, render_summary, ConvertOptions, FitMemory, PartSpec, VerifyRequest};
+use crate::failure::{code_of, ErrorCode};
 use crate::layout::{AutoBits, BiasMode, DenseDtype, GgufOptions, GgufType, MlxOptions, OutputFormat};
 use crate::quant::affine::{AffineSpec, BITS, GROUP_SIZES};
 use crate::signals;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::error::ErrorKind;
-use clap::{Args, ValueEnum};
+use clap::{Args, ValueEnum, ValueHint};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -117,6 +117,21 @@ pub struct ConvertArgs {
     /// added error of a coded linear as small as possible (`--format mlx` and `gguf`).
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub max_size: Option<u64>,
+    /// The most faithful model a machine with M of memory runs (e.g. 16GB, 24GiB): --max-size M less
+    /// the K/V cache of --context tokens and the reserve (the linear-attention state, and --reserve
+    /// for the runtime and the OS) (`--format mlx` and `gguf`).
+    #[arg(long, value_name = "M", value_parser = parse_size, conflicts_with = "max_size", value_hint = ValueHint::Other)]
+    pub fit_memory: Option<u64>,
+    /// With --fit-memory: the tokens of context to leave room for (default 8192, or the model's
+    /// `max_position_embeddings` when shorter).
+    #[arg(long, value_name = "N", requires = "fit_memory", value_hint = ValueHint::Other,
+          value_parser = clap::value_parser!(u64).range(1..=u64::from(u32::MAX)))]
+    pub context: Option<u64>,
+    /// With --fit-memory: memory kept for the runtime, the OS and other programs, in place of the
+    /// default allowance (a third of M, at least 1GiB); the linear-attention state is counted
+    /// besides it, whatever R is.
+    #[arg(long, value_name = "R", requires = "fit_memory", value_parser = parse_reserve, value_hint = ValueHint::Other)]
+    pub reserve: Option<u64>,
     /// Convert only output tensors whose name matches GLOB (`*` any run, `?` one character); repeatable.
     #[arg(long, value_name = "GLOB")]
     pub only: Vec<String>,
@@ -189,6 +204,15 @@ fn parse_bits(s: &str) -> Result<Bits, String> {
     }
 }
 
+/// `--reserve`: a size, or none at all.
+fn parse_reserve(s: &str) -> Result<u64, String> {
+    let number = s.trim().trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    if number.parse::<f64>() == Ok(0.0) {
+        return Ok(0);
+    }
+    parse_size(s)
+}
+
 /// `--max-added-error`: a positive, finite fraction.
 fn parse_added_error(s: &str) -> Result<f64, String> {
     s.trim()
@@ -256,6 +280,7 @@ impl ConvertRun {
             bias: a.bias.into(),
             max_shard_size: a.max_shard_size,
             max_size: a.max_size,
+            fit_memory: a.fit_memory.map(|memory| FitMemory { memory, context: a.context, reserve: a.reserve }),
             only: a.only,
             part: a.part,
             checksums: a.checksums,
@@ -321,6 +346,8 @@ fn looks_like_input(path: &Path) -> bool {
 /// The output format the flags ask for, or the usage error of a combination clap cannot express.
 fn checked_format(a: &ConvertArgs) -> Result<OutputFormat, clap::Error> {
     let usage = |msg: String| clap::Error::raw(ErrorKind::ArgumentConflict, msg + "\n");
+    let fitted = a.max_size.is_some() || a.fit_memory.is_some();
+    let budget = if a.fit_memory.is_some() { "--fit-memory" } else { "--max-size" };
     Ok(match a.format {
         FormatArg::Bf16 | FormatArg::F16 | FormatArg::Exl3
             if a.bits.is_some() || a.group_size.is_some() || a.int8.is_some() =>
@@ -335,14 +362,13 @@ fn checked_format(a: &ConvertArgs) -> Result<OutputFormat, clap::Error> {
         f if f != FormatArg::Gguf && (a.gguf_type.is_some() || a.gguf_vocab.is_some()) => {
             return Err(usage("--gguf-type and --gguf-vocab apply to --format gguf only".into()));
         }
-        FormatArg::Bf16 | FormatArg::F16 | FormatArg::Exl3 if a.max_size.is_some() => {
-            return Err(usage(
-                "--max-size applies to --format mlx and gguf only: bf16, f16 and exl3 store every weight at one \
-                 fixed size, so there is nothing to choose"
-                    .into(),
-            ));
+        FormatArg::Bf16 | FormatArg::F16 | FormatArg::Exl3 if fitted => {
+            return Err(usage(format!(
+                "{budget} applies to --format mlx and gguf only: bf16, f16 and exl3 store every weight at one fixed \
+                 size, so there is nothing to choose"
+            )));
         }
-        _ if a.max_size.is_some()
+        _ if fitted
             && (a.bits.is_some()
                 || a.group_size.is_some()
                 || a.gguf_type.is_some()
@@ -360,7 +386,7 @@ fn checked_format(a: &ConvertArgs) -> Result<OutputFormat, clap::Error> {
             .find_map(|(set, flag)| set.then_some(flag))
             .unwrap_or_default();
             return Err(usage(format!(
-                "--max-size and {other} conflict: --max-size chooses every quantized tensor's encoding to fit SIZE; \
+                "{budget} and {other} conflict: {budget} chooses every quantized tensor's encoding to fit a size; \
                  give one or the other"
             )));
         }
@@ -387,24 +413,19 @@ fn checked_format(a: &ConvertArgs) -> Result<OutputFormat, clap::Error> {
             };
             let spec = AffineSpec::new(fixed, a.group_size.unwrap_or(default.spec.group_size)).map_err(usage)?;
             let auto = (a.bits == Some(Bits::Auto)).then(|| auto_budget(a));
-            OutputFormat::Mlx(MlxOptions {
-                spec,
-                int8: a.int8.map_or(default.int8, Into::into),
-                auto,
-                fitted: a.max_size.is_some(),
-            })
+            OutputFormat::Mlx(MlxOptions { spec, int8: a.int8.map_or(default.int8, Into::into), auto, fitted })
         }
         FormatArg::Gguf => {
             let default = GgufOptions::DEFAULT;
             // --max-size chooses per tensor, as auto does: the file type follows the choices.
-            let ty = if a.max_size.is_some() { GgufType::Auto } else { a.gguf_type.map_or(default.ty, Into::into) };
+            let ty = if fitted { GgufType::Auto } else { a.gguf_type.map_or(default.ty, Into::into) };
             OutputFormat::Gguf(GgufOptions {
                 ty,
                 int8: a.int8.map_or(default.int8, Into::into),
                 vocab: a.gguf_vocab.map_or(default.vocab, |v| v == VocabArg::Auto),
                 mtp: a.mtp.into(),
-                auto: (ty == GgufType::Auto && a.max_size.is_none()).then(|| auto_budget(a)),
-                fitted: a.max_size.is_some(),
+                auto: (ty == GgufType::Auto && !fitted).then(|| auto_budget(a)),
+                fitted,
             })
         }
     })
@@ -428,6 +449,8 @@ pub fn run(args: ConvertArgs) -> ExitCode {
     };
     let report = match convert(&run.options, backend.decoder()) {
         Ok(r) => r,
+        // A value the model cannot take (`--context` past its positions, a memory that holds nothing).
+        Err(e) if code_of(&e) == Some(ErrorCode::Usage) => return fail(&e, ErrorCode::Usage, USAGE),
         Err(e) => return fail(&e, ErrorCode::Failed, FAILURE),
     };
     if !run.quiet {
@@ -545,6 +568,13 @@ mod tests {
         prop_oneof![dense, exl3, mlx, gguf]
     }
 
+    /// `--fit-memory M [--context N] [--reserve R]`.
+    fn fit_memory() -> impl Strategy<Value = FitMemory> {
+        let context = proptest::option::of(1u64..=u64::from(u32::MAX));
+        let reserve = proptest::option::of(prop_oneof![Just(0u64), 1u64..=1 << 53]);
+        (1u64..=1 << 53, context, reserve).prop_map(|(memory, context, reserve)| FitMemory { memory, context, reserve })
+    }
+
     /// Options the command line can make, with every flag that shapes the output drawn.
     fn options() -> impl Strategy<Value = (ConvertOptions, Located, Option<Located>)> {
         // Mostly the characters a shell or clap treats specially; any character now and then.
@@ -560,34 +590,42 @@ mod tests {
             any::<bool>(),
             verify,
             proptest::option::of(1u64..=1 << 53),
+            proptest::option::of(fit_memory()),
         )
-            .prop_map(|(input, format, bias, max_shard_size, only, checksums, verify, max_size)| {
-                let base = verify.as_ref().map(|(base, _)| base.clone());
-                // --max-size chooses every width (MLX) or type (GGUF) itself.
-                let (format, max_size) = match (format, max_size) {
-                    (OutputFormat::Mlx(o), Some(size)) => (
-                        OutputFormat::Mlx(MlxOptions { int8: o.int8, fitted: true, ..MlxOptions::DEFAULT }),
-                        Some(size),
-                    ),
-                    (OutputFormat::Gguf(o), Some(size)) => (
-                        OutputFormat::Gguf(GgufOptions { ty: GgufType::Auto, auto: None, fitted: true, ..o }),
-                        Some(size),
-                    ),
-                    (format, _) => (format, None),
-                };
-                let options = ConvertOptions {
-                    hub: input.hub.clone(),
-                    format,
-                    bias,
-                    max_shard_size,
-                    max_size,
-                    only,
-                    checksums,
-                    verify: verify.map(|(base, sample)| VerifyRequest { base: base.path, hub: base.hub, sample }),
-                    ..ConvertOptions::new(input.path.clone(), PathBuf::from("OUT"))
-                };
-                (options, input, base)
-            })
+            .prop_map(
+                |(input, format, bias, max_shard_size, only, checksums, verify, max_size, fit_memory)| {
+                    let base = verify.as_ref().map(|(base, _)| base.clone());
+                    // --max-size (or else --fit-memory) chooses every width (MLX) or type (GGUF) itself.
+                    let fit_memory = fit_memory.filter(|_| max_size.is_none());
+                    let fitted = max_size.is_some() || fit_memory.is_some();
+                    let (format, max_size, fit_memory) = match format {
+                        OutputFormat::Mlx(o) if fitted => (
+                            OutputFormat::Mlx(MlxOptions { int8: o.int8, fitted: true, ..MlxOptions::DEFAULT }),
+                            max_size,
+                            fit_memory,
+                        ),
+                        OutputFormat::Gguf(o) if fitted => (
+                            OutputFormat::Gguf(GgufOptions { ty: GgufType::Auto, auto: None, fitted: true, ..o }),
+                            max_size,
+                            fit_memory,
+                        ),
+                        format => (format, None, None),
+                    };
+                    let options = ConvertOptions {
+                        hub: input.hub.clone(),
+                        format,
+                        bias,
+                        max_shard_size,
+                        max_size,
+                        fit_memory,
+                        only,
+                        checksums,
+                        verify: verify.map(|(base, sample)| VerifyRequest { base: base.path, hub: base.hub, sample }),
+                        ..ConvertOptions::new(input.path.clone(), PathBuf::from("OUT"))
+                    };
+                    (options, input, base)
+                },
+            )
     }
 
     proptest! {

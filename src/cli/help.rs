@@ -109,6 +109,10 @@ pub fn examples(page: Page) -> &'static [(&'static str, &'static str)] {
                 "MLX, the most faithful model whose files fit in 11 GB",
             ),
             (
+                "escha-convert ./Escha-W2-27B out/27b-16gb --format gguf --fit-memory 16GB",
+                "GGUF, the most faithful model a 16 GB machine runs with 8192 tokens of context",
+            ),
+            (
                 "escha-convert ./Escha-W2-35B-A3B out/35b-gguf --format gguf --gguf-type q4_k_m",
                 "GGUF for llama.cpp, quantized to Q4_K_M in the same pass",
             ),

@@ -63,7 +63,7 @@ pub fn marker(job: &Job, layout: &dyn Layout, opts: &ConvertOptions) -> Marker {
     for name in side.chain(index).chain(config).chain(card).chain(sums).chain([MARKER_FILE]) {
         files.insert(name.to_string(), None);
     }
-    let options = format!("{} {}", layout.name(), opts.recorded_flags(job.bias));
+    let options = format!("{} {}", layout.name(), job.recorded_flags(opts));
     Marker::new(job.ck.fingerprint(), sha256_hex(options.as_bytes()), files)
 }
 
@@ -76,7 +76,7 @@ pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Optio
     // OUT is named by role: the parts of a split job write to differently named directories. A Hub
     // source is named with its commit, so the command reads the same snapshot again.
     let arg = card::source_arg(&opts.input, opts.hub.as_ref());
-    let command = format!("escha-convert {} OUT {}", shell_word(&arg), opts.recorded_flags(job.bias));
+    let command = format!("escha-convert {} OUT {}", shell_word(&arg), job.recorded_flags(opts));
     let mut notes = Vec::new();
     if job.ck.single_file {
         notes.push(("tensors only", tensors_only_note(layout)));

@@ -5,9 +5,10 @@
 //! must beat each of the format's fixed recipes that fits the same bytes on both the largest and
 //! the mean ratio; where the first plan does not, the largest ratio is let rise (see [`choose`]).
 
+use super::memory::MemoryBudget;
 use crate::layout::{FitRecipe, FitTensor, OutputTensor, WidthChoice, TABLE_BITS};
 use crate::text::human_bytes;
-use anyhow::{bail, Result};
+use anyhow::Result;
 use serde::Serialize;
 
 /// The budget of a `--max-size` run, as `--json` reports it.
@@ -26,7 +27,33 @@ pub struct BudgetReport {
     /// The format's fixed recipes whose files SIZE would hold too (as the flags that make them),
     /// each with a higher largest ratio and a mean no lower than this plan's.
     pub fixed_recipes_beaten: Vec<String>,
+    /// `--fit-memory`: the memory, the context, and the cache and reserve taken off it for SIZE.
+    #[serde(flatten)]
+    pub memory: Option<MemoryBudget>,
 }
+
+/// SIZE is below the smallest output the format can make.
+#[derive(Debug)]
+pub struct TooSmall {
+    pub max_size: u64,
+    pub smallest: u64,
+}
+
+impl std::fmt::Display for TooSmall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "--max-size {} ({}): the smallest output this format can make is {} bytes ({}), the coded linears at \
+             their narrowest; nothing was written",
+            self.max_size,
+            human_bytes(self.max_size),
+            self.smallest,
+            human_bytes(self.smallest)
+        )
+    }
+}
+
+impl std::error::Error for TooSmall {}
 
 impl BudgetReport {
     /// The budget in words, for the model card.
@@ -43,11 +70,14 @@ impl BudgetReport {
                 names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
             ),
         };
+        let asked = match &self.memory {
+            Some(m) => format!("{} (`--fit-memory`: {})", human_bytes(self.max_size), m.words()),
+            None => format!("{} asked for (`--max-size`)", human_bytes(self.max_size)),
+        };
         format!(
-            "the model files take {} of the {} asked for (`--max-size`); no coded layer's re-quantization adds more \
-             than {:.2}× the error its trellis quantization already had ({:.2}× on average, by weight){beaten}; {tables}",
+            "the model files take {} of the {asked}; no coded layer's re-quantization adds more than {:.2}× the error \
+             its trellis quantization already had ({:.2}× on average, by weight){beaten}; {tables}",
             human_bytes(self.bytes),
-            human_bytes(self.max_size),
             self.max_added_error_ratio,
             self.mean_added_error_ratio
         )
@@ -252,12 +282,7 @@ pub fn fit(
         }
     }
     if least_bytes > max_size {
-        bail!(
-            "--max-size {max_size} ({}): the smallest output this format can make is {least_bytes} bytes ({}), the \
-             coded linears at their narrowest; nothing was written",
-            human_bytes(max_size),
-            human_bytes(least_bytes)
-        );
+        return Err(TooSmall { max_size, smallest: least_bytes }.into());
     }
     // What the menu does not choose (headers, metadata, alignment, other tensors) barely moves
     // with the choice: plan, measure the file sizes, and take any overshoot off the allowance.
@@ -310,6 +335,7 @@ pub fn fit(
         mean_added_error_ratio: mean,
         max_table_ratio: largest_table_ratio(menu, &choice),
         fixed_recipes_beaten,
+        memory: None,
     };
     Ok((widths, report))
 }

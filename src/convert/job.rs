@@ -2,6 +2,7 @@
 //! placed in shards, and the config text, all known before any weight is decoded.
 
 use super::fit::{self, BudgetReport};
+use super::memory::{self, MemoryBudget};
 use super::options::ConvertOptions;
 use super::probe::Probe;
 use super::rows::Reader;
@@ -79,12 +80,22 @@ impl Job {
             ));
         }
         let bias = opts.bias.resolved(&cat);
+        // `--fit-memory`: SIZE is what the memory leaves beside the client's caches, their K and V
+        // elements first taken as 2 bytes; a plan whose client computes wider is fitted again.
+        let memory = opts
+            .fit_memory
+            .map(|ask| MemoryBudget::new(ck.config.as_ref(), ask, memory::KV_ELEMENT_BYTES))
+            .transpose()?;
+        let max_size = match &memory {
+            Some(m) => Some(m.max_size()?),
+            None => opts.max_size,
+        };
         let mut all = layout.tensors(&ck, &cat, bias, warnings)?;
         check_unique_names(&all, &cat)?;
         ready(&ck)?;
         let reader = Reader { ck: &ck, cat: &cat, decoder };
         let max_shard_size = opts.max_shard_size.unwrap_or_else(|| layout.default_max_shard_size());
-        let (widths, budget) = match opts.max_size {
+        let (widths, budget) = match max_size {
             Some(max_size) => {
                 let probe = Probe {
                     reader: &reader,
@@ -103,7 +114,26 @@ impl Job {
                 };
                 let apply = |tensors: &mut [OutputTensor], t: &FitTensor, i: usize| layout.fit_apply(tensors, t, i);
                 let recipes = layout.fit_recipes(&ck, &all, &menu)?;
-                let (widths, budget) = fit::fit(&menu, &recipes, &mut all, max_size, apply, model_bytes)?;
+                let mut fitted = fit::fit(&menu, &recipes, &mut all, max_size, apply, model_bytes);
+                let mut memory = memory;
+                if let (Some(m), Ok(_)) = (memory, &fitted) {
+                    let wide = layout.cache_element_bytes(&all);
+                    if wide > m.element_bytes {
+                        let m = m.with_element_bytes(wide);
+                        let max_size = m.max_size()?;
+                        fitted = fit::fit(&menu, &recipes, &mut all, max_size, apply, model_bytes);
+                        memory = Some(m);
+                    }
+                }
+                // Too small a SIZE is said in the memory's terms.
+                let (widths, mut budget) = fitted.map_err(|e| {
+                    let smallest = e.downcast_ref::<fit::TooSmall>().map(|t| t.smallest);
+                    match (&memory, smallest) {
+                        (Some(m), Some(smallest)) => m.too_small(smallest),
+                        _ => e,
+                    }
+                })?;
+                budget.memory = memory;
                 (widths, Some(budget))
             }
             None => (layout.refine(&mut all, &cat, &Probe { reader: &reader, sample, measured_row_step: 1 })?, None),
@@ -143,6 +173,11 @@ impl Job {
             fold_change,
             bias,
         })
+    }
+
+    /// The flags the marker fingerprints and the card records: `opts`' as this job resolved them.
+    pub fn recorded_flags(&self, opts: &ConvertOptions) -> String {
+        opts.recorded_flags(self.bias, self.budget.as_ref().and_then(|b| b.memory.as_ref()))
     }
 }
 

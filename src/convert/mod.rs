@@ -11,6 +11,7 @@ mod execute;
 mod files;
 mod fit;
 mod job;
+mod memory;
 mod options;
 mod probe;
 mod progress;
@@ -20,6 +21,7 @@ mod units;
 
 pub use crate::plan::PartSpec;
 pub use fit::BudgetReport;
+pub use memory::{FitMemory, MemoryBudget};
 pub use options::{ConvertOptions, VerifyRequest};
 pub use report::{render_plan, render_summary, ConvertReport, ShardReport, TensorReport, VerifySummary, WrittenFile};
 

@@ -1,6 +1,7 @@
 //! What the user asks a conversion for, and the flags that say it again in the output's marker and
 //! model card.
 
+use super::memory::{FitMemory, MemoryBudget};
 use crate::checkpoint::HubSource;
 use crate::layout::{BiasMode, DenseDtype, FlagWords, MtpMode, OutputFormat};
 use crate::plan::PartSpec;
@@ -23,6 +24,8 @@ pub struct ConvertOptions {
     /// `--max-size`: the model files' total in bytes; every quantized tensor's encoding is chosen
     /// to fit it.
     pub max_size: Option<u64>,
+    /// `--fit-memory`: `max_size` from a machine's memory, less the client's caches and a reserve.
+    pub fit_memory: Option<FitMemory>,
     /// `--only` globs over output names (empty: everything).
     pub only: Vec<String>,
     /// Write only this part's shards of the full plan (and every file around them).
@@ -51,6 +54,7 @@ impl ConvertOptions {
             bias: BiasMode::Auto,
             max_shard_size: None,
             max_size: None,
+            fit_memory: None,
             only: Vec::new(),
             part: None,
             checksums: false,
@@ -77,6 +81,15 @@ impl ConvertOptions {
         if let Some(size) = self.max_size {
             w.value("--max-size", &size.to_string());
         }
+        if let Some(m) = self.fit_memory {
+            w.value("--fit-memory", &m.memory.to_string());
+            if let Some(n) = m.context {
+                w.value("--context", &n.to_string());
+            }
+            if let Some(r) = m.reserve {
+                w.value("--reserve", &r.to_string());
+            }
+        }
         w.value("--bias", self.bias.name());
         if let Some(size) = self.max_shard_size {
             w.value("--max-shard-size", &size.to_string());
@@ -100,9 +113,11 @@ impl ConvertOptions {
     }
 
     /// [`Self::shaping_flags`] with `--bias` as a job resolved it for its input
-    /// ([`BiasMode::resolved`]): what the marker fingerprints and the card records.
-    pub fn recorded_flags(&self, bias: BiasMode) -> String {
-        ConvertOptions { bias, ..self.clone() }.shaping_flags()
+    /// ([`BiasMode::resolved`]) and `--fit-memory`'s context and reserve as it resolved them: what
+    /// the marker fingerprints and the card records.
+    pub fn recorded_flags(&self, bias: BiasMode, memory: Option<&MemoryBudget>) -> String {
+        let fit_memory = memory.map(MemoryBudget::asked).or(self.fit_memory);
+        ConvertOptions { bias, fit_memory, ..self.clone() }.shaping_flags()
     }
 }
 
@@ -202,6 +217,14 @@ mod tests {
                     ..plain.clone()
                 },
                 "--format gguf --gguf-vocab auto --int8 exact --mtp auto --max-size 10000000000 --bias drop",
+            ),
+            (
+                ConvertOptions {
+                    format: OutputFormat::Mlx(MlxOptions { fitted: true, ..MlxOptions::DEFAULT }),
+                    fit_memory: Some(FitMemory { memory: 16_000_000_000, context: Some(8192), reserve: Some(0) }),
+                    ..plain.clone()
+                },
+                "--format mlx --int8 exact --fit-memory 16000000000 --context 8192 --reserve 0 --bias drop",
             ),
         ];
         for (options, flags) in cases.into_iter().chain(fitted) {

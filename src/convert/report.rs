@@ -187,6 +187,9 @@ fn render_budget(s: &mut String, b: &super::fit::BudgetReport, choices: &[WidthC
     if !b.fixed_recipes_beaten.is_empty() {
         let _ = writeln!(s, "lower on both than each fixed recipe that fits: {}", b.fixed_recipes_beaten.join(", "));
     }
+    if let Some(m) = &b.memory {
+        let _ = writeln!(s, "--fit-memory: {}", m.words().replace('`', ""));
+    }
 }
 
 /// The closing summary of a finished conversion.

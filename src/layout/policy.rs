@@ -125,6 +125,12 @@ pub trait Layout: Sync {
         Ok(Vec::new())
     }
 
+    /// `--fit-memory`: bytes of one K or V element of the cache the format's client keeps for
+    /// `tensors` (llama.cpp's default cache is F16).
+    fn cache_element_bytes(&self, _tensors: &[OutputTensor]) -> u64 {
+        2
+    }
+
     /// Keeps the tensors `--only` selects, and whatever they cannot be written without.
     fn select(&self, tensors: &mut Vec<OutputTensor>, only: &[String]) {
         tensors.retain(|t| selected(&t.name, only));

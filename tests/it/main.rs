@@ -19,6 +19,7 @@ mod edges;
 mod encoder;
 mod exl3;
 mod fit;
+mod fit_memory;
 mod float64;
 mod fuzz_catalogue;
 mod gguf;

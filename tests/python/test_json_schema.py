@@ -95,6 +95,8 @@ CONVERT_ARGS = [
     ["--format", "exl3"],
     ["--format", "mlx", "--max-size", "2MB"],
     ["--format", "gguf", "--max-size", "2MB", "--dry-run"],
+    ["--format", "mlx", "--fit-memory", "6MB", "--context", "1000", "--reserve", "1MB"],
+    ["--format", "gguf", "--fit-memory", "6MB", "--reserve", "0", "--dry-run"],
     ["--format", "exl3", "--dry-run", "--bias", "keep"],
 ]
 # Combinations a fixture cannot take: their failure document is checked instead. llama.cpp's
@@ -120,6 +122,11 @@ def test_convert_documents_validate(escha_convert, tmp_path, model, args):
         assert said == [w["message"] for w in doc["warnings"]], p.stderr
     if "auto" in args:
         assert doc["width_choices"], "auto lists its choices"
+    if "--fit-memory" in args:
+        budget = doc["budget"]
+        assert budget["max_size"] == budget["memory"] - budget["kv_cache_bytes"] - budget["reserve_bytes"], budget
+    elif "budget" in doc:
+        assert "memory" not in doc["budget"], doc["budget"]
     if "--checksums" in args:
         assert all("sha256" in f for f in doc["files"] if not f["file"].startswith("SHA256SUMS"))
 
@@ -201,6 +208,11 @@ FAILURES = {
     "bad value": (["{fx}/dense", "{tmp}/out", "--json", "--format", "png"], "usage", 2),
     "flags that do not go together": (["{fx}/dense", "{tmp}/out", "--json", "--bits", "4"], "usage", 2),
     "no command": (["--json"], "usage", 2),
+    "a context the model cannot take": (
+        ["{fx}/dense", "{tmp}/out", "--json", "--format", "gguf", "--fit-memory", "5MB", "--context", "5000"],
+        "usage",
+        2,
+    ),
     "verify without --base": (["verify", "{fx}/dense", "--json"], "usage", 2),
     "missing input": (["{tmp}/nothing/here", "{tmp}/out", "--json"], "input_refused", 1),
     "not a checkpoint": (["{fx}/dense-base", "{tmp}/out", "--json"], "input_refused", 1),

@@ -2,7 +2,7 @@
 //! typed and bounded.
 
 use super::client_keys::client_keys;
-use super::keys::{excerpt, Keys, MAX_CONV_KERNEL, MAX_DIM, MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_VOCAB};
+use super::keys::{excerpt, Keys, MAX_CONV_KERNEL, MAX_DIM, MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB};
 use anyhow::{bail, Result};
 use serde_json::{Map, Value};
 
@@ -74,6 +74,8 @@ pub struct TextModel {
     pub layer_types: Vec<LayerType>,
     pub tie_word_embeddings: bool,
     pub mtp_layers: u64,
+    /// `max_position_embeddings`, when given: the longest context the model was made for.
+    pub max_positions: Option<u64>,
 }
 
 impl TextModel {
@@ -125,6 +127,10 @@ impl TextModel {
         let tie_word_embeddings = tie_word_embeddings(&keys)?;
         // Only a claim: the head's layers are those its tensors hold (the MTP rule's to judge).
         let mtp_layers = keys.count_or("mtp_num_hidden_layers", 0, 0, u64::MAX)?;
+        let max_positions = keys
+            .get("max_position_embeddings")
+            .map(|v| keys.in_range("max_position_embeddings", v, 1, MAX_POSITIONS))
+            .transpose()?;
         Ok(TextModel {
             model_type,
             family,
@@ -145,6 +151,7 @@ impl TextModel {
             layer_types,
             tie_word_embeddings,
             mtp_layers,
+            max_positions,
         })
     }
 

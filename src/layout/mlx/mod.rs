@@ -124,6 +124,14 @@ impl Layout for MlxLayout {
         widths::fit_menu(ck, tensors, cat, probe)
     }
 
+    /// mlx-lm computes in the dtype the embedding hands the first layer (its scales' when it is
+    /// quantized: F32 for an exact int8 repack), and caches K and V in it.
+    fn cache_element_bytes(&self, tensors: &[OutputTensor]) -> u64 {
+        let dtype = |end: &str| tensors.iter().find(|t| t.name.ends_with(end)).and_then(|t| t.storage.element());
+        let compute = dtype("embed_tokens.scales").or_else(|| dtype("embed_tokens.weight"));
+        compute.map_or(2, |d| d.bitsize() as u64 / 8)
+    }
+
     /// A uniform `--bits B --group-size G` run: every menu tensor at that setting, an exactly
     /// repacked int8 table kept exact (as this run's `--int8` keeps it).
     fn fit_recipes(&self, _ck: &Checkpoint, _tensors: &[OutputTensor], menu: &[FitTensor]) -> Result<Vec<FitRecipe>> {
