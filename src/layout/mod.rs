@@ -31,7 +31,7 @@ pub use names::{natural_key, norm_kind, NormKind};
 pub use options::{AutoBits, BiasMode, Int8Mode};
 pub use policy::{Chosen, FormatCard, Layout, WeightProbe, WidthChoice};
 pub use tensor::{
-    check_unique_names, Adjust, AffineParams, Encoding, HeadOrder, Kind, OutputTensor, Recipe, RowSource,
+    check_unique_names, Adjust, AffineParams, Encoding, HeadOrder, Importance, Kind, OutputTensor, Recipe, RowSource,
 };
 
 /// What the conversion writes.

@@ -39,3 +39,4 @@ mod reconstruct;
 mod scale_range;
 mod verify;
 mod verify_html;
+mod weighted_ref;
