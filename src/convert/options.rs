@@ -23,6 +23,8 @@ pub struct ConvertOptions {
     /// `--max-size`: the model files' total in bytes; every quantized tensor's encoding is chosen
     /// to fit it.
     pub max_size: Option<u64>,
+    /// `--imatrix`: the importance matrix the block types weigh each column's error by.
+    pub imatrix: Option<PathBuf>,
     /// `--only` globs over output names (empty: everything).
     pub only: Vec<String>,
     /// Write only this part's shards of the full plan (and every file around them).
@@ -51,6 +53,7 @@ impl ConvertOptions {
             bias: BiasMode::Auto,
             max_shard_size: None,
             max_size: None,
+            imatrix: None,
             only: Vec::new(),
             part: None,
             checksums: false,
@@ -76,6 +79,11 @@ impl ConvertOptions {
         // A fitted format names none of the widths or types: the size chose them.
         if let Some(size) = self.max_size {
             w.value("--max-size", &size.to_string());
+        }
+        if let Some(path) = &self.imatrix {
+            // By file name (a card names no path of the machine); the card and --json add its sha256.
+            let name = path.file_name().map_or_else(|| path.to_string_lossy(), |n| n.to_string_lossy());
+            w.quoted("--imatrix", &name, &shell_word(&name));
         }
         w.value("--bias", self.bias.name());
         if let Some(size) = self.max_shard_size {
