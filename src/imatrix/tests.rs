@@ -29,7 +29,7 @@ fn gguf(entries: &[(&str, Vec<f32>, Vec<f32>)], metadata: bool) -> Vec<u8> {
     for (name, sums, counts) in entries {
         let experts = counts.len();
         for (suffix, values, ne) in
-            [(".in_sum2", sums, [sums.len() / experts, experts]), (".counts", counts, [1, experts])]
+            [(".in_sum2", sums, [sums.len(), 1]), (".counts", counts, [1, experts])]
         {
             string(&mut b, &format!("{name}{suffix}"));
             b.extend(2u32.to_le_bytes());
