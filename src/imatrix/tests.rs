@@ -28,9 +28,7 @@ fn gguf(entries: &[(&str, Vec<f32>, Vec<f32>)], metadata: bool) -> Vec<u8> {
     let mut data = Vec::new();
     for (name, sums, counts) in entries {
         let experts = counts.len();
-        for (suffix, values, ne) in
-            [(".in_sum2", sums, [sums.len(), 1]), (".counts", counts, [1, experts])]
-        {
+        for (suffix, values, ne) in [(".in_sum2", sums, [sums.len(), 1]), (".counts", counts, [1, experts])] {
             string(&mut b, &format!("{name}{suffix}"));
             b.extend(2u32.to_le_bytes());
             ne.iter().for_each(|&d| b.extend((d as u64).to_le_bytes()));

@@ -26,6 +26,7 @@ mod gguf_low_bit;
 mod gguf_vocab;
 mod golden;
 mod hub;
+mod imatrix;
 mod inspect;
 mod interrupts;
 mod json_contract;
