@@ -1,6 +1,6 @@
 //! An importance matrix as llama-imatrix writes it: per weight matrix (named as llama.cpp names
-//! GGUF tensors), the mean squared activation of each input column, per expert for a stacked MoE
-//! tensor. Two files: the GGUF one (`<name>.in_sum2` and `<name>.counts`, `imatrix.datasets`,
+//! GGUF tensors), the mean squared activation of each input column, per expert for a stacked
+//! expert tensor. Two files: the GGUF one (`<name>.in_sum2` and `<name>.counts`, `imatrix.datasets`,
 //! `imatrix.chunk_count`, `imatrix.chunk_size`; `gguf.rs`) and the legacy `.dat` (`dat.rs`). The
 //! values are what llama-quantize hands ggml (`load_imatrix` of tools/quantize): each sum divided by
 //! its expert's count (rounded to an integer first, 1 where the count is 0), or for `.dat` by the
@@ -94,7 +94,7 @@ fn normalize(sums: &[f32], counts: &[f32], legacy: bool) -> Result<Vec<f32>> {
     if let Some(i) = counts.iter().position(|v| !v.is_finite() || *v < 0.0 || *v >= 9.0e15) {
         bail!("count {i} is {}, not a count of tokens", counts[i]);
     }
-    if counts.is_empty() || sums.is_empty() || sums.len() % counts.len() != 0 {
+    if counts.is_empty() || sums.is_empty() || !sums.len().is_multiple_of(counts.len()) {
         bail!("{} values do not divide into {} experts' counts", sums.len(), counts.len());
     }
     let ne0 = sums.len() / counts.len();

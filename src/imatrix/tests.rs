@@ -31,7 +31,9 @@ fn gguf(entries: &[(&str, Vec<f32>, Vec<f32>)], metadata: bool) -> Vec<u8> {
         for (suffix, values, ne) in [(".in_sum2", sums, [sums.len(), 1]), (".counts", counts, [1, experts])] {
             string(&mut b, &format!("{name}{suffix}"));
             b.extend(2u32.to_le_bytes());
-            ne.iter().for_each(|&d| b.extend((d as u64).to_le_bytes()));
+            for d in ne {
+                b.extend((d as u64).to_le_bytes());
+            }
             b.extend(0u32.to_le_bytes());
             b.extend((data.len() as u64).to_le_bytes());
             data.extend(values.iter().flat_map(|v| v.to_le_bytes()));

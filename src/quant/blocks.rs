@@ -12,7 +12,10 @@ use half::f16;
 pub fn quantize(block: BlockType, values: &[f32], importance: Option<&[f32]>, out: &mut Vec<u8>) {
     debug_assert_eq!(values.len() % block.elements(), 0);
     if let Some(weights) = importance.filter(|_| block != BlockType::Q8_0) {
-        assert!(!weights.is_empty() && values.len() % weights.len() == 0, "whole rows of the importance's width");
+        assert!(
+            !weights.is_empty() && values.len().is_multiple_of(weights.len()),
+            "whole rows of the importance's width"
+        );
         for row in values.chunks_exact(weights.len()) {
             match block {
                 BlockType::Q4_0 | BlockType::Q4_1 | BlockType::Q5_0 | BlockType::Q5_1 => {

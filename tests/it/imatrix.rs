@@ -35,7 +35,9 @@ fn write_gguf(path: &Path, entries: &[(String, Vec<f32>, usize)]) {
         {
             string(&mut b, &format!("{name}{suffix}"));
             b.extend(2u32.to_le_bytes());
-            ne.iter().for_each(|&d| b.extend((d as u64).to_le_bytes()));
+            for d in ne {
+                b.extend((d as u64).to_le_bytes());
+            }
             b.extend(0u32.to_le_bytes());
             b.extend((data.len() as u64).to_le_bytes());
             data.extend(values.iter().flat_map(|v| v.to_le_bytes()));

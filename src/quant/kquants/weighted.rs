@@ -290,9 +290,9 @@ fn scale_min(kind: BlockType, x: &[f32; QK_K], qw: &[f32; QK_K], out: &mut [u8])
 fn q6_k(x: &[f32; QK_K], qw: &[f32; QK_K]) -> [u8; BlockType::Q6_K.bytes()] {
     let mut l = [0u8; QK_K];
     let mut scales = [0.0f32; 16];
-    for ib in 0..16 {
+    for (ib, scale) in scales.iter_mut().enumerate() {
         let range = 16 * ib..16 * ib + 16;
-        scales[ib] = make_qx_quants_weighted(32, &x[range.clone()], &mut l[range.clone()], &qw[range]);
+        *scale = make_qx_quants_weighted(32, &x[range.clone()], &mut l[range.clone()], &qw[range]);
     }
     let mut out = [0u8; BlockType::Q6_K.bytes()];
     let Some((d, sc)) = q6_k_header(&scales) else {
