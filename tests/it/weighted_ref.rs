@@ -94,3 +94,36 @@ fn weighted_encoders_match_ggml_byte_for_byte() {
     println!("{compared} weighted blocks compared");
     assert!(failures.is_empty(), "{} mismatches with ggml:\n{}", failures.len(), failures.join("\n"));
 }
+
+/// The weighted encoders' speed against ggml's C (the harness, `-O2`, one thread, its pipe and
+/// process start included), on 4 Mi values of 4096-wide rows per type. Ignored: a measurement, not
+/// a check (`cargo test --test it weighted_encoder_speed -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn weighted_encoder_speed() {
+    let Some(llama) = llama_cpp_dir() else { return };
+    let harness = Harness::build(&llama);
+    let mut rng = Rng(0x5eed);
+    let width = 4096;
+    let values: Vec<f32> = (0..1 << 22).map(|_| rng.gaussian() as f32 * 0.02).collect();
+    let importance = heavy_tailed_importance(&mut rng, width);
+    for kind in [
+        BlockType::Q4_0,
+        BlockType::Q5_1,
+        BlockType::Q2_K,
+        BlockType::Q3_K,
+        BlockType::Q4_K,
+        BlockType::Q6_K,
+        BlockType::IQ4_XS,
+    ] {
+        let t = std::time::Instant::now();
+        let theirs = ggml_weighted(&harness, kind, &values, &importance);
+        let c = t.elapsed().as_secs_f64();
+        let t = std::time::Instant::now();
+        let mut ours = Vec::new();
+        blocks::quantize(kind, &values, Some(&importance), &mut ours);
+        let rust = t.elapsed().as_secs_f64();
+        assert_eq!(ours, theirs);
+        println!("{}: ours {:.3} s, ggml's C {:.3} s ({:.2}x)", kind.name(), rust, c, rust / c);
+    }
+}
