@@ -99,7 +99,7 @@ fn weighted_encoders_match_ggml_byte_for_byte() {
 /// process start included), on 4 Mi values of 4096-wide rows per type. Ignored: a measurement, not
 /// a check (`cargo test --test it weighted_encoder_speed -- --ignored --nocapture`).
 #[test]
-#[ignore]
+#[ignore = "a measurement, not a check"]
 fn weighted_encoder_speed() {
     let Some(llama) = llama_cpp_dir() else { return };
     let harness = Harness::build(&llama);
