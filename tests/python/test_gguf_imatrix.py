@@ -11,7 +11,9 @@ llama-imatrix); without it every test is skipped (a failure under CI=true), as i
    the same tensors, of the same ggml types, with the same bytes as `llama-quantize --imatrix M` makes
    from our `--gguf-type f32 --int8 requant` file (the same f32 values); and its bytes must differ from
    our file without the matrix (the matrix is used: the test can fail).
-2. `test_matches_llama_quantize_with_llama_imatrix` (dense, moe x q4_k_m, q2_k, iq4_xs): the same with a
+2. `test_matches_llama_quantize_with_a_dat_matrix` (dense, moe x q4_k_m, q3_k_m): the same with the
+   synthetic sums in llama-imatrix's legacy .dat file (sums over a call count);
+   `test_matches_llama_quantize_with_llama_imatrix` (dense, moe x q4_k_m, q2_k, iq4_xs): with a
    matrix made by llama.cpp's own llama-imatrix from our f32 file and a short text.
 3. `test_card_and_json_record_the_matrix`: `--json` and the model card name the file, its sha256,
    datasets and chunk count.
@@ -81,6 +83,29 @@ def synthetic_matrix(im, fixture):
             entries[t.name] = (mean_square * counts[:, None], counts)
         path = im.tmp / f"synthetic-{fixture}.imatrix.gguf"
         write_imatrix(path, entries)
+        im.cache[key] = path
+    return im.cache[key]
+
+
+def dat_matrix(im, fixture):
+    """The synthetic matrix's sums in llama-imatrix's legacy .dat file: one call count per entry
+    (3), and the trailer (chunk count, dataset name)."""
+    key = ("dat", fixture)
+    if key not in im.cache:
+        rng = np.random.default_rng(0xDA7 + len(fixture))
+        out = bytearray()
+        names = [t.name for t in reader(synthetic_matrix(im, fixture)).tensors if t.name.endswith(".in_sum2")]
+        out += len(names).to_bytes(4, "little")
+        for t in reader(synthetic_matrix(im, fixture)).tensors:
+            if not t.name.endswith(".in_sum2"):
+                continue
+            name = t.name.removesuffix(".in_sum2").encode()
+            sums = np.asarray(t.data, dtype=np.float32).reshape(-1) * np.float32(rng.uniform(0.5, 2.0))
+            out += len(name).to_bytes(4, "little") + name + (3).to_bytes(4, "little") + sums.size.to_bytes(4, "little")
+            out += sums.astype("<f4").tobytes()
+        out += (9).to_bytes(4, "little") + (8).to_bytes(4, "little") + b"wiki.dat"
+        path = im.tmp / f"legacy-{fixture}.dat"
+        path.write_bytes(bytes(out))
         im.cache[key] = path
     return im.cache[key]
 
@@ -162,6 +187,12 @@ def compare(im, fixture, ty, matrix):
 @pytest.mark.parametrize("fixture", FIXTURES)
 def test_matches_llama_quantize_with_a_synthetic_matrix(im, fixture, ty):
     compare(im, fixture, ty, synthetic_matrix(im, fixture))
+
+
+@pytest.mark.parametrize("ty", ["q4_k_m", "q3_k_m"])
+@pytest.mark.parametrize("fixture", FIXTURES)
+def test_matches_llama_quantize_with_a_dat_matrix(im, fixture, ty):
+    compare(im, fixture, ty, dat_matrix(im, fixture))
 
 
 @pytest.mark.parametrize("ty", ["q4_k_m", "q2_k", "iq4_xs"])
