@@ -11,9 +11,10 @@
 #   2. src/      the sdist extracted (src/llama_cpp_python-0.3.36/vendor/llama.cpp);
 #   3. build/    llama.cpp configured with cmake (Release, static libraries, no network code, no
 #                tests, examples or server) and only the targets the tests use built: the `llama`
-#                library and `llama-quantize`. The first build took 942 s on a shared 2-core machine
+#                library, `llama-quantize` and `llama-imatrix` (the importance matrices of the
+#                `--imatrix` tests). The first build took 942 s on a shared 2-core machine
 #                busy with other jobs (8.8 CPU-minutes: roughly 4.5 minutes on 2 idle cores);
-#   4. bin/      llama-quantize, and llama_logits built from tests/c/llama_logits.cpp against that
+#   4. bin/      llama-quantize, llama-imatrix, and llama_logits built from tests/c/llama_logits.cpp against that
 #                build's libllama (rebuilt when the source changes);
 #   5. env.sh    exports ESCHA_LLAMA_CPP (the vendor/llama.cpp source directory) and ESCHA_LLAMA_BIN
 #                (bin/). scripts/test.sh sources it; by hand:
@@ -111,7 +112,7 @@ CMAKE_FLAGS=(
     -DLLAMA_BUILD_APP=OFF
     -DLLAMA_BUILD_TOOLS=ON # llama-quantize lives under tools/
 )
-TARGETS=(llama llama-quantize)
+TARGETS=(llama llama-quantize llama-imatrix)
 build_id="$(printf '%s\n' "$VERSION" "${CMAKE_FLAGS[@]}" "${TARGETS[@]}" "$(command -v g++)" "$(g++ --version | head -1)")"
 if [[ $(cat "$BUILD/.built" 2>/dev/null || true) != "$build_id" ]]; then
     say "building llama.cpp (${TARGETS[*]}) with $jobs jobs; the first build takes 5 to 15 minutes on 2 cores"
@@ -126,11 +127,14 @@ if [[ $(cat "$BUILD/.built" 2>/dev/null || true) != "$build_id" ]]; then
     rm -rf "$BIN"
 fi
 
-# 4. bin/: llama-quantize and our llama_logits.
+# 4. bin/: llama-quantize, llama-imatrix and our llama_logits.
 mkdir -p "$BIN"
 quantize="$(find "$BUILD/bin" "$BUILD" -maxdepth 1 -name llama-quantize -type f -perm -u+x 2>/dev/null | head -1)"
 [[ -n $quantize ]] || die "no llama-quantize under $BUILD"
 cmp -s "$quantize" "$BIN/llama-quantize" || cp "$quantize" "$BIN/llama-quantize"
+imatrix="$(find "$BUILD/bin" "$BUILD" -maxdepth 1 -name llama-imatrix -type f -perm -u+x 2>/dev/null | head -1)"
+[[ -n $imatrix ]] || die "no llama-imatrix under $BUILD"
+cmp -s "$imatrix" "$BIN/llama-imatrix" || cp "$imatrix" "$BIN/llama-imatrix"
 
 libs=()
 for lib in src/libllama.a ggml/src/libggml.a ggml/src/libggml-cpu.a ggml/src/libggml-base.a; do

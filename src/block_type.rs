@@ -118,6 +118,12 @@ impl BlockType {
     pub fn is_k_quant(self) -> bool {
         BlockType::K_QUANTS.contains(&self)
     }
+
+    /// Whether it is one of ggml's original 32-value types `Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, whose
+    /// weighted encoders weigh by the mean square of a whole row.
+    pub fn is_legacy(self) -> bool {
+        matches!(self, BlockType::Q4_0 | BlockType::Q4_1 | BlockType::Q5_0 | BlockType::Q5_1)
+    }
 }
 
 #[cfg(test)]

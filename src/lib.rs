@@ -35,6 +35,7 @@ pub mod convert;
 pub(crate) mod cpu;
 pub mod encode;
 pub mod failure;
+pub mod imatrix;
 pub mod inspect;
 pub(crate) mod json;
 pub mod layout;

@@ -105,6 +105,11 @@ pub struct ConvertArgs {
     /// The tokenizer in the GGUF file (`--format gguf`; default auto).
     #[arg(long, value_enum, ignore_case = true)]
     pub gguf_vocab: Option<VocabArg>,
+    /// An importance matrix (llama-imatrix's GGUF file or its legacy .dat) that weighs each column's
+    /// error as llama-quantize --imatrix does: the types and bytes it writes (`--format gguf`, a
+    /// quantized --gguf-type).
+    #[arg(long, value_name = "FILE")]
+    pub imatrix: Option<PathBuf>,
     /// The MTP head (Hugging Face layout: `mtp.*` tensors in the main shards).
     #[arg(long, value_enum, ignore_case = true, default_value_t = MtpArg::Auto)]
     pub mtp: MtpArg,
@@ -281,6 +286,7 @@ impl ConvertRun {
             max_shard_size: a.max_shard_size,
             max_size: a.max_size,
             fit_memory: a.fit_memory.map(|memory| FitMemory { memory, context: a.context, reserve: a.reserve }),
+            imatrix: a.imatrix,
             only: a.only,
             part: a.part,
             checksums: a.checksums,
@@ -359,8 +365,18 @@ fn checked_format(a: &ConvertArgs) -> Result<OutputFormat, clap::Error> {
         FormatArg::Gguf if a.bits.is_some() || a.group_size.is_some() => {
             return Err(usage("--bits and --group-size apply to --format mlx only; GGUF types are --gguf-type".into()));
         }
-        f if f != FormatArg::Gguf && (a.gguf_type.is_some() || a.gguf_vocab.is_some()) => {
-            return Err(usage("--gguf-type and --gguf-vocab apply to --format gguf only".into()));
+        f if f != FormatArg::Gguf && (a.gguf_type.is_some() || a.gguf_vocab.is_some() || a.imatrix.is_some()) => {
+            return Err(usage("--gguf-type, --gguf-vocab and --imatrix apply to --format gguf only".into()));
+        }
+        FormatArg::Gguf
+            if a.imatrix.is_some()
+                && (fitted || a.gguf_type.is_none_or(|t| !GgufType::from(t).is_quantized_by_llama())) =>
+        {
+            return Err(usage(
+                "--imatrix weighs the types llama-quantize makes: give --gguf-type q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k, \
+                 q4_k_m, q5_k, q5_k_m, q6_k or iq4_xs (not --max-size, --fit-memory or auto, which do not weigh by it yet)"
+                    .into(),
+            ));
         }
         FormatArg::Bf16 | FormatArg::F16 | FormatArg::Exl3 if fitted => {
             return Err(usage(format!(
@@ -426,6 +442,7 @@ fn checked_format(a: &ConvertArgs) -> Result<OutputFormat, clap::Error> {
                 mtp: a.mtp.into(),
                 auto: (ty == GgufType::Auto && !fitted).then(|| auto_budget(a)),
                 fitted,
+                imatrix: a.imatrix.is_some(),
             })
         }
     })
@@ -555,16 +572,19 @@ mod tests {
                 OutputFormat::Mlx(MlxOptions { spec: AffineSpec { bits, group_size }, int8, auto, fitted: false })
             });
         let types = proptest::sample::select(GgufTypeArg::value_variants()).prop_map(GgufType::from);
-        let gguf = (types, int8(), any::<bool>(), mtp(), budget()).prop_map(|(ty, int8, vocab, mtp, budget)| {
-            OutputFormat::Gguf(GgufOptions {
-                ty,
-                int8,
-                vocab,
-                mtp,
-                auto: (ty == GgufType::Auto).then_some(budget),
-                fitted: false,
-            })
-        });
+        let gguf = (types, int8(), any::<bool>(), mtp(), budget(), any::<bool>()).prop_map(
+            |(ty, int8, vocab, mtp, budget, imatrix)| {
+                OutputFormat::Gguf(GgufOptions {
+                    ty,
+                    int8,
+                    vocab,
+                    mtp,
+                    auto: (ty == GgufType::Auto).then_some(budget),
+                    fitted: false,
+                    imatrix: imatrix && ty.is_quantized_by_llama(),
+                })
+            },
+        );
         prop_oneof![dense, exl3, mlx, gguf]
     }
 
@@ -605,11 +625,16 @@ mod tests {
                             fit_memory,
                         ),
                         OutputFormat::Gguf(o) if fitted => (
-                            OutputFormat::Gguf(GgufOptions { ty: GgufType::Auto, auto: None, fitted: true, ..o }),
+                            OutputFormat::Gguf(GgufOptions { ty: GgufType::Auto, auto: None, fitted: true, imatrix: false, ..o }),
                             max_size,
                             fit_memory,
                         ),
                         format => (format, None, None),
+                    };
+                    // Recorded by its file name, which names it again here.
+                    let imatrix = match format {
+                        OutputFormat::Gguf(GgufOptions { imatrix: true, .. }) => Some(PathBuf::from("matrix 'x'.gguf")),
+                        _ => None,
                     };
                     let options = ConvertOptions {
                         hub: input.hub.clone(),
@@ -618,6 +643,7 @@ mod tests {
                         max_shard_size,
                         max_size,
                         fit_memory,
+                        imatrix,
                         only,
                         checksums,
                         verify: verify.map(|(base, sample)| VerifyRequest { base: base.path, hub: base.hub, sample }),

@@ -160,10 +160,10 @@ impl Gather<'_> {
 fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Result<Placed> {
     let planned = &plan.tensors[unit.tensor];
     let tensor = &planned.tensor;
-    let Some(Recipe { source, adjust, encoding }) = &tensor.recipe else {
+    let Some(Recipe { source, adjust, encoding, importance }) = &tensor.recipe else {
         bail!("a companion tensor has no units of its own");
     };
-    let cols = dims(source, reader.ck, reader.cat)?.2;
+    let (_, rows_per_lead, cols) = dims(source, reader.ck, reader.cat)?;
     let span = &unit.span;
     let width = span.cols.len();
     // Offsets within the tensor (and its scales), in values: the span's first row and column.
@@ -228,7 +228,22 @@ fn run_unit(plan: &Plan, reader: &Reader, unit: &Unit, s: &mut Scratch) -> Resul
                             tensor.storage.name()
                         );
                     }
-                    blocks::quantize(block, &s.values, &mut s.bytes);
+                    match importance {
+                        None => blocks::quantize(block, &s.values, None, &mut s.bytes),
+                        Some(importance) => {
+                            // The legacy types weigh by the mean square of the whole row.
+                            if block.is_legacy() && width != cols {
+                                bail!(
+                                    "rows of {cols} values are encoded in pieces, which {} with --imatrix cannot be",
+                                    block.name()
+                                );
+                            }
+                            for (i, row) in s.values.chunks_exact(width).enumerate() {
+                                let w = importance.of_row(span.rows.start + i, rows_per_lead, cols, span.cols.clone());
+                                blocks::quantize(block, row, Some(w), &mut s.bytes);
+                            }
+                        }
+                    }
                 }
             }
             Ok(Placed { offset, params_offset: 0 })

@@ -106,6 +106,9 @@ pub fn card(job: &Job, layout: &dyn Layout, opts: &ConvertOptions, verify: Optio
     if let Some(note) = layout.rope_scaling_note().filter(|_| scales_rope(job.ck.config.as_ref())) {
         notes.push(("rotary scaling", note.to_string()));
     }
+    if let Some(imatrix) = &job.imatrix {
+        notes.push(("importance matrix", imatrix.words()));
+    }
     let mtp =
         if job.ck.tensors.keys().any(|n| is_mtp(n)) { layout.mtp_note(job.mtp_written) } else { "none in the source" };
     notes.push(("MTP head", mtp.to_string()));

@@ -35,6 +35,8 @@ pub struct Job {
     pub widths: Vec<WidthChoice>,
     /// `--max-size`: the budget and what the chosen encodings add.
     pub budget: Option<BudgetReport>,
+    /// `--imatrix`: the file and what it weighs.
+    pub imatrix: Option<super::importance::ImatrixReport>,
     /// Further text files of the format (name, text), written beside config.json.
     pub extra_files: Vec<(String, String)>,
     /// The largest relative change of a channel scale the format stores in its own precision.
@@ -138,6 +140,7 @@ impl Job {
             }
             None => (layout.refine(&mut all, &cat, &Probe { reader: &reader, sample, measured_row_step: 1 })?, None),
         };
+        let imatrix = opts.imatrix.as_deref().map(|path| super::importance::attach(path, &mut all)).transpose()?;
         let config = ck.config.as_ref().and_then(|c| layout.config(c, &all));
         let extra_files = match &ck.config {
             Some(c) => layout.extra_files(c, &all),
@@ -169,6 +172,7 @@ impl Job {
             mtp_written,
             widths,
             budget,
+            imatrix,
             extra_files,
             fold_change,
             bias,

@@ -10,6 +10,7 @@
 mod execute;
 mod files;
 mod fit;
+mod importance;
 mod job;
 mod memory;
 mod options;
@@ -239,6 +240,7 @@ fn plan_report(
         affine_bits_per_weight: None,
         scale_fold_change: job.fold_change,
         budget: job.budget.clone(),
+        imatrix: job.imatrix.clone(),
         warnings: Vec::new(),
         tensors: Vec::new(),
     };

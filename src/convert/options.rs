@@ -26,6 +26,8 @@ pub struct ConvertOptions {
     pub max_size: Option<u64>,
     /// `--fit-memory`: `max_size` from a machine's memory, less the client's caches and a reserve.
     pub fit_memory: Option<FitMemory>,
+    /// `--imatrix`: the importance matrix the block types weigh each column's error by.
+    pub imatrix: Option<PathBuf>,
     /// `--only` globs over output names (empty: everything).
     pub only: Vec<String>,
     /// Write only this part's shards of the full plan (and every file around them).
@@ -55,6 +57,7 @@ impl ConvertOptions {
             max_shard_size: None,
             max_size: None,
             fit_memory: None,
+            imatrix: None,
             only: Vec::new(),
             part: None,
             checksums: false,
@@ -89,6 +92,11 @@ impl ConvertOptions {
             if let Some(r) = m.reserve {
                 w.value("--reserve", &r.to_string());
             }
+        }
+        if let Some(path) = &self.imatrix {
+            // By file name (a card names no path of the machine); the card and --json add its sha256.
+            let name = path.file_name().map_or_else(|| path.to_string_lossy(), |n| n.to_string_lossy());
+            w.quoted("--imatrix", &name, &shell_word(&name));
         }
         w.value("--bias", self.bias.name());
         if let Some(size) = self.max_shard_size {

@@ -117,6 +117,9 @@ pub struct ConvertReport {
     /// added-error ratios of the coded linears.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub budget: Option<super::fit::BudgetReport>,
+    /// `--imatrix`: the file (name, sha256), the texts it was computed on, and what it weighs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub imatrix: Option<super::importance::ImatrixReport>,
     pub warnings: Vec<crate::warning::Warning>,
     pub tensors: Vec<TensorReport>,
 }

@@ -182,12 +182,36 @@ pub enum Encoding {
     Int8Blocks,
 }
 
+/// The importance of each input column of a tensor's rows (an importance matrix's entry), per
+/// lead: `lead · columns + column`. A block encoding weighs each value's error by it as ggml does.
+#[derive(Clone, Debug)]
+pub struct Importance(pub std::sync::Arc<[f32]>);
+
+impl Importance {
+    /// The importance of the columns `cols` of global (lead-major) row `row` of a source of
+    /// `rows_per_lead` rows of `width` columns.
+    pub fn of_row(&self, row: usize, rows_per_lead: usize, width: usize, cols: Range<usize>) -> &[f32] {
+        let lead = row / rows_per_lead.max(1);
+        &self.0[lead * width + cols.start..lead * width + cols.end]
+    }
+}
+
+impl PartialEq for Importance {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len() && self.0.iter().zip(other.0.iter()).all(|(a, b)| a.to_bits() == b.to_bits())
+    }
+}
+
+impl Eq for Importance {}
+
 /// How an output tensor is made.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Recipe {
     pub source: RowSource,
     pub adjust: Adjust,
     pub encoding: Encoding,
+    /// The importance of its columns, for a block encoding (`--imatrix`).
+    pub importance: Option<Importance>,
 }
 
 /// What kind of tensor an output is, for reports.
@@ -239,7 +263,7 @@ impl OutputTensor {
         source: RowSource,
         encoding: Encoding,
     ) -> Self {
-        let recipe = Some(Recipe { source, adjust: Adjust::default(), encoding });
+        let recipe = Some(Recipe { source, adjust: Adjust::default(), encoding, importance: None });
         OutputTensor { name, storage: storage.into(), shape, kind, recipe }
     }
 

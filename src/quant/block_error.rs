@@ -112,7 +112,7 @@ fn measured(storage: Storage, row: &[f32]) -> f64 {
     match storage {
         Storage::Block(b) => {
             let mut bytes = Vec::new();
-            quantize(b, row, &mut bytes);
+            quantize(b, row, None, &mut bytes);
             dequantize(b, &bytes, &mut back);
         }
         Storage::Element(dtype) => back.extend(row.iter().map(|&v| round_to(v, dtype))),

@@ -1,13 +1,32 @@
-//! ggml block encodings of f32 rows, byte for byte what ggml's reference quantizers write (no
-//! importance matrix), and the lossless `Q8_0` repack of int8 rows.
+//! ggml block encodings of f32 rows, byte for byte what ggml's quantizers write (with an importance
+//! matrix or without), and the lossless `Q8_0` repack of int8 rows.
 
 use super::{iq4, kquants, legacy, q8_0};
 use crate::block_type::BlockType;
 use half::f16;
 
-/// Appends `values` (a whole number of blocks) encoded as `block` to `out`.
-pub fn quantize(block: BlockType, values: &[f32], out: &mut Vec<u8>) {
+/// Appends `values` (a whole number of blocks) encoded as `block` to `out`. With `importance`
+/// (one value per column of a row), `values` are whole rows of that width and each is encoded as
+/// ggml encodes it with those `quant_weights` (which `Q8_0` ignores); without, as ggml's reference
+/// quantizers do.
+pub fn quantize(block: BlockType, values: &[f32], importance: Option<&[f32]>, out: &mut Vec<u8>) {
     debug_assert_eq!(values.len() % block.elements(), 0);
+    if let Some(weights) = importance.filter(|_| block != BlockType::Q8_0) {
+        assert!(
+            !weights.is_empty() && values.len().is_multiple_of(weights.len()),
+            "whole rows of the importance's width"
+        );
+        for row in values.chunks_exact(weights.len()) {
+            match block {
+                BlockType::Q4_0 | BlockType::Q4_1 | BlockType::Q5_0 | BlockType::Q5_1 => {
+                    legacy::quantize_row_weighted(block, row, weights, out);
+                }
+                BlockType::IQ4_NL | BlockType::IQ4_XS => iq4::quantize_row_weighted(block, row, weights, out),
+                _ => kquants::quantize_row_weighted(block, row, weights, out),
+            }
+        }
+        return;
+    }
     match block {
         BlockType::Q8_0 => q8_0::quantize_row(values, out),
         BlockType::Q4_0 | BlockType::Q4_1 | BlockType::Q5_0 | BlockType::Q5_1 => {
@@ -88,7 +107,7 @@ mod tests {
     fn q8_0_of_a_known_block() {
         let values: Vec<f32> = (0..32).map(|i| i as f32 - 16.0).collect();
         let mut out = Vec::new();
-        quantize(BlockType::Q8_0, &values, &mut out);
+        quantize(BlockType::Q8_0, &values, None, &mut out);
         assert_eq!(out.len(), 34);
         let d = f16::from_le_bytes([out[0], out[1]]);
         assert_eq!(d, f16::from_f32(16.0 / 127.0));
@@ -96,7 +115,7 @@ mod tests {
         assert_eq!(out[2 + 16] as i8, 0);
         assert_eq!(out[2 + 31] as i8, 119); // 15 · 127 / 16 = 119.06
         let mut zero = Vec::new();
-        quantize(BlockType::Q8_0, &[0.0; 32], &mut zero);
+        quantize(BlockType::Q8_0, &[0.0; 32], None, &mut zero);
         assert!(zero.iter().all(|&b| b == 0));
     }
 
@@ -111,13 +130,13 @@ mod tests {
             values[2 * n + 2] = VALUE_MAX;
             assert_eq!(first_unholdable(&values), None);
             let mut bytes = Vec::new();
-            quantize(block, &values, &mut bytes);
+            quantize(block, &values, None, &mut bytes);
             assert_eq!(first_non_finite_scale(block, &bytes), None, "{}", block.name());
             // Beyond it, a block's scale may not be finite: the bound refuses it first.
             values[n + 5] = 1e10;
             assert_eq!(first_unholdable(&values), Some(n + 5));
             let mut wide = Vec::new();
-            quantize(block, &values, &mut wide);
+            quantize(block, &values, None, &mut wide);
             assert_eq!(first_non_finite_scale(block, &wide), Some(1), "{}", block.name());
             assert_eq!(first_unholdable(&[1.0, f32::NAN]), Some(1));
         }

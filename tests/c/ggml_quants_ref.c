@@ -1,4 +1,4 @@
-// Runs ggml's reference encoders (no importance matrix) over a row read from stdin, so
+// Runs ggml's reference encoders (no importance matrix, or with one: WEIGHTED below) over a row read from stdin, so
 // tests/it/kquants_ref.rs can compare the Rust encoders byte for byte: the K-quants
 // (quantize_row_q{2,3,4,5,6}_K_ref, 256 values a block), the legacy types
 // (quantize_row_q{4,5}_{0,1}_ref, 32 values a block), Q8_0 (quantize_row_q8_0_ref) and the IQ4
@@ -10,6 +10,9 @@
 //         u32 n (a multiple of the type's block length), then n f32; all little-endian.
 // stdout: the blocks as ggml lays them out in memory.
 //
+// With 512 added to the type, the values are followed by u32 n_per_row and n_per_row f32
+// importance weights, and the rows are encoded as llama-quantize encodes them with an importance
+// matrix (quantize_<type>(..., quant_weights)).
 // With 256 added to the type, stdin holds the blocks of n values instead of the f32 values and
 // stdout gets the n f32 that ggml's dequantize_row_<type> makes of them (little-endian).
 //
@@ -54,11 +57,16 @@ size_t ggml_type_size(enum ggml_type type) {
     return 0;
 }
 
+static int block_shape(uint32_t type, size_t * block_size, uint32_t * block_len);
+
+// The weighted encoders (quantize_q4_0 and friends with quant_weights) step rows by it.
 size_t ggml_row_size(enum ggml_type type, int64_t ne) {
-    (void) type;
-    (void) ne;
-    unexpected("ggml_row_size");
-    return 0;
+    size_t block_size;
+    uint32_t block_len;
+    if (!block_shape((uint32_t) type, &block_size, &block_len)) {
+        unexpected("ggml_row_size");
+    }
+    return block_size * (size_t) (ne / block_len);
 }
 
 const char * ggml_type_name(enum ggml_type type) {
@@ -87,6 +95,26 @@ static int write_all(const void * buf, size_t len) {
 }
 
 #define DECODE 256u
+#define WEIGHTED 512u
+
+static int block_shape(uint32_t type, size_t * block_size, uint32_t * block_len) {
+    switch (type) {
+        case GGML_TYPE_Q4_0: *block_size = sizeof(block_q4_0); *block_len = QK4_0; break;
+        case GGML_TYPE_Q4_1: *block_size = sizeof(block_q4_1); *block_len = QK4_1; break;
+        case GGML_TYPE_Q5_0: *block_size = sizeof(block_q5_0); *block_len = QK5_0; break;
+        case GGML_TYPE_Q5_1: *block_size = sizeof(block_q5_1); *block_len = QK5_1; break;
+        case GGML_TYPE_Q8_0: *block_size = sizeof(block_q8_0); *block_len = QK8_0; break;
+        case GGML_TYPE_Q2_K: *block_size = sizeof(block_q2_K); *block_len = QK_K; break;
+        case GGML_TYPE_Q3_K: *block_size = sizeof(block_q3_K); *block_len = QK_K; break;
+        case GGML_TYPE_Q4_K: *block_size = sizeof(block_q4_K); *block_len = QK_K; break;
+        case GGML_TYPE_Q5_K: *block_size = sizeof(block_q5_K); *block_len = QK_K; break;
+        case GGML_TYPE_Q6_K: *block_size = sizeof(block_q6_K); *block_len = QK_K; break;
+        case GGML_TYPE_IQ4_NL: *block_size = sizeof(block_iq4_nl); *block_len = QK4_NL; break;
+        case GGML_TYPE_IQ4_XS: *block_size = sizeof(block_iq4_xs); *block_len = QK_K; break;
+        default: return 0;
+    }
+    return 1;
+}
 
 int main(void) {
     unsigned char header[8];
@@ -96,8 +124,9 @@ int main(void) {
     }
     const uint32_t mode = le_u32(header);
     const uint32_t n = le_u32(header + 4);
-    const uint32_t type = mode & ~DECODE;
+    const uint32_t type = mode & ~(DECODE | WEIGHTED);
     const int decode = (mode & DECODE) != 0;
+    const int weighted = (mode & WEIGHTED) != 0;
     size_t block_size;
     uint32_t block_len;
     switch (type) {
@@ -168,7 +197,47 @@ int main(void) {
             const uint32_t bits = le_u32(raw + 4 * i);
             memcpy(&values[i], &bits, sizeof bits);
         }
-        switch (type) {
+        if (weighted) {
+            // Then u32 n_per_row and n_per_row f32 weights: the rows quantized as llama-quantize
+            // quantizes them with an importance matrix (ggml_quantize_chunk's per-type functions).
+            unsigned char word[4];
+            if (!read_exact(word, 4)) {
+                fprintf(stderr, "ggml_quants_ref: no row length\n");
+                return 2;
+            }
+            const uint32_t per_row = le_u32(word);
+            if (per_row == 0 || per_row % block_len != 0 || n % per_row != 0) {
+                fprintf(stderr, "ggml_quants_ref: bad row length %u\n", per_row);
+                return 2;
+            }
+            float * qw = malloc((size_t) per_row * sizeof(float));
+            unsigned char * qraw = malloc((size_t) per_row * 4);
+            if (!qw || !qraw || !read_exact(qraw, (size_t) per_row * 4)) {
+                fprintf(stderr, "ggml_quants_ref: short weights\n");
+                return 2;
+            }
+            for (size_t i = 0; i < per_row; ++i) {
+                const uint32_t bits = le_u32(qraw + 4 * i);
+                memcpy(&qw[i], &bits, sizeof bits);
+            }
+            const int64_t nrow = n / per_row;
+            switch (type) {
+                case GGML_TYPE_Q4_0: quantize_q4_0(values, blocks, nrow, per_row, qw); break;
+                case GGML_TYPE_Q4_1: quantize_q4_1(values, blocks, nrow, per_row, qw); break;
+                case GGML_TYPE_Q5_0: quantize_q5_0(values, blocks, nrow, per_row, qw); break;
+                case GGML_TYPE_Q5_1: quantize_q5_1(values, blocks, nrow, per_row, qw); break;
+                case GGML_TYPE_Q8_0: quantize_q8_0(values, blocks, nrow, per_row, qw); break;
+                case GGML_TYPE_Q2_K: quantize_q2_K(values, blocks, nrow, per_row, qw); break;
+                case GGML_TYPE_Q3_K: quantize_q3_K(values, blocks, nrow, per_row, qw); break;
+                case GGML_TYPE_Q4_K: quantize_q4_K(values, blocks, nrow, per_row, qw); break;
+                case GGML_TYPE_Q5_K: quantize_q5_K(values, blocks, nrow, per_row, qw); break;
+                case GGML_TYPE_Q6_K: quantize_q6_K(values, blocks, nrow, per_row, qw); break;
+                case GGML_TYPE_IQ4_NL: quantize_iq4_nl(values, blocks, nrow, per_row, qw); break;
+                default:             quantize_iq4_xs(values, blocks, nrow, per_row, qw); break;
+            }
+            free(qraw);
+            free(qw);
+        } else switch (type) {
             case GGML_TYPE_Q4_0: quantize_row_q4_0_ref(values, blocks, n); break;
             case GGML_TYPE_Q4_1: quantize_row_q4_1_ref(values, blocks, n); break;
             case GGML_TYPE_Q5_0: quantize_row_q5_0_ref(values, blocks, n); break;

@@ -45,7 +45,7 @@ fn dequantize(kind: BlockType, data: &[u8]) -> Vec<f32> {
 }
 
 /// The llama.cpp source directory, or `None` (after saying so) when it is not configured outside CI.
-fn llama_cpp_dir() -> Option<PathBuf> {
+pub(crate) fn llama_cpp_dir() -> Option<PathBuf> {
     match std::env::var_os("ESCHA_LLAMA_CPP") {
         Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
         _ => {
@@ -61,13 +61,13 @@ fn llama_cpp_dir() -> Option<PathBuf> {
 }
 
 /// The compiled C harness, in a temporary directory that lives as long as this.
-struct Harness {
+pub(crate) struct Harness {
     _dir: tempfile::TempDir,
     exe: PathBuf,
 }
 
 impl Harness {
-    fn build(llama: &Path) -> Harness {
+    pub(crate) fn build(llama: &Path) -> Harness {
         let ggml = llama.join("ggml");
         let quants = ggml.join("src").join("ggml-quants.c");
         assert!(quants.is_file(), "ESCHA_LLAMA_CPP={}: no {}", llama.display(), quants.display());
@@ -91,7 +91,7 @@ impl Harness {
         Harness { _dir: dir, exe }
     }
 
-    fn run(&self, mode: u32, n_values: usize, payload: &[u8]) -> Vec<u8> {
+    pub(crate) fn run(&self, mode: u32, n_values: usize, payload: &[u8]) -> Vec<u8> {
         let mut child = Command::new(&self.exe)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -165,7 +165,7 @@ fn per_block(blocks: usize, mut value: impl FnMut(usize, usize) -> f32) -> Vec<f
 
 /// One random block of `n` values: a random shape (normal, uniform, one-signed, sparse,
 /// heavy-tailed, integer grid, offset) at a random scale over many decades.
-fn random_block(rng: &mut Rng, n: usize) -> Vec<f32> {
+pub(crate) fn random_block(rng: &mut Rng, n: usize) -> Vec<f32> {
     let scale = log_uniform(rng, -12.0, 12.0);
     let shape = rng.next_u64() % 8;
     let offset = if rng.next_u64().is_multiple_of(4) { rng.gaussian() * scale * 4.0 } else { 0.0 };
@@ -341,7 +341,7 @@ fn compare(
         if kind == BlockType::Q8_0 || LEGACY.contains(&kind) {
             // The vectors the conversion uses write the reference's bytes too.
             let mut vectors = Vec::new();
-            blocks::quantize(kind, &c.values, &mut vectors);
+            blocks::quantize(kind, &c.values, None, &mut vectors);
             assert!(vectors == got, "{} case {:?}: the vectors differ from the reference", kind.name(), c.name);
         }
         if kind.is_k_quant() {

@@ -6,6 +6,7 @@ A failing run prints exactly one document: stdout parses as one JSON value and n
 """
 
 import json
+import math
 import os
 import shutil
 import signal
@@ -140,6 +141,27 @@ def test_warning_codes_say_what_happened(escha_convert, tmp_path):
     assert "mlx_mtp_dropped" in codes(doc), doc["warnings"]
     _, doc = run(escha_convert, FIXTURES / "dense", tmp_path / "j", "--json", "--dry-run", "-j", "100000")
     assert "threads_capped" in codes(doc), doc["warnings"]
+
+
+@pytest.mark.parametrize("model", ["dense", "moe"])
+def test_convert_with_an_imatrix_validates(escha_convert, tmp_path, model):
+    """--imatrix (a legacy .dat matrix with one entry, for a quantized tensor) adds its record."""
+    args = ("--format", "gguf", "--gguf-type", "q4_k_m", "--int8", "requant")
+    p, plan = run(escha_convert, FIXTURES / model, tmp_path / "plan", "--json", *args, "--dry-run")
+    assert p.returncode == 0, p.stderr
+    t = next(t for t in plan["tensors"] if t["dtype"] not in ("F32", "F16", "BF16", "Q8_0") and len(t["shape"]) >= 2)
+    values = t["shape"][-1] * math.prod(t["shape"][:-2])
+    name = t["name"].encode()
+    dat = tmp_path / "m.dat"
+    dat.write_bytes(
+        (1).to_bytes(4, "little") + len(name).to_bytes(4, "little") + name + (2).to_bytes(4, "little")
+        + values.to_bytes(4, "little") + b"".join(int(0x3F800000).to_bytes(4, "little") for _ in range(values))
+    )
+    p, doc = run(escha_convert, FIXTURES / model, tmp_path / "out", "--json", *args, "--imatrix", dat)
+    assert p.returncode == 0, p.stderr
+    validate(doc, "convert")
+    m = doc["imatrix"]
+    assert (m["file"], m["format"], m["chunk_size"], m["entries"], m["weighted_tensors"]) == ("m.dat", "dat", None, 1, 1)
 
 
 @pytest.mark.parametrize("model", ["dense", "moe"])

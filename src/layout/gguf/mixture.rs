@@ -2,8 +2,9 @@
 //! `Q4_K_S`, `Q5_K_S`, `Q6_K`, `IQ4_XS`, `Q8_0`):
 //! which ggml type each tensor of a `qwen35` / `qwen35moe` GGUF gets, as llama.cpp decides it in
 //! `src/llama-quant.cpp` (`tensor_allows_quantization`, `llama_tensor_get_type_impl`,
-//! `tensor_type_fallback`) of the llama-cpp-python 0.3.36 sdist, without an importance matrix and
-//! with llama-quantize's default options.
+//! `tensor_type_fallback`) of the llama-cpp-python 0.3.36 sdist, with llama-quantize's default
+//! options, with or without an importance matrix (`IQ4_XS` keeps its first `ffn_down` layers when one
+//! is given).
 //!
 //! The choice depends on the header's `block_count` (every block, the MTP ones too),
 //! `expert_count` and grouped-query ratio (`head_count / head_count_kv` of the first block), on a
@@ -126,6 +127,8 @@ pub struct ModelShape {
     attention_wv: Vec<(i64, String)>,
     /// The quantized `ffn_down`-like tensors, in llama.cpp's order.
     ffn_down: Vec<(i64, String)>,
+    /// An importance matrix is given (`qs.has_imatrix`).
+    imatrix: bool,
 }
 
 impl ModelShape {
@@ -144,6 +147,7 @@ impl ModelShape {
             n_attention_wv: 0,
             attention_wv: Vec::new(),
             ffn_down: Vec::new(),
+            imatrix: false,
         };
         for (name, shape) in tensors {
             let category = category(name);
@@ -171,6 +175,13 @@ impl ModelShape {
     #[must_use]
     pub fn with_heads(mut self, head_count: u32, head_count_kv: u32) -> ModelShape {
         self.gqa = head_count.checked_div(head_count_kv).unwrap_or(0);
+        self
+    }
+
+    /// The model quantized with an importance matrix (`--imatrix`), which some rules look at.
+    #[must_use]
+    pub fn with_imatrix(mut self, imatrix: bool) -> ModelShape {
+        self.imatrix = imatrix;
         self
     }
 }
@@ -385,8 +396,9 @@ fn mixture_type(mixture: Mixture, model: &ModelShape, name: &str, ncols: usize) 
                 M::Q3KM => T::Q4_K,
                 M::Q3KL => T::Q5_K,
                 M::Q4KM | M::Q5KM if use_more_bits(i, n_layer) => T::Q6_K,
-                // IQ4_XS: without an importance matrix, as here.
-                M::IQ4XS | M::Q4KS if i < n_layer / 8 => T::Q5_K,
+                // IQ4_XS only without an importance matrix.
+                M::IQ4XS if i < n_layer / 8 && !model.imatrix => T::Q5_K,
+                M::Q4KS if i < n_layer / 8 => T::Q5_K,
                 _ => default,
             }
         }
@@ -631,6 +643,10 @@ mod tests {
         assert_eq!((down(Mixture::Q3KM, 1), down(Mixture::Q3KM, 2)), (Some(T::Q5_K), Some(T::Q4_K)));
         assert_eq!(down(Mixture::Q3KL, 20), Some(T::Q5_K));
         assert_eq!((down(Mixture::IQ4XS, 3), down(Mixture::IQ4XS, 4)), (Some(T::Q5_K), Some(T::IQ4_XS)));
+        // With an importance matrix llama-quantize keeps IQ4_XS there (and Q4_K_S its Q5_K).
+        let with_matrix = m.clone().with_imatrix(true);
+        let weighted = |mix: Mixture, b: usize| ty(mix, &with_matrix, &names[b], &[256, 512]);
+        assert_eq!((weighted(Mixture::IQ4XS, 3), weighted(Mixture::Q4KS, 3)), (Some(T::IQ4_XS), Some(T::Q5_K)));
         assert_eq!(down(Mixture::Q3KS, 0), Some(T::Q3_K));
         let out = |mix: Mixture| ty(mix, &m, "blk.3.attn_output.weight", &[256, 256]);
         let outs = [Mixture::Q2K, Mixture::Q3KS, Mixture::Q3KM, Mixture::Q3KL, Mixture::IQ4XS].map(out);

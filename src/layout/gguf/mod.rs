@@ -44,6 +44,8 @@ pub struct GgufOptions {
     pub auto: Option<AutoBits>,
     /// `--max-size`: every quantized tensor at the type the size budget chose.
     pub fitted: bool,
+    /// `--imatrix`: llama-quantize's type choices with an importance matrix.
+    pub imatrix: bool,
 }
 
 impl GgufOptions {
@@ -54,6 +56,7 @@ impl GgufOptions {
         mtp: MtpMode::Auto,
         auto: None,
         fitted: false,
+        imatrix: false,
     };
 }
 
@@ -267,7 +270,7 @@ impl Layout for GgufLayout {
         // warnings are said when it is written).
         loader::check(&self.metadata(ck, &out, &mut Vec::new())?, &out)?;
         if let Some(rule) = self.opts.ty.quantize() {
-            quantize_as_llama_does(rule, &mut out, &hp, model.layers)?;
+            quantize_as_llama_does(rule, &mut out, &hp, model.layers, self.opts.imatrix)?;
         }
         Ok(out)
     }

@@ -73,6 +73,12 @@ impl GgufType {
         }
     }
 
+    /// Whether llama-quantize makes it (a K-quant or `IQ4_XS` file type): the types an importance
+    /// matrix weighs.
+    pub fn is_quantized_by_llama(self) -> bool {
+        self.quantize().is_some()
+    }
+
     pub(super) fn quantize(self) -> Option<Quantize> {
         Some(match self {
             GgufType::Q4_K => Quantize::Uniform(BlockType::Q4_K),
@@ -148,6 +154,7 @@ pub(super) fn quantize_as_llama_does(
     tensors: &mut [OutputTensor],
     hp: &Hparams,
     layers: u64,
+    imatrix: bool,
 ) -> Result<()> {
     let blocks = layers + super::mtp_blocks(tensors, layers);
     let blocks = u32::try_from(blocks).context("too many blocks for llama.cpp")?;
@@ -158,7 +165,8 @@ pub(super) fn quantize_as_llama_does(
     let kv_heads = hp.count("num_key_value_heads")?.unwrap_or(heads);
     let shapes: Vec<(String, Vec<usize>)> = tensors.iter().map(|t| (t.name.clone(), t.shape.clone())).collect();
     let model = ModelShape::new(blocks, experts.unwrap_or(0), shapes.iter().map(|(n, s)| (n.as_str(), s.as_slice())))
-        .with_heads(heads, kv_heads);
+        .with_heads(heads, kv_heads)
+        .with_imatrix(imatrix);
     for t in tensors.iter_mut().filter(|t| t.recipe.as_ref().is_some_and(|r| r.encoding == Encoding::Float)) {
         let chosen = match rule {
             Quantize::Mixture(m) => mixture::tensor_type(m, &model, &t.name, &t.shape)?,
@@ -415,7 +423,7 @@ pub(super) fn fit_recipes(
     for ty in FIXED_RECIPES {
         let rule = ty.quantize().expect("a type llama-quantize makes");
         let mut typed = tensors.to_vec();
-        quantize_as_llama_does(rule, &mut typed, hp, layers)?;
+        quantize_as_llama_does(rule, &mut typed, hp, layers, false)?;
         let pick = |t: &FitTensor| {
             let as_typed = &typed[t.index];
             let lossless = as_typed.recipe.as_ref().is_some_and(|r| r.encoding == Encoding::Int8Blocks);

@@ -33,7 +33,7 @@ pub(super) fn refine(
         .collect();
     let mut choices = Vec::new();
     for t in tensors {
-        let Some(Recipe { source, adjust, encoding: Encoding::Affine { spec, params } }) = &mut t.recipe else {
+        let Some(Recipe { source, adjust, encoding: Encoding::Affine { spec, params }, .. }) = &mut t.recipe else {
             continue;
         };
         let Some(&module) = source.coded_modules().first() else { continue };

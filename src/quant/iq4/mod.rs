@@ -73,6 +73,22 @@ pub fn quantize_row_with(kernel: Kernel, kind: BlockType, values: &[f32], out: &
     }
 }
 
+/// Appends one row, `values` (whole blocks of `kind`), encoded as `kind` with the importance
+/// `weights` of its columns (one per value) to `out`: ggml's `quantize_iq4_{nl,xs}` with
+/// `quant_weights`, scalar.
+///
+/// # Panics
+///
+/// As [`quantize_row_with`], and if `weights` is not as long as `values`.
+pub fn quantize_row_weighted(kind: BlockType, values: &[f32], weights: &[f32], out: &mut Vec<u8>) {
+    assert!(matches!(kind, BlockType::IQ4_NL | BlockType::IQ4_XS), "{} is not an IQ4 type", kind.name());
+    assert_eq!(values.len() % kind.elements(), 0, "{} rows hold whole blocks", kind.name());
+    assert_eq!(values.len(), weights.len(), "one weight per value");
+    let start = out.len();
+    out.resize(start + values.len() / kind.elements() * kind.bytes(), 0);
+    reference::quantize_blocks_weighted(kind, values, weights, &mut out[start..]);
+}
+
 /// Appends the values of `blocks` (whole blocks of `kind`) to `out`, as ggml's
 /// `dequantize_row_iq4_{nl,xs}` computes them.
 pub fn dequantize_row(kind: BlockType, blocks: &[u8], out: &mut Vec<f32>) {

@@ -49,6 +49,12 @@ pub(super) fn group_scale(x: &[f32; GROUP]) -> Option<f32> {
     for (w, &v) in weight.iter_mut().zip(x) {
         *w = v * v;
     }
+    weighted_group_scale(x, &weight)
+}
+
+/// [`group_scale`] with the values' weights given: with an importance matrix, ggml weighs value
+/// `j` by `qw[j]·√(σ² + x[j]²)`.
+pub(super) fn weighted_group_scale(x: &[f32; GROUP], weight: &[f32; GROUP]) -> Option<f32> {
     let (max, amax) = crate::quant::largest_magnitude(x);
     if amax < 1e-15 {
         return None;
@@ -63,7 +69,7 @@ pub(super) fn group_scale(x: &[f32; GROUP]) -> Option<f32> {
     }
     let mut sumqx = [0.0f32; MULTIPLIERS];
     let mut sumq2 = [0.0f32; MULTIPLIERS];
-    for (&v, &w) in x.iter().zip(&weight) {
+    for (&v, &w) in x.iter().zip(weight) {
         for t in 0..ids.len() {
             let q = GRID[best_index(ids[t] * v) as usize] as f32;
             sumqx[t] += w * q * v;
@@ -81,9 +87,35 @@ pub(super) fn group_scale(x: &[f32; GROUP]) -> Option<f32> {
     Some(d)
 }
 
+/// Encodes one row, `values` (whole blocks of `kind`), with the importance `qw` of its columns (one
+/// per value) into `out`, exactly one block's bytes per block: `quantize_row_iq4_nl_impl` with
+/// `quant_weights`, σ² twice the block's (`IQ4_NL`) or super-block's (`IQ4_XS`) mean square.
+pub(super) fn quantize_blocks_weighted(kind: BlockType, values: &[f32], qw: &[f32], out: &mut [u8]) {
+    let (n, size) = (kind.elements(), kind.bytes());
+    assert_eq!(values.len() / n * size, out.len(), "room for exactly the blocks");
+    for ((x, qw), o) in values.chunks_exact(n).zip(qw.chunks_exact(n)).zip(out.chunks_exact_mut(size)) {
+        let sigma2 = x.iter().fold(0.0f32, |s, &v| s + v * v) * (2.0 / n as f32);
+        let mut scales = [0.0f32; GROUPS];
+        for ((s, group), qw) in scales.iter_mut().zip(x.chunks_exact(GROUP)).zip(qw.chunks_exact(GROUP)) {
+            let weight: [f32; GROUP] = std::array::from_fn(|j| qw[j] * (sigma2 + group[j] * group[j]).sqrt());
+            *s = weighted_group_scale(group.try_into().unwrap(), &weight).unwrap_or(0.0);
+        }
+        match kind {
+            BlockType::IQ4_NL => nl_block(x.try_into().unwrap(), scales[0], o),
+            BlockType::IQ4_XS => xs_block(x.try_into().unwrap(), &scales, o),
+            other => unreachable!("{} is not an IQ4 type", other.name()),
+        }
+    }
+}
+
 /// One `IQ4_NL` block: `d` the group's scale in f16, the indexes against the unrounded scale.
 fn quantize_nl_block(x: &[f32; GROUP], out: &mut [u8]) {
-    let (d, id) = nl_header(group_scale(x).unwrap_or(0.0));
+    nl_block(x, group_scale(x).unwrap_or(0.0), out);
+}
+
+/// An `IQ4_NL` block of `x` at its group's `scale`.
+fn nl_block(x: &[f32; GROUP], scale: f32, out: &mut [u8]) {
+    let (d, id) = nl_header(scale);
     let mut l = [0u8; GROUP];
     for (q, &v) in l.iter_mut().zip(x) {
         *q = best_index(id * v);
@@ -99,7 +131,12 @@ fn quantize_xs_block(x: &[f32; SUPER], out: &mut [u8]) {
         // A skipped group's scale stays 0, which never becomes the largest.
         *s = group_scale(group.try_into().unwrap()).unwrap_or(0.0);
     }
-    let header = xs_header(&scales);
+    xs_block(x, &scales, out);
+}
+
+/// An `IQ4_XS` super-block of `x` at its groups' `scales`.
+fn xs_block(x: &[f32; SUPER], scales: &[f32; GROUPS], out: &mut [u8]) {
+    let header = xs_header(scales);
     let mut l = [0u8; SUPER];
     for ((li, &v), &idl) in l.iter_mut().zip(x).zip(header.inverse.iter().flat_map(|i| [i; GROUP])) {
         *li = best_index(idl * v);

@@ -32,6 +32,9 @@ mod reference;
 mod rounding;
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod search;
+mod weighted;
+
+pub(crate) use weighted::{fit_affine_weighted, make_qx_quants_weighted};
 
 use low::{dequantize_q2_k_block, dequantize_q3_k_block, quantize_q2_k_block, quantize_q3_k_block};
 use reference::{quantize_q4_k_block, quantize_q5_k_block, quantize_q6_k_block};
@@ -95,6 +98,25 @@ pub fn quantize_row_with(kernel: Kernel, kind: BlockType, values: &[f32], out: &
         #[cfg(target_arch = "aarch64")]
         // SAFETY: the token proves NEON.
         Kernel::Neon(lanes) => unsafe { search::quantize_blocks_neon(lanes, kind, values, blocks) },
+    }
+}
+
+/// Appends one row, `values` (a whole number of [`QK_K`]-value super-blocks), encoded as `kind`
+/// with the importance `weights` of its columns (one per value) to `out`: ggml's
+/// `quantize_row_q{2,3,4,5,6}_K_impl`, scalar.
+///
+/// # Panics
+///
+/// If `kind` is not a K-quant, `values` is not whole blocks, or `weights` is not as long.
+pub fn quantize_row_weighted(kind: BlockType, values: &[f32], weights: &[f32], out: &mut Vec<u8>) {
+    assert!(kind.is_k_quant(), "{} is not a K-quant", kind.name());
+    assert_eq!(values.len() % QK_K, 0, "{} rows hold whole blocks of {QK_K} values", kind.name());
+    assert_eq!(values.len(), weights.len(), "one weight per value");
+    let start = out.len();
+    out.resize(start + values.len() / QK_K * kind.bytes(), 0);
+    let blocks = out[start..].chunks_exact_mut(kind.bytes());
+    for ((x, w), o) in values.chunks_exact(QK_K).zip(weights.chunks_exact(QK_K)).zip(blocks) {
+        weighted::quantize_block(kind, x.try_into().unwrap(), w.try_into().unwrap(), o);
     }
 }
 

@@ -24,6 +24,7 @@
 #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
 mod lanes;
 mod reference;
+mod weighted;
 
 use crate::block_type::BlockType;
 use half::f16;
@@ -54,6 +55,19 @@ pub fn quantize_row(kind: BlockType, values: &[f32], out: &mut Vec<u8>) {
 pub fn quantize_row_reference(kind: BlockType, values: &[f32], out: &mut Vec<u8>) {
     let blocks = room_for_blocks(kind, values, out);
     quantize_blocks_reference(kind, values, blocks);
+}
+
+/// Appends one row, `values` (whole blocks), encoded as `kind` with the importance `weights` of its
+/// columns (one per value) to `out`: ggml's `quantize_row_q{4,5}_{0,1}_impl`, scalar. The whole row
+/// is needed: its mean square enters every block's weights.
+///
+/// # Panics
+///
+/// As [`quantize_row`], and if `weights` is not as long as `values`.
+pub fn quantize_row_weighted(kind: BlockType, values: &[f32], weights: &[f32], out: &mut Vec<u8>) {
+    assert_eq!(values.len(), weights.len(), "one weight per value");
+    let blocks = room_for_blocks(kind, values, out);
+    weighted::quantize_row(kind, values, weights, blocks);
 }
 
 /// Checks `kind` and `values`, and appends zeros for their blocks to `out`: those bytes.

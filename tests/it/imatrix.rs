@@ -1,0 +1,169 @@
+//! `--imatrix` refusals through the command line: a matrix of another model (a stray entry, an
+//! entry of the wrong size), bad values, a truncated file, and the flag where it does not apply;
+//! and a good matrix taken, recorded in `--json`. (Its bytes are held to llama-quantize's by
+//! `tests/python/test_gguf_imatrix.py`, the encoders to ggml's C by `weighted_ref.rs`.)
+
+use crate::common::{convert_json, escha_convert, fixture};
+use std::path::Path;
+
+/// A GGUF importance matrix as llama-imatrix writes it: per entry `<name>.in_sum2` (`[cols, experts]`)
+/// and `<name>.counts` (`[1, experts]`), and the three `imatrix.*` keys.
+fn write_gguf(path: &Path, entries: &[(String, Vec<f32>, usize)]) {
+    let mut b = b"GGUF".to_vec();
+    b.extend(3u32.to_le_bytes());
+    b.extend((entries.len() as u64 * 2).to_le_bytes());
+    b.extend(3u64.to_le_bytes());
+    let string = |b: &mut Vec<u8>, s: &str| {
+        b.extend((s.len() as u64).to_le_bytes());
+        b.extend(s.as_bytes());
+    };
+    string(&mut b, "imatrix.datasets");
+    b.extend(9u32.to_le_bytes());
+    b.extend(8u32.to_le_bytes());
+    b.extend(1u64.to_le_bytes());
+    string(&mut b, "calibration.txt");
+    for (key, v) in [("imatrix.chunk_count", 3u32), ("imatrix.chunk_size", 64)] {
+        string(&mut b, key);
+        b.extend(4u32.to_le_bytes());
+        b.extend(v.to_le_bytes());
+    }
+    let mut data = Vec::new();
+    for (name, sums, experts) in entries {
+        let counts = vec![10.0f32; *experts];
+        for (suffix, values, ne) in
+            [(".in_sum2", sums, [sums.len() / experts, *experts]), (".counts", &counts, [1, *experts])]
+        {
+            string(&mut b, &format!("{name}{suffix}"));
+            b.extend(2u32.to_le_bytes());
+            for d in ne {
+                b.extend((d as u64).to_le_bytes());
+            }
+            b.extend(0u32.to_le_bytes());
+            b.extend((data.len() as u64).to_le_bytes());
+            data.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+            data.resize(data.len().div_ceil(32) * 32, 0);
+        }
+    }
+    b.resize(b.len().div_ceil(32) * 32, 0);
+    b.extend(data);
+    std::fs::write(path, b).unwrap();
+}
+
+/// One entry per quantized matrix of the dense fixture's `q4_k_m` GGUF: (name, sums, experts).
+fn entries(dir: &Path) -> Vec<(String, Vec<f32>, usize)> {
+    let plan =
+        convert_json(&fixture("dense"), &dir.join("plan"), &["--format", "gguf", "--gguf-type", "q4_k_m", "--dry-run"]);
+    let mut out = Vec::new();
+    for t in plan["tensors"].as_array().unwrap() {
+        let shape: Vec<usize> = t["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
+        let name = t["name"].as_str().unwrap();
+        if shape.len() < 2 || name == "token_embd.weight" || t["dtype"] == "F32" {
+            continue;
+        }
+        let cols = shape[shape.len() - 1];
+        let experts: usize = shape.iter().rev().skip(2).product();
+        let sums = (0..cols * experts).map(|i| 10.0 * (1.0 + (i % 7) as f32).powi(3)).collect();
+        out.push((name.to_string(), sums, experts));
+    }
+    assert!(out.len() > 5, "the fixture has quantized matrices");
+    out
+}
+
+fn refusal(dir: &Path, matrix: &Path, extra: &[&str]) -> (i32, String) {
+    let o = escha_convert()
+        .arg(fixture("dense"))
+        .arg(dir.join("out"))
+        .args(["--format", "gguf", "--gguf-type", "q4_k_m", "--quiet"])
+        .args(extra)
+        .arg("--imatrix")
+        .arg(matrix)
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{extra:?} {}: accepted", matrix.display());
+    assert!(!dir.join("out").exists(), "nothing written");
+    (o.status.code().unwrap(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+#[test]
+fn a_matrix_of_this_model_is_taken_and_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = dir.path().join("good.imatrix.gguf");
+    write_gguf(&matrix, &entries(dir.path()));
+    let r = convert_json(
+        &fixture("dense"),
+        &dir.path().join("out"),
+        &["--format", "gguf", "--gguf-type", "q4_k_m", "--imatrix", matrix.to_str().unwrap()],
+    );
+    let m = &r["imatrix"];
+    assert_eq!(
+        (m["file"].as_str(), m["format"].as_str(), m["chunk_count"].as_u64()),
+        (Some("good.imatrix.gguf"), Some("gguf"), Some(3))
+    );
+    assert_eq!(m["datasets"][0], "calibration.txt");
+    assert!(m["weighted_tensors"].as_u64().unwrap() > 5, "{m}");
+}
+
+#[test]
+fn a_matrix_of_another_model_bad_values_and_a_cut_file_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = entries(dir.path());
+    let path = dir.path().join("m.gguf");
+
+    let mut stray = good.clone();
+    stray.push(("blk.99.attn_q.weight".into(), vec![1.0; 128], 1));
+    write_gguf(&path, &stray);
+    let (code, e) = refusal(dir.path(), &path, &[]);
+    assert!(code == 1 && e.contains("blk.99.attn_q.weight") && e.contains("another model"), "{e}");
+
+    let mut short = good.clone();
+    let name = short[2].0.clone();
+    let keep = short[2].1.len() - 16;
+    short[2].1.truncate(keep);
+    write_gguf(&path, &short);
+    let (_, e) = refusal(dir.path(), &path, &[]);
+    assert!(e.contains(&name) && e.contains("another model"), "{e}");
+
+    for bad in [f32::NAN, -1.0, f32::INFINITY] {
+        let mut nan = good.clone();
+        nan[1].1[3] = bad;
+        write_gguf(&path, &nan);
+        let (_, e) = refusal(dir.path(), &path, &[]);
+        assert!(e.contains(&nan[1].0) && e.contains("value 3"), "{bad}: {e}");
+    }
+
+    write_gguf(&path, &good);
+    let bytes = std::fs::read(&path).unwrap();
+    // The last 32 bytes are the last counts (one f32) and their padding.
+    for cut in [10, 100, bytes.len() / 2, bytes.len() - 29] {
+        std::fs::write(&path, &bytes[..cut]).unwrap();
+        let (code, e) = refusal(dir.path(), &path, &[]);
+        assert!(code == 1 && e.contains("--imatrix"), "cut at {cut}: {e}");
+    }
+}
+
+#[test]
+fn the_flag_applies_to_the_types_llama_quantize_weighs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("m.gguf");
+    write_gguf(&path, &[("output.weight".into(), vec![1.0; 128], 1)]);
+    for args in [&["--gguf-type", "bf16"][..], &["--gguf-type", "q8_0"], &["--gguf-type", "auto"]] {
+        let o = escha_convert()
+            .arg(fixture("dense"))
+            .arg(dir.path().join("out"))
+            .args(["--format", "gguf"])
+            .args(args)
+            .arg("--imatrix")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(o.status.code(), Some(2), "{args:?}: a usage error");
+    }
+    let o = escha_convert()
+        .arg(fixture("dense"))
+        .arg(dir.path().join("out"))
+        .args(["--format", "mlx", "--imatrix"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "--format mlx: a usage error");
+}
