@@ -82,7 +82,7 @@ pub struct ConvertArgs {
     pub bias: BiasArg,
     /// MLX affine bits per weight: 2, 3, 4, 5, 6, 8, or auto (each coded linear the fewest bits
     /// that keep the added error within --max-added-error · 2^-K) (`--format mlx`; default 4).
-    #[arg(long, value_name = "BITS", value_parser = parse_bits)]
+    #[arg(long, value_name = "BITS", value_parser = BitsParser, ignore_case = true)]
     pub bits: Option<Bits>,
     /// With --bits auto or --gguf-type auto: the largest error the quantization may add to a K-bit
     /// coded linear, as a fraction R of its trellis error 2^-K (default 0.5: at most +12% in total).
@@ -189,6 +189,29 @@ fn parse_bits(s: &str) -> Result<Bits, String> {
     }
 }
 
+/// `--bits`: read by [`parse_bits`], its values listed for the shell completions.
+#[derive(Clone)]
+struct BitsParser;
+
+impl TypedValueParser for BitsParser {
+    type Value = Bits;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Bits, clap::Error> {
+        let parse: fn(&str) -> Result<Bits, String> = parse_bits;
+        parse.parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        let names = BITS.iter().map(ToString::to_string).chain(["auto".to_string()]);
+        Some(Box::new(names.map(clap::builder::PossibleValue::new)))
+    }
+}
+
 /// `--max-added-error`: a positive, finite fraction.
 fn parse_added_error(s: &str) -> Result<f64, String> {
     s.trim()
@@ -240,7 +263,10 @@ impl TryFrom<ConvertArgs> for ConvertRun {
 
 impl ConvertRun {
     /// The run `a` asks for, IN and BASE found by `locate`.
-    fn from_args(a: ConvertArgs, locate: impl Fn(&Path) -> anyhow::Result<Located>) -> Result<Self, ArgsError> {
+    pub(super) fn from_args(
+        a: ConvertArgs,
+        locate: impl Fn(&Path) -> anyhow::Result<Located>,
+    ) -> Result<Self, ArgsError> {
         let format = checked_format(&a).map_err(ArgsError::Usage)?;
         let input = match locate(&a.input) {
             Ok(found) if found.hub.is_some() || std::fs::symlink_metadata(&found.path).is_ok() => found,
