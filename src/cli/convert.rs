@@ -129,7 +129,7 @@ pub struct ConvertArgs {
     /// Print the plan (every output tensor, shards, sizes, memory estimate) and write nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// No progress and no summary on stderr.
+    /// No progress, no warnings and no summary on stderr (errors are still printed).
     #[arg(short, long)]
     pub quiet: bool,
     /// Print one JSON document on stdout (inputs, outputs, counts, bytes, timing, warnings).
