@@ -132,6 +132,10 @@ pub struct ConvertArgs {
     /// No progress, no warnings and no summary on stderr (errors are still printed).
     #[arg(short, long)]
     pub quiet: bool,
+    /// In the summary, every tensor `--max-size` chose an encoding for (by default: each encoding
+    /// with its count and bytes).
+    #[arg(short, long)]
+    pub verbose: bool,
     /// Print one JSON document on stdout (inputs, outputs, counts, bytes, timing, warnings).
     #[arg(long)]
     pub json: bool,
@@ -251,6 +255,7 @@ pub struct ConvertRun {
     pub backend: BackendKind,
     pub json: bool,
     pub quiet: bool,
+    pub verbose: bool,
 }
 
 impl TryFrom<ConvertArgs> for ConvertRun {
@@ -302,6 +307,7 @@ impl ConvertRun {
             backend: if a.metal { BackendKind::Metal } else { a.backend.into() },
             json: a.json,
             quiet: a.quiet,
+            verbose: a.verbose,
         })
     }
 }
@@ -466,7 +472,7 @@ pub fn run(args: ConvertArgs) -> ExitCode {
         return print_out(&render_plan(&report));
     }
     if !run.quiet {
-        let _ = write!(std::io::stderr(), "{}", render_summary(&report));
+        let _ = write!(std::io::stderr(), "{}", render_summary(&report, run.verbose));
     }
     ExitCode::SUCCESS
 }

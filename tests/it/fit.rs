@@ -279,3 +279,35 @@ fn gguf_chooses_among_the_low_bit_types_and_their_fallbacks() {
     let roomier = wide(&chosen(least + (most - least) / 16));
     assert!(roomier.iter().any(|t| t == "Q3_K") && roomier.iter().any(|t| t == "IQ4_XS"), "{roomier:?}");
 }
+
+#[test]
+fn the_summary_sums_up_the_choices_and_v_lists_them() {
+    let tmp = tempfile::tempdir().unwrap();
+    for format in ["mlx", "gguf"] {
+        let size = smallest("moe", format) * 5 / 4;
+        let summary = |name: &str, extra: &[&str]| {
+            let out = tmp.path().join(format!("{format}-{name}"));
+            let o = escha_convert()
+                .arg(fixture("moe"))
+                .arg(&out)
+                .args(["--format", format, "--max-size", &size.to_string()])
+                .args(extra)
+                .output()
+                .unwrap();
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            (String::from_utf8_lossy(&o.stderr).into_owned(), String::from_utf8_lossy(&o.stdout).into_owned())
+        };
+        let (short, _) = summary("short", &[]);
+        let tensors = |text: &str| text.lines().filter(|l| l.contains(" K=")).count();
+        // One line per encoding, with its count and bytes; the ratios and recipes still said.
+        assert_eq!(tensors(&short), 0, "{format}: one line per tensor by default:\n{short}");
+        assert!(short.contains("chosen for --max-size, per encoding"), "{format}: {short}");
+        assert!(short.lines().any(|l| l.contains(" tensors ") || l.contains(" tensor ")), "{format}: {short}");
+        assert!(short.contains("size budget: ") && short.contains("on average"), "{format}: {short}");
+        let (long, _) = summary("long", &["-v"]);
+        assert!(tensors(&long) > 10, "{format}: -v lists every tensor:\n{long}");
+        let (_, json) = summary("json", &["--json"]);
+        let doc: Value = serde_json::from_str(&json).unwrap();
+        assert_eq!(doc["width_choices"].as_array().map(Vec::len), Some(tensors(&long)), "{format}");
+    }
+}
