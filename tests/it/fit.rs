@@ -311,3 +311,34 @@ fn the_summary_sums_up_the_choices_and_v_lists_them() {
         assert_eq!(doc["width_choices"].as_array().map(Vec::len), Some(tensors(&long)), "{format}");
     }
 }
+
+#[test]
+fn the_card_says_nothing_of_the_tables_that_the_file_does_not_hold() {
+    let tmp = tempfile::tempdir().unwrap();
+    for format in ["mlx", "gguf"] {
+        let least = smallest("moe", format);
+        let mut requantized = 0;
+        for (i, size) in [least, least * 9 / 8, least * 4].into_iter().enumerate() {
+            let out = tmp.path().join(format!("{format}-{i}"));
+            let (code, report, stderr) = fit("moe", &out, format, size, &[]);
+            assert_eq!(code, 0, "{format} {size}: {stderr}");
+            let card = std::fs::read_to_string(out.join("README.md")).unwrap();
+            let tables = report["budget"]["max_table_ratio"].as_f64().unwrap();
+            // Whatever the budget did to the tables, the format's words claim no fixed treatment;
+            // the budget's note says which it was, as measured from the choices written.
+            for claim in ["repacked exactly as 8-bit affine", "int8 layers as exact Q8_0", "routers at 8 bits"] {
+                assert!(!card.contains(claim), "{format} {size}: the card claims {claim:?}:\n{card}");
+            }
+            if tables == 0.0 {
+                assert!(card.contains("int8 tables kept exact"), "{format} {size}:\n{card}");
+            } else {
+                requantized += 1;
+                assert!(
+                    !card.contains("kept exact") && card.contains("no table more than"),
+                    "{format} {size}:\n{card}"
+                );
+            }
+        }
+        assert!(requantized > 0, "{format}: no size requantized a table");
+    }
+}
