@@ -39,13 +39,14 @@ impl BudgetReport {
         let beaten = match self.fixed_recipes_beaten.as_slice() {
             [] => String::new(),
             names => format!(
-                "; both figures are lower than those of every fixed recipe that fits the same size ({})",
+                "; by the same estimate, both figures are lower than those of every fixed recipe that fits the same size ({})",
                 names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
             ),
         };
         format!(
-            "the model files take {} of the {} asked for (`--max-size`); no coded layer's re-quantization adds more \
-             than {:.2}× the error its trellis quantization already had ({:.2}× on average, by weight){beaten}; {tables}",
+            "the model files take {} of the {} asked for (`--max-size`); by an estimate from sampled blocks, no coded \
+             layer's re-quantization adds more than {:.2}× the error its trellis quantization already had ({:.2}× on \
+             average, by weight){beaten}; {tables}",
             human_bytes(self.bytes),
             human_bytes(self.max_size),
             self.max_added_error_ratio,

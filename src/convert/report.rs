@@ -159,8 +159,10 @@ pub fn render_plan(r: &ConvertReport) -> String {
 
 /// `--max-size`: every chosen tensor's encoding, bytes and predicted ratio, then the totals.
 fn render_budget(s: &mut String, b: &super::fit::BudgetReport, choices: &[WidthChoice]) {
-    let _ =
-        writeln!(s, "size budget: per quantized tensor, its encoding, bytes and added error over 2^-K (K=8: a table)");
+    let _ = writeln!(
+        s,
+        "size budget: per quantized tensor, its encoding, bytes and estimated added error over 2^-K (K=8: a table)"
+    );
     for c in choices {
         let group = c.group_size.map_or(String::new(), |g| format!(", group {g}"));
         let _ = writeln!(
@@ -175,7 +177,7 @@ fn render_budget(s: &mut String, b: &super::fit::BudgetReport, choices: &[WidthC
     }
     let _ = writeln!(
         s,
-        "model files {} ({} bytes) of --max-size {} ({} bytes); largest ratio of a coded linear {:.3}, mean {:.3} (by weight); largest of a table {:.3}",
+        "model files {} ({} bytes) of --max-size {} ({} bytes); estimated largest ratio of a coded linear {:.3}, mean {:.3} (by weight); largest of a table {:.3}",
         human_bytes(b.bytes),
         b.bytes,
         human_bytes(b.max_size),
@@ -185,7 +187,11 @@ fn render_budget(s: &mut String, b: &super::fit::BudgetReport, choices: &[WidthC
         b.max_table_ratio
     );
     if !b.fixed_recipes_beaten.is_empty() {
-        let _ = writeln!(s, "lower on both than each fixed recipe that fits: {}", b.fixed_recipes_beaten.join(", "));
+        let _ = writeln!(
+            s,
+            "estimated lower on both than each fixed recipe that fits: {}",
+            b.fixed_recipes_beaten.join(", ")
+        );
     }
 }
 
