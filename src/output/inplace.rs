@@ -58,7 +58,7 @@ pub fn read_only(dir: &Path) -> bool {
     let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else { return false };
     // SAFETY: statvfs fills the struct we own from a NUL-terminated path.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    (unsafe { libc::statvfs(path.as_ptr(), &mut st) } == 0) && (st.f_flag & libc::ST_RDONLY != 0)
+    (unsafe { libc::statvfs(path.as_ptr(), &raw mut st) } == 0) && (st.f_flag & libc::ST_RDONLY != 0)
 }
 
 /// Whether `name`, an entry of OUT, is one of a run's working entries there (a lock, a staging

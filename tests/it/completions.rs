@@ -107,7 +107,7 @@ fn check(shell: &str, queries: &[Query], answers: &[Vec<String>]) {
 }
 
 /// What bash offers for each query, in `dir` (the working directory), with the script loaded: as
-/// bash calls a completion function, COMP_WORDS and COMP_CWORD set, then the function with the
+/// bash calls a completion function, `COMP_WORDS` and `COMP_CWORD` set, then the function with the
 /// command, the word being completed and the word before it; its answer is COMPREPLY.
 fn bash_answers(dir: &Path, queries: &[Query]) -> Vec<Vec<String>> {
     let path = script(dir, "bash");
