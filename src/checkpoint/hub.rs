@@ -14,6 +14,7 @@
 //! directory, within its boundary (`boundary.rs`).
 
 use super::regular::{kind, open_regular};
+use super::missing::{close_paths, closeness, first_step_exists, no_such_path};
 use crate::text::excerpt;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
@@ -81,33 +82,88 @@ const DEFAULT_REVISION: &str = "main";
 
 /// Where the argument `arg` (IN or BASE) is. An existing local path (a link, even a dangling one,
 /// counts) is that path; otherwise an argument of Hub id grammar is looked up in the cache, and
-/// must be there; anything else is a path, whose absence the reader reports.
+/// must be there. Anything else is an error that says first that no such file or directory
+/// exists, with the close names beside it; a download is offered only for an `org/name` whose
+/// `org` is not a local path and whose id the cache holds in no other letter case.
 pub fn locate(arg: &Path) -> Result<Located> {
     let local = Located { path: arg.to_path_buf(), hub: None };
     if std::fs::symlink_metadata(arg).is_ok() {
         return Ok(local);
     }
-    let Some(text) = arg.to_str() else { return Ok(local) };
-    let Some(id) = HubId::parse(text) else {
-        if let Some((repo, revision)) = text.split_once('@').filter(|(repo, _)| is_repo_id(repo)) {
+    let missing = no_such_path(arg, "");
+    let cache = cache_dir(|k| std::env::var_os(k));
+    let Some(id) = arg.to_str().and_then(HubId::parse) else {
+        if let Some((repo, revision)) = arg.to_str().and_then(|t| t.split_once('@')).filter(|(r, _)| is_repo_id(r)) {
             bail!(
-                "{repo}@…: not a local path, and {} is not a revision a Hub id can name: a branch or tag (letters, \
-                 digits, `.`, `_`, `-`, and `/` between non-empty steps, no `..`, at most {MAX_REVISION} \
+                "{missing}; as a Hub id {repo}@…, {} is not a revision a Hub id can name: a branch or tag \
+                 (letters, digits, `.`, `_`, `-`, and `/` between non-empty steps, no `..`, at most {MAX_REVISION} \
                  characters) or a 40-hexadecimal-digit commit",
                 excerpt(revision, QUOTED_REF_CHARS)
             );
         }
-        return Ok(local);
+        let held = cache.as_deref().map(|c| cached_named_like(arg, c)).unwrap_or_default();
+        if held.is_empty() {
+            bail!("{missing}");
+        }
+        bail!("{missing}; the Hugging Face cache holds {} (pass the Hub id as org/name)", held.join(", "));
     };
-    let Some(cache) = cache_dir(|k| std::env::var_os(k)) else {
+    // `org` on disk: a local path with a missing step, unless the cache holds the id itself.
+    let in_cache = cache.as_deref().filter(|c| std::fs::symlink_metadata(c.join(id.folder())).is_ok());
+    if let Some(cache) = in_cache {
+        return resolve(&id, cache);
+    }
+    if first_step_exists(arg) {
+        bail!("{missing}");
+    }
+    let Some(cache) = cache else {
         bail!(
-            "{}: not a local path, and there is no Hugging Face cache to look in (set HF_HUB_CACHE, HF_HOME or \
-             HOME); nothing is downloaded: download it first ({}) and run this again",
+            "{missing}, and there is no Hugging Face cache to look in for the Hub id {} (set HF_HUB_CACHE, \
+             HF_HOME or HOME); nothing is downloaded: download it first ({}) and run this again",
             id.text(),
             id.download_command()
         );
     };
-    resolve(&id, &cache)
+    if !close_paths(arg).is_empty() {
+        // A local name close to it: a typo of a path, never a reason to download.
+        bail!("{}", no_such_path(arg, &format!(", nor a Hub id the Hugging Face cache {} holds", cache.display())));
+    }
+    bail!("{missing}, and {}", not_held(&id, &cache))
+}
+
+/// What the cache lacks when it holds no repository `id`: the same id in another letter case
+/// when it holds one (never a download of what is already there), else the download command.
+fn not_held(id: &HubId, cache: &Path) -> String {
+    let start = format!("the Hugging Face cache {} does not hold {} (no {})", cache.display(), id.repo, id.folder());
+    match other_case(id, cache) {
+        Some(held) => format!(
+            "{start}; it holds {held}, the same id in other letter case (ids are matched as written: pass {})",
+            HubId { repo: held.clone(), revision: id.revision.clone() }.text()
+        ),
+        None => {
+            format!("{start}; nothing is downloaded: download it first ({}) and run this again", id.download_command())
+        }
+    }
+}
+
+/// The repositories in the cache whose name (after `org/`) is `word` or close to it, for a bare
+/// word given where `org/name` was meant.
+fn cached_named_like(word: &Path, cache: &Path) -> Vec<String> {
+    /// Entries of the cache looked at, at most.
+    const MAX_ENTRIES: usize = 100_000;
+    let Some(word) = word.to_str().filter(|w| !w.contains('/')) else { return Vec::new() };
+    let Ok(entries) = std::fs::read_dir(cache) else { return Vec::new() };
+    let mut held: Vec<String> = entries
+        .take(MAX_ENTRIES)
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter_map(|folder| Some(folder.strip_prefix("models--")?.replacen("--", "/", 1)))
+        .filter(|repo| {
+            repo.split_once('/').is_some_and(|(_, name)| name == word || closeness(word, name).is_some())
+                && is_repo_id(repo)
+        })
+        .collect();
+    held.sort();
+    held.truncate(3);
+    held
 }
 
 /// The Hub cache directory as `huggingface_hub` finds it, from the environment `var`:
@@ -150,19 +206,7 @@ pub fn resolve(id: &HubId, cache: &Path) -> Result<Located> {
         Ok(m) if m.file_type().is_symlink() => return Err(linked_entry(&repo)),
         Ok(m) if m.is_dir() => {}
         Ok(_) => bail!("{}: not a directory, where the repository belongs; refusing to read it", repo.display()),
-        Err(_) => bail!(
-            "{}: not a local path, and the Hugging Face cache {} does not hold {} (no {}){}; nothing is downloaded: \
-             download it first ({}) and run this again",
-            id.text(),
-            cache.display(),
-            id.repo,
-            id.folder(),
-            other_case(id, cache).map_or(String::new(), |held| format!(
-                "; it holds {held}, the same id in other letter case (ids are matched as written: pass {})",
-                HubId { repo: held.clone(), revision: id.revision.clone() }.text()
-            )),
-            id.download_command()
-        ),
+        Err(_) => bail!("{}: {}", id.text(), not_held(id, cache)),
     }
     let requested = id.revision.as_deref().unwrap_or(DEFAULT_REVISION);
     let missing = |what: String| {
@@ -560,8 +604,8 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let l = locate(&dir).unwrap();
         assert_eq!((l.path, l.hub), (dir, None));
-        // Not an id and not there: left to the reader, which says it cannot read it.
-        let l = locate(Path::new("./surely/not-here")).unwrap();
-        assert_eq!((l.path, l.hub), (PathBuf::from("./surely/not-here"), None));
+        // Not an id and not there: said to be missing.
+        let e = locate(Path::new("./surely/not-here")).unwrap_err().to_string();
+        assert_eq!(e, "./surely/not-here: no such file or directory");
     }
 }

@@ -339,17 +339,11 @@ impl Checkpoint {
     }
 }
 
-/// The error for an IN that cannot be read, with a hint when it is a Hub repository id (which
-/// the command line looks up in the cache before a checkpoint is opened: `hub::locate`).
+/// The error for an IN that cannot be read: one not there is said to be missing, with the names
+/// close to it (`hub::locate` has already looked up a Hub id in the cache).
 fn missing_input(root: &Path, e: std::io::Error) -> anyhow::Error {
-    let id = root.to_str().and_then(super::hub::HubId::parse);
-    if let Some(id) = id.filter(|_| e.kind() == std::io::ErrorKind::NotFound) {
-        anyhow::anyhow!(
-            "{}: no such file or directory; as a Hugging Face repository id it is read from the local cache \
-             (download it first: {})",
-            root.display(),
-            id.download_command()
-        )
+    if e.kind() == std::io::ErrorKind::NotFound {
+        anyhow::anyhow!("{}", super::missing::no_such_path(root, ""))
     } else {
         anyhow::Error::new(e).context(format!("{}: cannot read input", root.display()))
     }

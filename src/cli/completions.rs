@@ -5,6 +5,7 @@ use super::exit::{fail, print_out, FAILURE};
 use super::Cli;
 use crate::failure::ErrorCode;
 use anyhow::Context;
+use clap::ValueHint;
 use clap::{Args, CommandFactory};
 use clap_complete::Shell;
 use std::fmt::Write;
@@ -31,15 +32,72 @@ const BIN: &str = "escha-convert";
 /// The completion script for `shell`.
 pub fn completion_script(shell: Shell) -> Vec<u8> {
     let mut script = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), BIN, &mut script);
+    clap_complete::generate(shell, &mut completed_command(), BIN, &mut script);
     match shell {
-        Shell::Bash => bash_states_agree(&String::from_utf8_lossy(&script)).into_bytes(),
+        Shell::Bash => bash_short_form(&bash_states_agree(&String::from_utf8_lossy(&script))).into_bytes(),
         Shell::Fish => {
             script.extend(fish_positional_values().into_bytes());
             script
         }
         _ => script,
     }
+}
+
+/// The command as the scripts see it: a flag whose value is free text (a size, a number, a glob,
+/// `I/N`) and not a path is marked so, and every shell then offers nothing for it rather than the
+/// files of the working directory.
+fn completed_command() -> clap::Command {
+    fn free_text(arg: clap::Arg) -> clap::Arg {
+        let free = arg.get_action().takes_values()
+            && arg.get_long().is_some()
+            && arg.get_possible_values().is_empty()
+            && arg.get_value_hint() == ValueHint::Unknown;
+        if free {
+            arg.value_hint(ValueHint::Other)
+        } else {
+            arg
+        }
+    }
+    Cli::command().mut_subcommands(|sub| sub.mut_args(free_text))
+}
+
+/// The short form in bash: `escha-convert [FLAGS] IN OUT …` is `convert`, so once a word after the
+/// program is neither a subcommand nor `help` (a flag of convert, IN), the words that follow
+/// complete as convert's; and the first word offers convert's flags beside the subcommands. The
+/// script is changed at three places `clap_complete` writes; a script without them (another
+/// version) is left as it is, and the completion tests fail.
+fn bash_short_form(script: &str) -> String {
+    let top = BIN.replace('-', "__");
+    let convert = format!("{top}__subcmd__convert");
+    let catch_all = "            *)\n                ;;\n        esac\n    done";
+    let to_convert =
+        format!("            {top},*)\n                cmd=\"{convert}\"\n                ;;\n{catch_all}");
+    let cli = Cli::command();
+    let flags: Vec<String> = cli
+        .find_subcommand("convert")
+        .expect("convert is a subcommand")
+        .get_arguments()
+        .filter(|a| !a.is_hide_set() && !a.is_positional())
+        .flat_map(|a| a.get_short().map(|c| format!("-{c}")).into_iter().chain(a.get_long().map(|l| format!("--{l}"))))
+        .filter(|f| f != "-h" && f != "--help")
+        .collect();
+    let mut out = script.replacen(catch_all, &to_convert, 1);
+    // Convert's state offered its flags for any word at position 2, where `convert IN` has IN and
+    // the short form a flag's value (`escha-convert --format <TAB>`); the word before it decides.
+    let arm = format!("        {convert})\n            opts=\"");
+    if let Some(start) = out.find(&arm) {
+        let position = " || ${COMP_CWORD} -eq 2 ]]";
+        if let Some(at) = out[start..].find(position).map(|n| start + n) {
+            out.replace_range(at..at + position.len(), " ]]");
+        }
+    }
+    let opts = format!("        {top})\n            opts=\"");
+    if let Some(start) = out.find(&opts).map(|at| at + opts.len()) {
+        if let Some(end) = out[start..].find('"').map(|n| start + n) {
+            out.insert_str(end, &format!(" {}", flags.join(" ")));
+        }
+    }
+    out
 }
 
 /// `clap_complete`'s bash script names each subcommand's state twice, and for a program name with a

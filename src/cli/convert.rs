@@ -82,7 +82,7 @@ pub struct ConvertArgs {
     pub bias: BiasArg,
     /// MLX affine bits per weight: 2, 3, 4, 5, 6, 8, or auto (each coded linear the fewest bits
     /// that keep the added error within --max-added-error · 2^-K) (`--format mlx`; default 4).
-    #[arg(long, value_name = "BITS", value_parser = parse_bits)]
+    #[arg(long, value_name = "BITS", value_parser = BitsParser, ignore_case = true)]
     pub bits: Option<Bits>,
     /// With --bits auto or --gguf-type auto: the largest error the quantization may add to a K-bit
     /// coded linear, as a fraction R of its trellis error 2^-K (default 0.5: at most +12% in total).
@@ -149,9 +149,13 @@ pub struct ConvertArgs {
     /// Print the plan (every output tensor, shards, sizes, memory estimate) and write nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// No progress and no summary on stderr.
+    /// No progress, no warnings and no summary on stderr (errors are still printed).
     #[arg(short, long)]
     pub quiet: bool,
+    /// In the summary, every tensor `--max-size` chose an encoding for (by default: each encoding
+    /// with its count and bytes).
+    #[arg(short, long)]
+    pub verbose: bool,
     /// Print one JSON document on stdout (inputs, outputs, counts, bytes, timing, warnings).
     #[arg(long)]
     pub json: bool,
@@ -218,6 +222,29 @@ fn parse_reserve(s: &str) -> Result<u64, String> {
     parse_size(s)
 }
 
+/// `--bits`: read by [`parse_bits`], its values listed for the shell completions.
+#[derive(Clone)]
+struct BitsParser;
+
+impl TypedValueParser for BitsParser {
+    type Value = Bits;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Bits, clap::Error> {
+        let parse: fn(&str) -> Result<Bits, String> = parse_bits;
+        parse.parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        let names = BITS.iter().map(ToString::to_string).chain(["auto".to_string()]);
+        Some(Box::new(names.map(clap::builder::PossibleValue::new)))
+    }
+}
+
 /// `--max-added-error`: a positive, finite fraction.
 fn parse_added_error(s: &str) -> Result<f64, String> {
     s.trim()
@@ -257,6 +284,7 @@ pub struct ConvertRun {
     pub backend: BackendKind,
     pub json: bool,
     pub quiet: bool,
+    pub verbose: bool,
 }
 
 impl TryFrom<ConvertArgs> for ConvertRun {
@@ -269,7 +297,10 @@ impl TryFrom<ConvertArgs> for ConvertRun {
 
 impl ConvertRun {
     /// The run `a` asks for, IN and BASE found by `locate`.
-    fn from_args(a: ConvertArgs, locate: impl Fn(&Path) -> anyhow::Result<Located>) -> Result<Self, ArgsError> {
+    pub(super) fn from_args(
+        a: ConvertArgs,
+        locate: impl Fn(&Path) -> anyhow::Result<Located>,
+    ) -> Result<Self, ArgsError> {
         let format = checked_format(&a).map_err(ArgsError::Usage)?;
         let input = match locate(&a.input) {
             Ok(found) if found.hub.is_some() || std::fs::symlink_metadata(&found.path).is_ok() => found,
@@ -307,6 +338,7 @@ impl ConvertRun {
             backend: if a.metal { BackendKind::Metal } else { a.backend.into() },
             json: a.json,
             quiet: a.quiet,
+            verbose: a.verbose,
         })
     }
 }
@@ -480,7 +512,7 @@ pub fn run(args: ConvertArgs) -> ExitCode {
         return print_out(&render_plan(&report));
     }
     if !run.quiet {
-        let _ = write!(std::io::stderr(), "{}", render_summary(&report));
+        let _ = write!(std::io::stderr(), "{}", render_summary(&report, run.verbose));
     }
     ExitCode::SUCCESS
 }

@@ -253,8 +253,10 @@ mod tests {
                 let args = super::super::with_default_command(args);
                 let cli = super::super::Cli::try_parse_from(args).unwrap_or_else(|e| panic!("{line}: {e}"));
                 if let super::super::Command::Convert(a) = cli.command {
-                    // The checks between flags that clap does not express.
-                    let run = super::super::convert::ConvertRun::try_from(a);
+                    // The checks between flags that clap does not express (the examples' paths are
+                    // not here: each is taken as found).
+                    let found = |p: &std::path::Path| Ok(crate::checkpoint::Located { path: p.into(), hub: None });
+                    let run = super::super::convert::ConvertRun::from_args(a, found);
                     assert!(run.is_ok(), "{line}: {}", run.err().unwrap());
                 }
             }

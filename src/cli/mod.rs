@@ -120,10 +120,11 @@ fn json_requested(args: &[OsString]) -> bool {
 
 /// Rewrites the short form `escha-convert [FLAGS] IN OUT …` to `escha-convert convert [FLAGS] IN
 /// OUT …`. The first word that is not a flag of convert or a flag's value decides: a subcommand
-/// name (or `help`) is that subcommand; a word after `--` is always IN; otherwise IN must be an
-/// existing path or look like one (a `/` or a `.` in it: a missing checkpoint, or a Hub repository
-/// id, which convert looks up in the cache). Anything else (a bare word, an unknown flag, `--help`,
-/// `--version`) is left to clap, which suggests the subcommand a typo meant or says what is wrong.
+/// name (or `help`) is that subcommand; a word after `--` is always IN; so is an existing path,
+/// and any other word unless it is a typo of a subcommand (a letter or two from one), which is
+/// left to clap to suggest the subcommand meant. IN that is not there is then said to be missing
+/// by convert, with the names close to it. Anything before such a word that is not a flag of
+/// convert (`--help`, `--version`, a typo) leaves the whole line to clap.
 pub fn with_default_command(mut args: Vec<OsString>) -> Vec<OsString> {
     if first_positional(&args).is_some_and(|(i, after_dashes)| after_dashes || is_input(&args[i])) {
         args.insert(1, "convert".into());
@@ -134,9 +135,16 @@ pub fn with_default_command(mut args: Vec<OsString>) -> Vec<OsString> {
 /// Whether `word`, the first positional word, is IN of the short form rather than a subcommand.
 fn is_input(word: &OsString) -> bool {
     let text = word.to_string_lossy();
-    let subcommand = text == "help" || Cli::command().find_subcommand(text.as_ref()).is_some();
-    let path_like = std::path::Path::new(word).exists() || text.contains(['/', '.']);
-    !subcommand && path_like
+    let cli = Cli::command();
+    if text == "help" || cli.find_subcommand(text.as_ref()).is_some() {
+        return false;
+    }
+    if std::path::Path::new(word).exists() || text.contains(['/', '.']) {
+        return true;
+    }
+    let typo = |name: &str| crate::checkpoint::closeness(&text, name).is_some();
+    let typo_of_one = cli.get_subcommands().map(clap::Command::get_name).chain(["help"]).any(typo);
+    !typo_of_one
 }
 
 /// The index of the first word of `args` (after the program name) that is neither a flag that
@@ -198,8 +206,13 @@ mod tests {
         for sub in ["convert", "inspect", "verify", "merge", "completions", "man", "help"] {
             assert_eq!(words(&["e", sub, "x/y"]), ["e", sub, "x/y"]);
         }
-        // A bare word is left to clap, which suggests the subcommand a typo meant.
+        // A typo of a subcommand is left to clap, which suggests the subcommand meant; any other
+        // bare word is IN, which convert says is missing.
         assert_eq!(words(&["e", "verfy", "x/y"]), ["e", "verfy", "x/y"]);
+        assert_eq!(words(&["e", "Inspect", "x/y"]), ["e", "Inspect", "x/y"]);
+        assert_eq!(words(&["e", "Escha-W2-27B", "out"]), ["e", "convert", "Escha-W2-27B", "out"]);
+        assert_eq!(words(&["e", "dnse", "out"]), ["e", "convert", "dnse", "out"]);
+        assert_eq!(words(&["e", "-q", "Escha-W2-27B", "out"]), ["e", "convert", "-q", "Escha-W2-27B", "out"]);
         assert_eq!(words(&["e", "--help"]), ["e", "--help"]);
         assert_eq!(words(&["e", "-V"]), ["e", "-V"]);
     }

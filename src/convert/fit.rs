@@ -66,7 +66,7 @@ impl BudgetReport {
         let beaten = match self.fixed_recipes_beaten.as_slice() {
             [] => String::new(),
             names => format!(
-                "; both figures are lower than those of every fixed recipe that fits the same size ({})",
+                "; by the same estimate, both figures are lower than those of every fixed recipe that fits the same size ({})",
                 names.iter().map(|n| format!("`{n}`")).collect::<Vec<_>>().join(", ")
             ),
         };
@@ -75,8 +75,9 @@ impl BudgetReport {
             None => format!("{} asked for (`--max-size`)", human_bytes(self.max_size)),
         };
         format!(
-            "the model files take {} of the {asked}; no coded layer's re-quantization adds more than {:.2}× the error \
-             its trellis quantization already had ({:.2}× on average, by weight){beaten}; {tables}",
+            "the model files take {} of the {asked}; by an estimate from sampled blocks, no coded layer's \
+             re-quantization adds more than {:.2}× the error its trellis quantization already had ({:.2}× on average, \
+             by weight){beaten}; {tables}",
             human_bytes(self.bytes),
             self.max_added_error_ratio,
             self.mean_added_error_ratio

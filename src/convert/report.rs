@@ -162,8 +162,10 @@ pub fn render_plan(r: &ConvertReport) -> String {
 
 /// `--max-size`: every chosen tensor's encoding, bytes and predicted ratio, then the totals.
 fn render_budget(s: &mut String, b: &super::fit::BudgetReport, choices: &[WidthChoice]) {
-    let _ =
-        writeln!(s, "size budget: per quantized tensor, its encoding, bytes and added error over 2^-K (K=8: a table)");
+    let _ = writeln!(
+        s,
+        "size budget: per quantized tensor, its encoding, bytes and estimated added error over 2^-K (K=8: a table)"
+    );
     for c in choices {
         let group = c.group_size.map_or(String::new(), |g| format!(", group {g}"));
         let _ = writeln!(
@@ -178,7 +180,7 @@ fn render_budget(s: &mut String, b: &super::fit::BudgetReport, choices: &[WidthC
     }
     let _ = writeln!(
         s,
-        "model files {} ({} bytes) of --max-size {} ({} bytes); largest ratio of a coded linear {:.3}, mean {:.3} (by weight); largest of a table {:.3}",
+        "model files {} ({} bytes) of --max-size {} ({} bytes); estimated largest ratio of a coded linear {:.3}, mean {:.3} (by weight); largest of a table {:.3}",
         human_bytes(b.bytes),
         b.bytes,
         human_bytes(b.max_size),
@@ -188,15 +190,44 @@ fn render_budget(s: &mut String, b: &super::fit::BudgetReport, choices: &[WidthC
         b.max_table_ratio
     );
     if !b.fixed_recipes_beaten.is_empty() {
-        let _ = writeln!(s, "lower on both than each fixed recipe that fits: {}", b.fixed_recipes_beaten.join(", "));
+        let _ = writeln!(
+            s,
+            "estimated lower on both than each fixed recipe that fits: {}",
+            b.fixed_recipes_beaten.join(", ")
+        );
     }
     if let Some(m) = &b.memory {
         let _ = writeln!(s, "--fit-memory: {}", m.words().replace('`', ""));
     }
 }
 
-/// The closing summary of a finished conversion.
-pub fn render_summary(r: &ConvertReport) -> String {
+/// `--max-size`'s choices per encoding: how many tensors took it, and their bytes.
+fn render_encodings(s: &mut String, choices: &[WidthChoice]) {
+    let mut by: Vec<(String, usize, u64)> = Vec::new();
+    for c in choices {
+        let name = match c.group_size {
+            Some(g) => format!("{}, group {g}", c.chosen),
+            None => c.chosen.to_string(),
+        };
+        match by.iter_mut().find(|(n, ..)| *n == name) {
+            Some((_, n, bytes)) => {
+                *n += 1;
+                *bytes += c.bytes.unwrap_or(0);
+            }
+            None => by.push((name, 1, c.bytes.unwrap_or(0))),
+        }
+    }
+    by.sort_by(|a, b| b.2.cmp(&a.2).then_with(|| a.0.cmp(&b.0)));
+    let _ = writeln!(s, "chosen for --max-size, per encoding (-v, --dry-run or --json: every tensor):");
+    for (name, n, bytes) in by {
+        let _ = writeln!(s, "  {name:<24} {:>14} {:>10}", count(n, "tensor"), human_bytes(bytes));
+    }
+}
+
+/// The closing summary of a finished conversion. `--max-size`'s choices are summed up per
+/// encoding unless `per_tensor` (`-v`) asks for each tensor's (`--dry-run` and `--json` list them
+/// all).
+pub fn render_summary(r: &ConvertReport, per_tensor: bool) -> String {
     let counts = r.counts.iter().map(|(k, v)| format!("{v} {k}")).collect::<Vec<_>>().join(", ");
     let tensors = format!("{}: {counts}", count(r.tensors.len(), "tensor"));
     // A part writes its share of the shards; the tensor counts are those of the whole output.
@@ -220,7 +251,9 @@ pub fn render_summary(r: &ConvertReport) -> String {
     if !r.copied_files.is_empty() {
         let _ = writeln!(s, "beside the shards: {}", r.copied_files.join(", "));
     }
-    if !r.width_choices.is_empty() {
+    if r.budget.is_some() && !r.width_choices.is_empty() && !per_tensor {
+        render_encodings(&mut s, &r.width_choices);
+    } else if !r.width_choices.is_empty() {
         let against = if r.budget.is_some() {
             "the largest ratio times 2^-K (K=8: a table), for --max-size"
         } else {

@@ -5,6 +5,7 @@
 pub mod checksums;
 pub mod file;
 mod files;
+mod inplace;
 mod lock;
 pub mod ours;
 mod queue;

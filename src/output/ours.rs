@@ -137,6 +137,12 @@ impl std::fmt::Display for Foreign {
 /// is foreign (an empty directory holds nothing foreign); a marker listing a name that is not a
 /// plain file name proves nothing, and is named itself.
 pub fn first_foreign_entry(dir: &Path) -> Result<Option<Foreign>> {
+    first_foreign_entry_but(dir, |_| false)
+}
+
+/// [`first_foreign_entry`], the entries named so that `skip` holds left out (a run's working
+/// entries inside an OUT that is a mount point).
+pub fn first_foreign_entry_but(dir: &Path, skip: impl Fn(&str) -> bool) -> Result<Option<Foreign>> {
     let marker = match Marker::read(dir) {
         Ok(marker) => marker,
         Err(BadMarker { name, .. }) => return Ok(Some(Foreign { name, why: Why::BadMarker })),
@@ -145,7 +151,10 @@ pub fn first_foreign_entry(dir: &Path) -> Result<Option<Foreign>> {
     for e in std::fs::read_dir(dir).with_context(|| format!("{}: cannot list", dir.display()))? {
         let e = e.with_context(|| format!("{}: cannot list", dir.display()))?;
         let regular = e.file_type().is_ok_and(|t| t.is_file());
-        names.push((e.file_name().to_string_lossy().into_owned(), regular));
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !skip(&name) {
+            names.push((name, regular));
+        }
     }
     names.sort();
     let ours = |(name, regular): &(String, bool)| *regular && marker.as_ref().is_some_and(|m| m.lists(name));
@@ -156,6 +165,11 @@ pub fn first_foreign_entry(dir: &Path) -> Result<Option<Foreign>> {
 /// Checks that OUT (at `dest`, spelled `shown`) may be replaced by `--force`: a directory whose
 /// marker lists everything in it.
 pub fn check_replaceable(dest: &Path, shown: &Path) -> Result<()> {
+    check_replaceable_but(dest, shown, |_| false)
+}
+
+/// [`check_replaceable`], the entries named so that `skip` holds left out.
+pub fn check_replaceable_but(dest: &Path, shown: &Path, skip: impl Fn(&str) -> bool) -> Result<()> {
     let meta = std::fs::symlink_metadata(dest).with_context(|| format!("{}: cannot read", shown.display()))?;
     if !meta.is_dir() {
         bail!(
@@ -163,7 +177,7 @@ pub fn check_replaceable(dest: &Path, shown: &Path) -> Result<()> {
             shown.display()
         );
     }
-    if let Some(foreign) = first_foreign_entry(dest)? {
+    if let Some(foreign) = first_foreign_entry_but(dest, skip)? {
         bail!(
             "{}: {foreign}; --force replaces only an earlier output of escha-convert (one written by a version \
              without the marker must be removed by hand)",

@@ -9,10 +9,12 @@
 //! rename, so something that appeared during the run is never deleted without `--force`, and the
 //! swap of an old output for the new one is never cut in half by a signal; a staging directory
 //! left by a killed run is removed by a later run only when its lock is free and its marker shows
-//! it is ours.
+//! it is ours. OUT that is a mount point is worked on from inside (`inplace.rs`): a staging
+//! directory beside it would be on another file system, and the mount point cannot be renamed.
 
+use super::inplace::{self, is_working_entry, INSIDE};
 use super::lock::{sibling_name, OutputLock};
-use super::ours::{check_replaceable, first_foreign_entry, MARKER_FILE};
+use super::ours::{check_replaceable, check_replaceable_but, first_foreign_entry, MARKER_FILE};
 use super::writable::cannot_create;
 use crate::failure::{Classify, ErrorCode};
 use crate::paths::{overlaps, physical_destination};
@@ -31,6 +33,8 @@ pub struct Staging {
     dest: PathBuf,
     shown: PathBuf,
     force: bool,
+    /// OUT is a mount point: the staging directory is inside it ([`inplace`]).
+    inside: bool,
     _lock: OutputLock,
     committed: bool,
 }
@@ -49,6 +53,7 @@ pub struct Claim {
     dest: PathBuf,
     shown: PathBuf,
     force: bool,
+    inside: bool,
     lock: OutputLock,
 }
 
@@ -58,10 +63,17 @@ impl Claim {
     pub fn take(out: &Destination) -> Result<Claim> {
         let dest = resolve(out)?;
         let (parent, name) = split(&dest, out.path)?;
-        std::fs::create_dir_all(parent).map_err(|e| cannot_create(parent, "OUT's parent directory", e))?;
-        let lock = OutputLock::acquire(out.path, parent, name)?;
-        check_destination(&dest, out)?;
-        Ok(Claim { dest, shown: out.path.to_path_buf(), force: out.force, lock })
+        let inside = inplace::is_mount_point(&dest);
+        let lock = if inside {
+            // Everything this run creates stays on OUT's own file system.
+            check_destination(&dest, out, inside)?;
+            OutputLock::acquire(out.path, &dest, OsStr::new(INSIDE))?
+        } else {
+            std::fs::create_dir_all(parent).map_err(|e| cannot_create(parent, "OUT's parent directory", e))?;
+            OutputLock::acquire(out.path, parent, name)?
+        };
+        check_destination(&dest, out, inside)?;
+        Ok(Claim { dest, shown: out.path.to_path_buf(), force: out.force, inside, lock })
     }
 }
 
@@ -70,18 +82,18 @@ impl Staging {
     /// [`MARKER_FILE`]), after checking OUT again. Stale staging directories it removes or keeps
     /// are reported in `notes`.
     pub fn prepare(claim: Claim, marker: &str, notes: &mut Vec<Warning>) -> Result<Staging> {
-        let Claim { dest, shown, force, lock } = claim;
-        let (parent, name) = split(&dest, &shown)?;
+        let Claim { dest, shown, force, inside, lock } = claim;
+        let (parent, name) = if inside { (dest.as_path(), OsStr::new(INSIDE)) } else { split(&dest, &shown)? };
         // Something may have appeared at OUT since the claim; the final rename checks once more.
         let out = Destination { path: &shown, inputs: &[], force };
-        check_destination(&dest, &out)?;
+        check_destination(&dest, &out, inside)?;
         let own = sibling_name(name, "");
         remove_stale_staging(parent, &own, notes);
         let tmp = parent.join(sibling_name(name, &format!("{PARTIAL}{}", std::process::id())));
         signals::remove_on_signal(&tmp);
         // create_dir fails on anything already there: a staging directory is always new.
         std::fs::create_dir(&tmp).map_err(|e| cannot_create(&tmp, "the staging directory", e))?;
-        let staging = Staging { tmp, dest, shown, force, _lock: lock, committed: false };
+        let staging = Staging { tmp, dest, shown, force, inside, _lock: lock, committed: false };
         let marker_path = staging.tmp.join(MARKER_FILE);
         std::fs::write(&marker_path, marker)
             .with_context(|| format!("{}: cannot write", marker_path.display()))
@@ -92,7 +104,8 @@ impl Staging {
     /// The checks of [`Claim::take`] that need no lock and create nothing: what a dry run
     /// reports.
     pub fn check(out: &Destination) -> Result<()> {
-        check_destination(&resolve(out)?, out)
+        let dest = resolve(out)?;
+        check_destination(&dest, out, inplace::is_mount_point(&dest))
     }
 
     /// Where files are written until [`Staging::commit`].
@@ -102,6 +115,12 @@ impl Staging {
 
     /// Moves the finished staging directory to OUT, checking OUT again first.
     pub fn commit(mut self) -> Result<()> {
+        if self.inside {
+            self.commit_inside()?;
+            self.committed = true;
+            signals::forget(&self.tmp);
+            return Ok(());
+        }
         let (dest, shown) = (&self.dest, &self.shown);
         let appeared = || {
             format!(
@@ -184,6 +203,91 @@ impl Staging {
     }
 }
 
+impl Staging {
+    /// Puts the output in place inside OUT, a mount point: an old output's entries (with
+    /// `--force`) are set aside in `.escha-convert.old-PID`, then the staging directory's entries
+    /// are renamed into OUT, the marker first (so that whatever is there is listed) and
+    /// config.json last (what a client opens first). A signal during the moves waits for them and
+    /// then has them undone, so an interrupted run leaves OUT as it was.
+    fn commit_inside(&self) -> Result<()> {
+        let (dest, shown) = (&self.dest, &self.shown);
+        let old_entries = inplace::output_entries(dest)?;
+        if !old_entries.is_empty() {
+            if !self.force {
+                bail!(
+                    "{}: something was written there during the run; not replacing it (run again, with --force if it \
+                     is an earlier output)",
+                    shown.display()
+                );
+            }
+            check_replaceable_but(dest, shown, is_working_entry)?;
+        }
+        let old = dest.join(sibling_name(OsStr::new(INSIDE), &format!("old-{}", std::process::id())));
+        let order = |name: &OsStr| match name.to_str() {
+            Some(MARKER_FILE) => 0,
+            Some("config.json") => 2,
+            _ => 1,
+        };
+        let placed = signals::uninterrupted(|| -> Result<bool> {
+            if signals::interrupted() {
+                return Ok(false);
+            }
+            let mut set_aside = Vec::new();
+            if !old_entries.is_empty() {
+                std::fs::create_dir(&old).map_err(|e| cannot_create(&old, "a place for the old output", e))?;
+                signals::remove_leftover_on_signal(&old);
+                set_aside = move_but_working(dest, &old)?;
+            }
+            let moved = match inplace::move_entries(&self.tmp, dest, order) {
+                Ok(moved) => moved,
+                Err(e) => {
+                    inplace::move_back(&set_aside, dest, &old);
+                    return Err(e).with_context(|| format!("{}: cannot move the output into place", shown.display()));
+                }
+            };
+            if signals::interrupted() {
+                inplace::move_back(&moved, &self.tmp, dest);
+                inplace::move_back(&set_aside, dest, &old);
+                return Ok(false);
+            }
+            signals::output_in_place();
+            Ok(true)
+        })?;
+        if !placed {
+            signals::await_interruption();
+        }
+        signals::pause_point("in_place");
+        let _ = std::fs::remove_dir(&self.tmp);
+        if std::fs::symlink_metadata(&old).is_ok() {
+            std::fs::remove_dir_all(&old)
+                .with_context(|| {
+                    format!(
+                        "{}: cannot remove the old output (the new one is in place at {})",
+                        old.display(),
+                        shown.display()
+                    )
+                })
+                .class(ErrorCode::WriteFailed)?;
+            signals::forget(&old);
+        }
+        Ok(())
+    }
+}
+
+/// Moves every entry of OUT but the working entries into `old`; on a failure, moves them back.
+fn move_but_working(dest: &Path, old: &Path) -> Result<Vec<PathBuf>> {
+    let mut moved = Vec::new();
+    for path in inplace::output_entries(dest)? {
+        let name = PathBuf::from(path.file_name().unwrap_or_default());
+        if let Err(e) = std::fs::rename(&path, old.join(&name)) {
+            inplace::move_back(&moved, dest, old);
+            return Err(e).with_context(|| format!("{}: cannot move the old output aside", path.display()));
+        }
+        moved.push(name);
+    }
+    Ok(moved)
+}
+
 impl Drop for Staging {
     fn drop(&mut self) {
         if !self.committed {
@@ -211,8 +315,9 @@ fn split<'a>(dest: &'a Path, shown: &Path) -> Result<(&'a Path, &'a OsStr)> {
     }
 }
 
-/// Refuses an OUT that exists and may not be replaced.
-fn check_destination(dest: &Path, out: &Destination) -> Result<()> {
+/// Refuses an OUT that exists and may not be replaced. Inside an OUT that is a mount point
+/// (`inside`), a run's working entries are not part of it, and a read-only one is refused.
+fn check_destination(dest: &Path, out: &Destination, inside: bool) -> Result<()> {
     let meta = match std::fs::symlink_metadata(dest) {
         Ok(meta) => meta,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
@@ -231,11 +336,20 @@ fn check_destination(dest: &Path, out: &Destination) -> Result<()> {
             out.path.display()
         );
     }
-    if std::fs::read_dir(dest).with_context(|| format!("{}: cannot list", out.path.display()))?.next().is_none() {
+    if inside {
+        inplace::check_writable(dest, out.path)?;
+        if inplace::output_entries(dest)?.is_empty() {
+            return Ok(());
+        }
+    } else if std::fs::read_dir(dest).with_context(|| format!("{}: cannot list", out.path.display()))?.next().is_none()
+    {
         return Ok(());
     }
     if !out.force {
         bail!("{}: already exists and is not empty; pass --force to replace it", out.path.display());
+    }
+    if inside {
+        return check_replaceable_but(dest, out.path, is_working_entry);
     }
     check_replaceable(dest, out.path)
 }

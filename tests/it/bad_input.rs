@@ -51,7 +51,7 @@ fn tensor<'a>(ts: &'a mut [T], name: &str) -> &'a mut T {
 
 #[test]
 fn missing_path() {
-    fails(Path::new("/nonexistent/escha/checkpoint"), &["/nonexistent/escha/checkpoint", "cannot read input"]);
+    fails(Path::new("/nonexistent/escha/checkpoint"), &["/nonexistent/escha/checkpoint: no such file or directory"]);
 }
 
 #[test]

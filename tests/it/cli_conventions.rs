@@ -379,3 +379,10 @@ fn a_file_at_out_is_called_a_file() {
     assert!(text(&o.stderr).contains("is a file, not a directory"), "{}", text(&o.stderr));
     assert_eq!(std::fs::read(&out).unwrap(), b"x", "never touched");
 }
+
+#[test]
+fn quiet_says_it_hides_warnings_too() {
+    let help = text(&run(&[&"convert", &"--help"]).stdout);
+    let quiet = help.split("\n\n").find(|p| p.contains("--quiet")).unwrap_or_default().to_string();
+    assert!(quiet.contains("warnings"), "{quiet}");
+}

@@ -106,23 +106,11 @@ fn check(shell: &str, queries: &[Query], answers: &[Vec<String>]) {
     assert!(wrong.is_empty(), "{shell} completes:\n{}", wrong.join("\n"));
 }
 
-#[test]
-fn bash_completes_every_subcommand_flag_and_value() {
-    if !installed("bash") {
-        return;
-    }
-    let queries = queries();
-    let answers = bash_answers(&queries.iter().map(|q| q.words.clone()).collect::<Vec<_>>());
-    check("bash", &queries, &answers);
-}
-
-/// What bash offers for each partly typed line, in a directory holding the script (a file name
-/// it could offer).
-fn bash_answers(lines: &[Vec<String>]) -> Vec<Vec<String>> {
-    let tmp = tempfile::tempdir().unwrap();
-    let path = script(tmp.path(), "bash");
-    // As bash calls a completion function: COMP_WORDS and COMP_CWORD set, then the function with
-    // the command, the word being completed and the word before it; its answer is COMPREPLY.
+/// What bash offers for each query, in `dir` (the working directory), with the script loaded: as
+/// bash calls a completion function, `COMP_WORDS` and `COMP_CWORD` set, then the function with the
+/// command, the word being completed and the word before it; its answer is COMPREPLY.
+fn bash_answers(dir: &Path, queries: &[Query]) -> Vec<Vec<String>> {
+    let path = script(dir, "bash");
     let mut driver = format!(
         "source {}\nfunction=$(complete -p {BIN} | sed -E 's/.*-F ([^ ]+) .*/\\1/')\n\
          ask() {{\n  COMP_WORDS=(\"$@\"); COMP_CWORD=$(($# - 1)); COMPREPLY=()\n  \
@@ -130,28 +118,73 @@ fn bash_answers(lines: &[Vec<String>]) -> Vec<Vec<String>> {
          echo \"${{COMPREPLY[*]}}\"\n}}\n",
         quoted(&path.to_string_lossy())
     );
-    for line in lines {
-        let words: Vec<String> = line.iter().map(|w| quoted(w)).collect();
+    for q in queries {
+        let words: Vec<String> = q.words.iter().map(|w| quoted(w)).collect();
         let _ = writeln!(driver, "ask {}", words.join(" "));
     }
-    let o = Command::new("bash").arg("-c").arg(&driver).current_dir(tmp.path()).output().unwrap();
+    let o = Command::new("bash").arg("-c").arg(&driver).current_dir(dir).output().unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stdout).lines().map(|l| l.split_whitespace().map(String::from).collect()).collect()
 }
 
 #[test]
-fn the_values_of_fit_memory_complete_to_no_file_names() {
+fn bash_completes_every_subcommand_flag_and_value() {
     if !installed("bash") {
         return;
     }
-    let line = |flag: &str| [BIN, "convert", flag, ""].map(String::from).to_vec();
-    let flags = ["--fit-memory", "--context", "--reserve", "--max-size"];
-    let answers = bash_answers(&flags.map(line));
-    let script = format!("{BIN}.bash");
-    // `--max-size` still offers files (as clap's scripts offer for any value): the check can fail.
-    assert!(answers[3].contains(&script), "{:?}", answers[3]);
-    for (flag, offered) in flags.iter().zip(&answers).take(3) {
-        assert!(offered.is_empty(), "{flag}: {offered:?}");
+    let tmp = tempfile::tempdir().unwrap();
+    let queries = queries();
+    let answers = bash_answers(tmp.path(), &queries);
+    check("bash", &queries, &answers);
+}
+
+#[test]
+fn bash_completes_the_short_form_and_never_offers_files_for_a_value() {
+    if !installed("bash") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    for file in ["model.safetensors", "11GB", "2"] {
+        std::fs::write(tmp.path().join(file), "").unwrap();
+    }
+    let formats = ["bf16", "f16", "mlx", "gguf", "exl3"];
+    let bits = ["2", "3", "4", "5", "6", "8", "auto"];
+    let queries = vec![
+        // `escha-convert IN OUT …` is convert: its flags, and their values.
+        query(&["in", "out", "--max"], &["--max-size", "--max-shard-size", "--max-added-error"]),
+        query(&["in", "out", "--format", ""], &formats),
+        query(&["-q", "in", "out", "--gguf-type", ""], &["q4_k_m", "q5_k_m", "auto"]),
+        query(&["in", "out", "--format", "mlx", "--bits", ""], &bits),
+        // Flags before IN, and the first word: convert's flags beside the subcommands.
+        query(&["--format", ""], &formats),
+        query(&["--json", "--bits", ""], &bits),
+        query(&["--ma"], &["--max-size", "--max-shard-size"]),
+        query(&[""], &["convert", "inspect"]),
+        query(&["convert", "in", "out", "--bits", ""], &bits),
+    ];
+    let answers = bash_answers(tmp.path(), &queries);
+    check("bash", &queries, &answers);
+    // A value that is free text (a size, a count, a glob, I/N): nothing, never the files here.
+    let free: Vec<Query> =
+        [
+            "--max-size",
+            "--max-shard-size",
+            "--max-added-error",
+            "--fit-memory",
+            "--context",
+            "--reserve",
+            "--only",
+            "-j",
+            "--threads",
+            "--part",
+        ]
+            .iter()
+            .flat_map(|flag| [query(&["in", "out", flag, ""], &[]), query(&["convert", "in", "out", flag, ""], &[])])
+            .chain([query(&["verify", "in", "--base", "b", "--sample", ""], &[])])
+            .collect();
+    let answers = bash_answers(tmp.path(), &free);
+    for (q, got) in free.iter().zip(&answers) {
+        assert!(got.iter().all(|w| !tmp.path().join(w).exists()), "{:?} offers files: {got:?}", q.words.join(" "));
     }
 }
 

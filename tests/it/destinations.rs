@@ -379,3 +379,84 @@ fn a_refused_out_is_refused_before_any_weight_is_decoded() {
         assert!(err.contains("paused at probe"), "{format:?}: {err}");
     }
 }
+
+/// The files of directory `dir` by name (one level: an output has no subdirectory).
+fn named_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap_or_default()))
+        .collect()
+}
+
+/// In a private mount namespace (nothing leaks to the host): a tmpfs mounted at `disk` is OUT of
+/// a conversion, then of `--force` over it, then of a plain run (refused: not empty); a read-only
+/// tmpfs at `ro` is OUT of a fourth. Each step's exit status and stderr, and OUT's copy after it,
+/// are left in `tmp`.
+const MOUNT_STEPS: &str = r#"set -u
+mount -t tmpfs tmpfs "$T/disk" && mount -t tmpfs -o ro tmpfs "$T/ro" || exit 77
+step() { n=$1; shift; "$@" 2>"$T/$n.err" >"$T/$n.out"; echo $? >"$T/$n.rc"; }
+step 1 "$B" "$IN" "$T/disk" -q
+cp -a "$T/disk" "$T/after-1"
+step 2 "$B" "$IN" "$T/disk" -q --force --format mlx
+cp -a "$T/disk" "$T/after-2"
+step 3 "$B" "$IN" "$T/disk" -q --format mlx
+step 4 "$B" "$IN" "$T/ro" --json
+step 5 "$B" "$IN" "$T/ro" --dry-run --json
+ls -A "$T" >"$T/beside"
+"#;
+
+#[test]
+fn an_empty_mount_point_is_a_place_to_write_and_a_read_only_one_is_refused_first() {
+    if !root_or_skip("mounting a tmpfs in a mount namespace") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let input = fixture("dense");
+    for d in ["disk", "ro"] {
+        std::fs::create_dir(t.join(d)).unwrap();
+    }
+    let o = Command::new("unshare")
+        .args(["--mount", "--propagation", "private", "sh", "-c", MOUNT_STEPS])
+        .env("T", t)
+        .env("B", env!("CARGO_BIN_EXE_escha-convert"))
+        .env("IN", &input)
+        .output();
+    if !o.as_ref().is_ok_and(|o| o.status.code() == Some(0)) {
+        let why = o.map_or_else(|e| e.to_string(), |o| stderr(&o));
+        assert!(std::env::var("CI").as_deref() != Ok("true"), "cannot mount a tmpfs in a namespace under CI: {why}");
+        eprintln!("skipped: cannot mount a tmpfs in a mount namespace: {why}");
+        return;
+    }
+    let step = |n: u32| {
+        let read = |ext: &str| std::fs::read_to_string(t.join(format!("{n}.{ext}"))).unwrap();
+        (read("rc").trim().parse::<i32>().unwrap(), read("err"), read("out"))
+    };
+    // The same outputs as into a plain directory, and nothing of the run's own left in OUT.
+    let (bf16, mlx) = (t.join("bf16"), t.join("mlx"));
+    assert!(run(&[&input, &bf16, &"-q"]).status.success());
+    assert!(run(&[&input, &mlx, &"-q", &"--format", &"mlx"]).status.success());
+    let (rc, err, _) = step(1);
+    assert_eq!(rc, 0, "convert into the mount point: {err}");
+    assert!(named_files(&t.join("after-1")) == named_files(&bf16), "convert: not the output a plain OUT gets");
+    let (rc, err, _) = step(2);
+    assert_eq!(rc, 0, "--force over the earlier output on the mount point: {err}");
+    assert!(named_files(&t.join("after-2")) == named_files(&mlx), "--force: not the output a plain OUT gets");
+    let (rc, err, _) = step(3);
+    assert_eq!(rc, 1, "{err}");
+    assert!(err.contains("already exists and is not empty; pass --force"), "{err}");
+    // Read-only: refused with the true reason, before any work, with nothing staged beside it.
+    let (rc, err, out) = step(4);
+    assert_eq!(rc, 1, "{err}");
+    assert!(err.contains("a read-only file system is mounted there"), "{err}");
+    assert!(!err.contains("during the run") && !err.contains("decod"), "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["error"]["code"], "output_refused", "{doc}");
+    let (rc, err, out) = step(5);
+    assert_eq!(rc, 0, "{err}");
+    let plan: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(plan["would_refuse"].as_str().is_some_and(|w| w.contains("read-only file system")), "{plan}");
+    let beside = std::fs::read_to_string(t.join("beside")).unwrap();
+    assert!(!beside.contains(".disk.") && !beside.contains(".ro."), "staged beside OUT: {beside}");
+}

@@ -221,7 +221,11 @@ fn an_existing_local_path_wins_over_a_hub_id() {
     // A string that is not of the id grammar is a path, reported as one.
     let o = cmd(&[("HF_HUB_CACHE", &cache)]).args(["org/name/", "out"]).current_dir(&cache).output().unwrap();
     assert_eq!(o.status.code(), Some(1));
-    assert!(stderr(&o).contains("cannot read input") && !stderr(&o).contains("hf download"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("org/name/: no such file or directory") && !stderr(&o).contains("hf download"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]
@@ -587,4 +591,65 @@ fn an_id_in_the_wrong_case_is_told_the_cached_one() {
     json(&dry_run(&mut cmd(&[("HF_HUB_CACHE", &cache)]), "EschaTest/Dense-W2", tmp.path()));
     let o = cmd(&[("HF_HUB_CACHE", &cache)]).arg("eschatest/other").arg(tmp.path().join("out")).output().unwrap();
     assert!(!stderr(&o).contains("it holds"), "{}", stderr(&o));
+}
+
+/// Runs the short form `escha-convert ARGS… out` in `dir` with the cache `cache`: exit 1, its
+/// stderr.
+fn refused_in(dir: &Path, cache: &Path, args: &[&str]) -> String {
+    let o = cmd(&[("HF_HUB_CACHE", cache)]).current_dir(dir).args(args).arg("out").output().unwrap();
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+    assert!(!dir.join("out").exists(), "{args:?}");
+    err
+}
+
+#[test]
+fn a_missing_in_is_said_to_be_missing_first_and_a_download_offered_only_for_a_hub_id() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    dense_cache(&cache);
+    add_snapshot(&cache, "Escha/Escha-W2-27B", C2, &fixture("dense"));
+    let work = tmp.path().join("work");
+    crate::common::copy_tree(&fixture("dense"), &work.join("fixtures/dense"));
+    let never = ["unrecognized subcommand", "unexpected argument", "inspect", "hf download"];
+    // A bare word (the README's forms, with and without flags), a typo of a local directory, a
+    // missing step under a local directory: no such file, the close names, no download.
+    for (args, says) in [
+        (
+            &["Escha-W2-27B"][..],
+            "Escha-W2-27B: no such file or directory; the Hugging Face cache holds Escha/Escha-W2-27B",
+        ),
+        (
+            &["-q", "Escha-W2-27B"],
+            "Escha-W2-27B: no such file or directory; the Hugging Face cache holds Escha/Escha-W2-27B",
+        ),
+        (&["fixtures/dnse"], "fixtures/dnse: no such file or directory; did you mean fixtures/dense?"),
+        (&["Fixtures/Dense"], "Fixtures/Dense: no such file or directory, nor a Hub id the Hugging Face cache"),
+        (&["fixtures/dense/x"], "fixtures/dense/x: no such file or directory"),
+    ] {
+        let err = refused_in(&work, &cache, args);
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(never.iter().all(|w| !err.contains(w)), "{args:?}: {err}");
+    }
+    let err = refused_in(&work, &cache, &["Fixtures/Dense"]);
+    assert!(err.ends_with("did you mean fixtures/dense?\n"), "{err}");
+    let err = refused_in(&work.join("fixtures"), &cache, &["dnse"]);
+    assert!(err.contains("dnse: no such file or directory; did you mean dense?"), "{err}");
+    assert!(never.iter().all(|w| !err.contains(w)), "{err}");
+    // A Hub id in the wrong letter case: the id the cache holds, never a download.
+    let err = refused_in(&work, &cache, &["ORG/Name"]);
+    assert!(err.starts_with("escha-convert: error: ORG/Name: no such file or directory"), "{err}");
+    assert!(
+        err.contains("it holds org/name, the same id in other letter case") && err.contains("pass org/name"),
+        "{err}"
+    );
+    assert!(!err.contains("download"), "{err}");
+    // An id neither on disk nor in the cache, in any case: the download.
+    let err = refused_in(&work, &cache, &["org/absent"]);
+    assert!(err.contains("org/absent: no such file or directory, and the Hugging Face cache"), "{err}");
+    assert!(err.contains("`hf download org/absent`"), "{err}");
+    // A typo of a subcommand is still that: clap suggests it.
+    let o = cmd(&[]).current_dir(&work).args(["verfy", "x"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("'verify'"), "{}", stderr(&o));
 }

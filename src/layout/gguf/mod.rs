@@ -372,11 +372,12 @@ impl Layout for GgufLayout {
             description: format!(
                 "GGUF for llama.cpp ({}){}",
                 if self.opts.fitted {
-                    "each tensor's block type chosen by the size budget".to_string()
+                    "each tensor's block type chosen by the size budget, int8 tables included".to_string()
                 } else {
                     format!("`--gguf-type {ty}`")
                 },
-                if self.opts.int8 == Int8Mode::Exact { ", int8 layers as exact Q8_0" } else { "" }
+                // Under a size budget the tables take the types it chose; its note says which.
+                if self.opts.int8 == Int8Mode::Exact && !self.opts.fitted { ", int8 layers as exact Q8_0" } else { "" }
             ),
             how_to_load: format!(
                 "llama.cpp{draft}:\n\n```sh\nllama-cli -m path/to/model/model.gguf -p \"Hello\"\n```\n\n\
