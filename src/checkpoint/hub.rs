@@ -13,8 +13,8 @@
 //! the `hf download` command that puts it there. The snapshot found is then read like any input
 //! directory, within its boundary (`boundary.rs`).
 
-use super::regular::{kind, open_regular};
 use super::missing::{close_paths, closeness, first_step_exists, no_such_path};
+use super::regular::{kind, open_regular};
 use crate::text::excerpt;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;

@@ -657,7 +657,13 @@ mod tests {
                             fit_memory,
                         ),
                         OutputFormat::Gguf(o) if fitted => (
-                            OutputFormat::Gguf(GgufOptions { ty: GgufType::Auto, auto: None, fitted: true, imatrix: false, ..o }),
+                            OutputFormat::Gguf(GgufOptions {
+                                ty: GgufType::Auto,
+                                auto: None,
+                                fitted: true,
+                                imatrix: false,
+                                ..o
+                            }),
                             max_size,
                             fit_memory,
                         ),

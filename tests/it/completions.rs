@@ -165,23 +165,22 @@ fn bash_completes_the_short_form_and_never_offers_files_for_a_value() {
     let answers = bash_answers(tmp.path(), &queries);
     check("bash", &queries, &answers);
     // A value that is free text (a size, a count, a glob, I/N): nothing, never the files here.
-    let free: Vec<Query> =
-        [
-            "--max-size",
-            "--max-shard-size",
-            "--max-added-error",
-            "--fit-memory",
-            "--context",
-            "--reserve",
-            "--only",
-            "-j",
-            "--threads",
-            "--part",
-        ]
-            .iter()
-            .flat_map(|flag| [query(&["in", "out", flag, ""], &[]), query(&["convert", "in", "out", flag, ""], &[])])
-            .chain([query(&["verify", "in", "--base", "b", "--sample", ""], &[])])
-            .collect();
+    let free: Vec<Query> = [
+        "--max-size",
+        "--max-shard-size",
+        "--max-added-error",
+        "--fit-memory",
+        "--context",
+        "--reserve",
+        "--only",
+        "-j",
+        "--threads",
+        "--part",
+    ]
+    .iter()
+    .flat_map(|flag| [query(&["in", "out", flag, ""], &[]), query(&["convert", "in", "out", flag, ""], &[])])
+    .chain([query(&["verify", "in", "--base", "b", "--sample", ""], &[])])
+    .collect();
     let answers = bash_answers(tmp.path(), &free);
     for (q, got) in free.iter().zip(&answers) {
         assert!(got.iter().all(|w| !tmp.path().join(w).exists()), "{:?} offers files: {got:?}", q.words.join(" "));

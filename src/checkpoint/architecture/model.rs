@@ -2,7 +2,9 @@
 //! typed and bounded.
 
 use super::client_keys::client_keys;
-use super::keys::{excerpt, Keys, MAX_CONV_KERNEL, MAX_DIM, MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB};
+use super::keys::{
+    excerpt, Keys, MAX_CONV_KERNEL, MAX_DIM, MAX_EXPERTS, MAX_HEADS, MAX_LAYERS, MAX_POSITIONS, MAX_VOCAB,
+};
 use anyhow::{bail, Result};
 use serde_json::{Map, Value};
 

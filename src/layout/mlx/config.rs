@@ -81,24 +81,17 @@ pub fn quantization(tensors: &[OutputTensor], opts: MlxOptions, moe: bool) -> Va
 pub fn config_json(config: &Value, quantization: Value) -> Value {
     let Some(obj) = config.as_object() else { return config.clone() };
     let family = TextModel::from_config(config).ok().map(|m| m.family);
-    let nested = obj.get("text_config").and_then(Value::as_object);
-    let flatten = family == Some(ModelFamily::Next) && nested.is_some();
     let mut out: Map<String, Value> = obj
         .iter()
         .filter(|(k, v)| {
             let dropped =
                 matches!(k.as_str(), "quantization_config" | "quantization" | "_name_or_path" | "vision_config");
             // A null `text_config` is a flat config to the model check, and a crash to mlx-lm.
-            let text = k.as_str() == "text_config" && (v.is_null() || flatten);
+            let text = k.as_str() == "text_config" && v.is_null();
             !dropped && !text
         })
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    if flatten {
-        for (k, v) in nested.into_iter().flatten() {
-            out.insert(k.clone(), v.clone());
-        }
-    }
     if let Some(family) = family {
         out.insert("model_type".into(), json!(mlx_model_type(family)));
     }
@@ -151,15 +144,16 @@ mod tests {
             null_text["text_config"] = Value::Null;
             assert!(config_json(&null_text, q.clone()).get("text_config").is_none());
         }
-        // A nested Qwen3-Next config: mlx-lm's qwen3_next reads the top level only.
-        let mut next = moe.clone();
+        // Qwen3-Next is flat (mlx-lm's qwen3_next reads the top level only): the model check
+        // refuses it nested, and a flat one keeps its keys where they stand.
+        let mut next = moe["text_config"].clone();
         next["model_type"] = json!("qwen3_next");
-        next["text_config"]["model_type"] = json!("qwen3_next");
-        next.as_object_mut().unwrap().shift_remove("architectures");
-        TextModel::from_config(&next).expect("the model check accepts it");
+        let mut nested = moe.clone();
+        nested["model_type"] = json!("qwen3_next");
+        assert!(TextModel::from_config(&nested).is_err());
         let out = config_json(&next, q);
         assert_eq!(out["model_type"], "qwen3_next");
-        assert!(out.get("text_config").is_none() && out["num_experts"] == moe["text_config"]["num_experts"]);
+        assert_eq!(out["num_experts"], moe["text_config"]["num_experts"]);
     }
 
     #[test]
