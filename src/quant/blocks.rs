@@ -1,7 +1,7 @@
 //! ggml block encodings of f32 rows, byte for byte what ggml's reference quantizers write (no
 //! importance matrix), and the lossless `Q8_0` repack of int8 rows.
 
-use super::{iq4, kquants, legacy, q8_0};
+use super::{iq4, iqlow, kquants, legacy, q8_0};
 use crate::block_type::BlockType;
 use half::f16;
 
@@ -17,6 +17,10 @@ pub fn quantize(block: BlockType, values: &[f32], out: &mut Vec<u8>) {
             kquants::quantize_row(block, values, out);
         }
         BlockType::IQ4_NL | BlockType::IQ4_XS => iq4::quantize_row(block, values, out),
+        // Without an importance matrix (see `iqlow::quantize_row` for the two types that need one).
+        BlockType::IQ2_XXS | BlockType::IQ2_XS | BlockType::IQ2_S | BlockType::IQ3_XXS | BlockType::IQ3_S => {
+            iqlow::quantize_row(block, values, None, out);
+        }
     }
 }
 
@@ -36,6 +40,9 @@ pub fn dequantize(block: BlockType, blocks: &[u8], out: &mut Vec<f32>) {
             kquants::dequantize_row(block, blocks, out);
         }
         BlockType::IQ4_NL | BlockType::IQ4_XS => iq4::dequantize_row(block, blocks, out),
+        BlockType::IQ2_XXS | BlockType::IQ2_XS | BlockType::IQ2_S | BlockType::IQ3_XXS | BlockType::IQ3_S => {
+            iqlow::dequantize_row(block, blocks, out);
+        }
     }
 }
 
@@ -54,7 +61,16 @@ pub fn first_unholdable(values: &[f32]) -> Option<usize> {
 #[cfg(test)]
 fn scale_offsets(block: BlockType) -> &'static [usize] {
     match block {
-        BlockType::Q4_0 | BlockType::Q5_0 | BlockType::Q8_0 | BlockType::IQ4_NL | BlockType::IQ4_XS => &[0],
+        BlockType::Q4_0
+        | BlockType::Q5_0
+        | BlockType::Q8_0
+        | BlockType::IQ4_NL
+        | BlockType::IQ4_XS
+        | BlockType::IQ2_XXS
+        | BlockType::IQ2_XS
+        | BlockType::IQ2_S
+        | BlockType::IQ3_XXS
+        | BlockType::IQ3_S => &[0],
         BlockType::Q4_1 | BlockType::Q5_1 | BlockType::Q4_K | BlockType::Q5_K => &[0, 2],
         BlockType::Q2_K => &[80, 82],
         BlockType::Q3_K => &[108],
