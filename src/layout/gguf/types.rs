@@ -1,7 +1,7 @@
 //! Which storage each GGUF tensor gets. First what llama.cpp's converter writes (1-D tensors,
 //! norms, routers and conv1d in F32; the rest in the chosen type; the exact `Q8_0` of int8 pairs
 //! whose row scale is an f16); then, for a K-quant type, what llama-quantize would make of that
-//! file (`mixture.rs`); or, for `auto`, per coded linear the narrowest type within the error budget
+//! file (`mixture/`); or, for `auto`, per coded linear the narrowest type within the error budget
 //! that `--bits auto` spends too.
 
 use super::hparams::Hparams;
