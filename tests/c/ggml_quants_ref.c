@@ -10,6 +10,12 @@
 //         u32 n (a multiple of the type's block length), then n f32; all little-endian.
 // stdout: the blocks as ggml lays them out in memory.
 //
+// The IQ2/IQ3 types (16 = IQ2_XXS, 17 = IQ2_XS, 18 = IQ3_XXS, 21 = IQ3_S, 22 = IQ2_S) go through
+// llama-quantize's entry points quantize_iq*(src, dst, 1, n, imatrix): with 512 added to the type,
+// n f32 importances follow the values (one per value; IQ2_XXS and IQ2_XS need them), else the
+// imatrix is NULL. With 1024 added, the run is timed instead: stdout gets the u64 nanoseconds of
+// encoding the row (after the grids' one-time set-up), then the blocks.
+//
 // With 256 added to the type, stdin holds the blocks of n values instead of the f32 values and
 // stdout gets the n f32 that ggml's dequantize_row_<type> makes of them (little-endian).
 //
@@ -24,11 +30,14 @@
 // x86-64 builds give the low byte of cvttss2si/cvttps2dq, which src/quant/legacy.rs reproduces.
 // The few ggml symbols that file references outside the reference encoders are stubbed below.
 
+#define _POSIX_C_SOURCE 199309L
+
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ggml-quants.h"
 
@@ -87,6 +96,8 @@ static int write_all(const void * buf, size_t len) {
 }
 
 #define DECODE 256u
+#define WEIGHTED 512u
+#define TIMED 1024u
 
 int main(void) {
     unsigned char header[8];
@@ -96,8 +107,10 @@ int main(void) {
     }
     const uint32_t mode = le_u32(header);
     const uint32_t n = le_u32(header + 4);
-    const uint32_t type = mode & ~DECODE;
+    const uint32_t type = mode & ~(DECODE | WEIGHTED | TIMED);
     const int decode = (mode & DECODE) != 0;
+    const int weighted = (mode & WEIGHTED) != 0;
+    const int timed = (mode & TIMED) != 0;
     size_t block_size;
     uint32_t block_len;
     switch (type) {
@@ -113,6 +126,11 @@ int main(void) {
         case GGML_TYPE_Q6_K: block_size = sizeof(block_q6_K); block_len = QK_K; break;
         case GGML_TYPE_IQ4_NL: block_size = sizeof(block_iq4_nl); block_len = QK4_NL; break;
         case GGML_TYPE_IQ4_XS: block_size = sizeof(block_iq4_xs); block_len = QK_K; break;
+        case GGML_TYPE_IQ2_XXS: block_size = sizeof(block_iq2_xxs); block_len = QK_K; break;
+        case GGML_TYPE_IQ2_XS: block_size = sizeof(block_iq2_xs); block_len = QK_K; break;
+        case GGML_TYPE_IQ2_S: block_size = sizeof(block_iq2_s); block_len = QK_K; break;
+        case GGML_TYPE_IQ3_XXS: block_size = sizeof(block_iq3_xxs); block_len = QK_K; break;
+        case GGML_TYPE_IQ3_S: block_size = sizeof(block_iq3_s); block_len = QK_K; break;
         default:
             fprintf(stderr, "ggml_quants_ref: unsupported type %u\n", type);
             return 2;
@@ -124,9 +142,10 @@ int main(void) {
 
     const size_t n_blocks = n / block_len;
     float * values = malloc((size_t) n * sizeof(float) + 1);
+    float * importance = malloc((size_t) n * sizeof(float) + 1);
     unsigned char * raw = malloc((size_t) n * 4 + 1);
     void * blocks = malloc(n_blocks * block_size + 1);
-    if (!values || !raw || !blocks) {
+    if (!values || !importance || !raw || !blocks) {
         fprintf(stderr, "ggml_quants_ref: out of memory\n");
         return 2;
     }
@@ -146,6 +165,11 @@ int main(void) {
             case GGML_TYPE_Q3_K: dequantize_row_q3_K(blocks, values, n); break;
             case GGML_TYPE_IQ4_NL: dequantize_row_iq4_nl(blocks, values, n); break;
             case GGML_TYPE_IQ4_XS: dequantize_row_iq4_xs(blocks, values, n); break;
+            case GGML_TYPE_IQ2_XXS: dequantize_row_iq2_xxs(blocks, values, n); break;
+            case GGML_TYPE_IQ2_XS: dequantize_row_iq2_xs(blocks, values, n); break;
+            case GGML_TYPE_IQ2_S: dequantize_row_iq2_s(blocks, values, n); break;
+            case GGML_TYPE_IQ3_XXS: dequantize_row_iq3_xxs(blocks, values, n); break;
+            case GGML_TYPE_IQ3_S: dequantize_row_iq3_s(blocks, values, n); break;
             case GGML_TYPE_Q4_K: dequantize_row_q4_K(blocks, values, n); break;
             case GGML_TYPE_Q5_K: dequantize_row_q5_K(blocks, values, n); break;
             default:             dequantize_row_q6_K(blocks, values, n); break;
@@ -168,7 +192,31 @@ int main(void) {
             const uint32_t bits = le_u32(raw + 4 * i);
             memcpy(&values[i], &bits, sizeof bits);
         }
+        if (weighted) {
+            if (!read_exact(raw, (size_t) n * 4)) {
+                fprintf(stderr, "ggml_quants_ref: short input (%u importances expected)\n", n);
+                return 2;
+            }
+            for (size_t i = 0; i < n; ++i) {
+                const uint32_t bits = le_u32(raw + 4 * i);
+                memcpy(&importance[i], &bits, sizeof bits);
+            }
+        }
+        const float * imatrix = weighted ? importance : NULL;
         switch (type) {
+            case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S: iq2xs_init_impl(type); break;
+            case GGML_TYPE_IQ3_XXS: iq3xs_init_impl(256); break;
+            case GGML_TYPE_IQ3_S: iq3xs_init_impl(512); break;
+            default: break;
+        }
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        switch (type) {
+            case GGML_TYPE_IQ2_XXS: quantize_iq2_xxs(values, blocks, 1, n, imatrix); break;
+            case GGML_TYPE_IQ2_XS: quantize_iq2_xs(values, blocks, 1, n, imatrix); break;
+            case GGML_TYPE_IQ2_S: quantize_iq2_s(values, blocks, 1, n, imatrix); break;
+            case GGML_TYPE_IQ3_XXS: quantize_iq3_xxs(values, blocks, 1, n, imatrix); break;
+            case GGML_TYPE_IQ3_S: quantize_iq3_s(values, blocks, 1, n, imatrix); break;
             case GGML_TYPE_Q4_0: quantize_row_q4_0_ref(values, blocks, n); break;
             case GGML_TYPE_Q4_1: quantize_row_q4_1_ref(values, blocks, n); break;
             case GGML_TYPE_Q5_0: quantize_row_q5_0_ref(values, blocks, n); break;
@@ -182,6 +230,17 @@ int main(void) {
             case GGML_TYPE_Q5_K: quantize_row_q5_K_ref(values, blocks, n); break;
             default:             quantize_row_q6_K_ref(values, blocks, n); break;
         }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (timed) {
+            const uint64_t ns = (uint64_t) (t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t) t1.tv_nsec - (uint64_t) t0.tv_nsec;
+            unsigned char b[8];
+            put_le_u32(b, (uint32_t) ns);
+            put_le_u32(b + 4, (uint32_t) (ns >> 32));
+            if (!write_all(b, sizeof b)) {
+                fprintf(stderr, "ggml_quants_ref: write failed\n");
+                return 2;
+            }
+        }
         if (!write_all(blocks, n_blocks * block_size)) {
             fprintf(stderr, "ggml_quants_ref: write failed\n");
             return 2;
@@ -189,6 +248,7 @@ int main(void) {
     }
     free(blocks);
     free(raw);
+    free(importance);
     free(values);
     return 0;
 }

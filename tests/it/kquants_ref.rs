@@ -5,7 +5,8 @@
 //! `quantize_row_q{4,5}_{0,1}_ref` / `quantize_iq4_{nl,xs}` must write exactly the bytes
 //! `quantize_row` writes, for random rows and for every edge the scale search has (zeros,
 //! constants, huge, tiny and subnormal values, outliers, exact ties); ggml's dequantization of
-//! those blocks must equal `dequantize_row` bit for bit.
+//! those blocks must equal `dequantize_row` bit for bit. The harness is shared with
+//! `tests/it/iq_ref.rs` (the IQ2/IQ3 types).
 
 use crate::common::Rng;
 use escha_convert::block_type::BlockType;
@@ -17,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// The harness's "decode instead" flag, added to the type.
-const DECODE: u32 = 256;
+pub(crate) const DECODE: u32 = 256;
 
 /// The legacy types, those `legacy::quantize_row` encodes.
 const LEGACY: [BlockType; 4] = [BlockType::Q4_0, BlockType::Q4_1, BlockType::Q5_0, BlockType::Q5_1];
@@ -45,7 +46,7 @@ fn dequantize(kind: BlockType, data: &[u8]) -> Vec<f32> {
 }
 
 /// The llama.cpp source directory, or `None` (after saying so) when it is not configured outside CI.
-fn llama_cpp_dir() -> Option<PathBuf> {
+pub(crate) fn llama_cpp_dir() -> Option<PathBuf> {
     match std::env::var_os("ESCHA_LLAMA_CPP") {
         Some(dir) if !dir.is_empty() => Some(PathBuf::from(dir)),
         _ => {
@@ -61,13 +62,13 @@ fn llama_cpp_dir() -> Option<PathBuf> {
 }
 
 /// The compiled C harness, in a temporary directory that lives as long as this.
-struct Harness {
+pub(crate) struct Harness {
     _dir: tempfile::TempDir,
     exe: PathBuf,
 }
 
 impl Harness {
-    fn build(llama: &Path) -> Harness {
+    pub(crate) fn build(llama: &Path) -> Harness {
         let ggml = llama.join("ggml");
         let quants = ggml.join("src").join("ggml-quants.c");
         assert!(quants.is_file(), "ESCHA_LLAMA_CPP={}: no {}", llama.display(), quants.display());
@@ -91,7 +92,7 @@ impl Harness {
         Harness { _dir: dir, exe }
     }
 
-    fn run(&self, mode: u32, n_values: usize, payload: &[u8]) -> Vec<u8> {
+    pub(crate) fn run(&self, mode: u32, n_values: usize, payload: &[u8]) -> Vec<u8> {
         let mut child = Command::new(&self.exe)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -118,7 +119,7 @@ impl Harness {
         out
     }
 
-    fn dequantize(&self, kind: BlockType, blocks: &[u8]) -> Vec<f32> {
+    pub(crate) fn dequantize(&self, kind: BlockType, blocks: &[u8]) -> Vec<f32> {
         let n = blocks.len() / kind.bytes() * kind.elements();
         let out = self.run(kind.ggml_type() + DECODE, n, blocks);
         assert_eq!(out.len(), n * 4);
@@ -165,7 +166,7 @@ fn per_block(blocks: usize, mut value: impl FnMut(usize, usize) -> f32) -> Vec<f
 
 /// One random block of `n` values: a random shape (normal, uniform, one-signed, sparse,
 /// heavy-tailed, integer grid, offset) at a random scale over many decades.
-fn random_block(rng: &mut Rng, n: usize) -> Vec<f32> {
+pub(crate) fn random_block(rng: &mut Rng, n: usize) -> Vec<f32> {
     let scale = log_uniform(rng, -12.0, 12.0);
     let shape = rng.next_u64() % 8;
     let offset = if rng.next_u64().is_multiple_of(4) { rng.gaussian() * scale * 4.0 } else { 0.0 };

@@ -28,6 +28,7 @@ mod golden;
 mod hub;
 mod inspect;
 mod interrupts;
+mod iq_ref;
 mod json_contract;
 mod kquants_ref;
 mod links;
