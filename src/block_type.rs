@@ -165,7 +165,10 @@ mod tests {
         let bpw: Vec<f64> = BlockType::ALL.iter().map(|b| b.bits_per_weight()).collect();
         assert_eq!(
             bpw,
-            [4.5, 5.0, 5.5, 6.0, 8.5, 2.625, 3.4375, 4.5, 5.5, 6.5625, 2.0625, 2.3125, 3.0625, 4.5, 3.4375, 2.5625, 4.25]
+            [
+                4.5, 5.0, 5.5, 6.0, 8.5, 2.625, 3.4375, 4.5, 5.5, 6.5625, 2.0625, 2.3125, 3.0625, 4.5, 3.4375, 2.5625,
+                4.25
+            ]
         );
         for b in BlockType::ALL {
             let super_block = b.is_k_quant() || !matches!(b, BlockType::IQ4_NL) && b.name().starts_with("iq");

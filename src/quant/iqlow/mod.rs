@@ -90,8 +90,13 @@ mod tests {
         let x = row(7, 4 * QK_K);
         let w: Vec<f32> = (0..x.len()).map(|i| 0.5 + (i % 13) as f32).collect();
         // Wider types lose less.
-        let bounds =
-            [(BlockType::IQ2_XXS, 0.2), (BlockType::IQ2_XS, 0.15), (BlockType::IQ2_S, 0.12), (BlockType::IQ3_XXS, 0.06), (BlockType::IQ3_S, 0.05)];
+        let bounds = [
+            (BlockType::IQ2_XXS, 0.2),
+            (BlockType::IQ2_XS, 0.15),
+            (BlockType::IQ2_S, 0.12),
+            (BlockType::IQ3_XXS, 0.06),
+            (BlockType::IQ3_S, 0.05),
+        ];
         for (kind, bound) in bounds {
             let e = rel_error(kind, &x, Some(&w));
             assert!(e < bound, "{}: relative error {e}", kind.name());

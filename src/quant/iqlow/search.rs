@@ -140,7 +140,14 @@ pub(super) fn make_qp_scale(nmax: i32, x: &[f32], w: &[f32]) -> f32 {
 /// `iq2_find_best_neighbour` / `iq3_find_best_neighbour`: the listed grid point nearest to `xval`
 /// at `scale` under `weight` (the first of equals), its levels written to `l`. `None` where no
 /// distance is below `f32::MAX` (ggml aborts there).
-fn best_neighbour(table: &Table, list: &[u16], xval: &[f32], weight: &[f32], scale: f32, l: &mut [i8]) -> Option<usize> {
+fn best_neighbour(
+    table: &Table,
+    list: &[u16],
+    xval: &[f32],
+    weight: &[f32],
+    scale: f32,
+    l: &mut [i8],
+) -> Option<usize> {
     let mut best_d2 = f32::MAX;
     let mut best = None;
     for &j in list {
