@@ -92,6 +92,9 @@ fn importances(rng: &mut Rng, n: usize) -> Vec<(&'static str, Vec<f32>)> {
     ]
 }
 
+/// Rows encoded in one call: their names and lengths, the values, the importances if any.
+type Run = (Vec<String>, Vec<usize>, Vec<f32>, Option<Vec<f32>>);
+
 #[test]
 fn iq_encoders_match_ggml_byte_for_byte() {
     let Some(llama) = llama_cpp_dir() else { return };
@@ -110,7 +113,7 @@ fn iq_encoders_match_ggml_byte_for_byte() {
     let mut failures = Vec::new();
     for kind in iqlow::TYPES {
         let size = kind.bytes();
-        let mut runs: Vec<(Vec<String>, Vec<usize>, Vec<f32>, Option<Vec<f32>>)> = Vec::new();
+        let mut runs: Vec<Run> = Vec::new();
         let names = weighted.iter().map(|(n, _, _)| n.clone()).collect();
         let lengths = weighted.iter().map(|(_, x, _)| x.len()).collect();
         let x: Vec<f32> = weighted.iter().flat_map(|(_, x, _)| x.iter().copied()).collect();
@@ -151,7 +154,12 @@ fn iq_encoders_match_ggml_byte_for_byte() {
             iqlow::dequantize_row(kind, &want, &mut ours);
             let differs = |g: &f32, w: &f32| g.to_bits() != w.to_bits() && !(g.is_nan() && w.is_nan());
             if let Some(i) = ours.iter().zip(&theirs).position(|(g, w)| differs(g, w)) {
-                failures.push(format!("{}: decoded value {i} is {:e}, ggml says {:e}", kind.name(), ours[i], theirs[i]));
+                failures.push(format!(
+                    "{}: decoded value {i} is {:e}, ggml says {:e}",
+                    kind.name(),
+                    ours[i],
+                    theirs[i]
+                ));
             }
             blocks += want.len() / size;
         }

@@ -60,9 +60,14 @@ pub(super) fn block(kind: BlockType, x: &[f32], qw: Option<&[f32]>, out: &mut [u
     // ggml keeps the cells of a block whose scales are all zero for IQ2_S and IQ3_S only.
     let keep_cells = max_scale != 0.0 || matches!(kind, BlockType::IQ2_S | BlockType::IQ3_S);
     if keep_cells {
+        // IQ3_S's cells and signs go to the next free slot: ggml's pointers into them advance only
+        // past a group it encodes, so a zero group's slot is taken by the next group's (the 9th
+        // bits go by group).
+        let mut slot = 0;
         for (ib, g) in groups.iter().enumerate() {
             if let Some((cells, signs)) = &g.cells {
-                put_cells(kind, ib, cells, signs, out);
+                put_cells(kind, ib, slot, cells, *signs, out);
+                slot += 1;
             }
         }
     }
@@ -129,7 +134,7 @@ fn group(kind: BlockType, s: &Spec, xb: &[f32], qw: Option<&[f32]>, ib: usize, s
             *b = !*b & mask;
         }
     }
-    if !(scale >= 0.0) {
+    if scale.is_nan() {
         // ggml aborts here; the group is stored as zero instead.
         return zero;
     }
@@ -142,8 +147,9 @@ fn group(kind: BlockType, s: &Spec, xb: &[f32], qw: Option<&[f32]>, ib: usize, s
     Group { scale, cells: Some((cells, signs)) }
 }
 
-/// Writes group `ib`'s grid indexes and signs where `kind` keeps them.
-fn put_cells(kind: BlockType, ib: usize, cells: &[u16; 8], signs: &[u8; 4], out: &mut [u8]) {
+/// Writes group `ib`'s grid indexes and signs where `kind` keeps them (`slot`: its place among
+/// the groups encoded so far, which `IQ3_S` packs by).
+fn put_cells(kind: BlockType, ib: usize, slot: usize, cells: &[u16; 8], signs: [u8; 4], out: &mut [u8]) {
     match kind {
         BlockType::IQ2_XXS => {
             let q = &mut out[2 + 8 * ib..2 + 8 * ib + 8];
@@ -176,10 +182,10 @@ fn put_cells(kind: BlockType, ib: usize, cells: &[u16; 8], signs: &[u8; 4], out:
         }
         _ => {
             for k in 0..8 {
-                out[2 + 8 * ib + k] = cells[k] as u8;
+                out[2 + 8 * slot + k] = cells[k] as u8;
                 out[2 + 64 + ib] |= ((cells[k] >> 8) << k) as u8;
             }
-            out[2 + 72 + 4 * ib..][..4].copy_from_slice(signs);
+            out[2 + 72 + 4 * slot..][..4].copy_from_slice(&signs);
         }
     }
 }

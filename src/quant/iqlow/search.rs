@@ -225,10 +225,10 @@ pub(super) fn search(
     for is in -s.tries..=s.tries {
         let id = ((2 * kmax - 1) as f32 + is as f32 * s.step) / max;
         let this_scale = 1.0 / id;
-        for k in 0..n / cell {
+        for (k, on) in on_grid_aux[..n / cell].iter_mut().enumerate() {
             let r = k * cell..(k + 1) * cell;
             match place(t, &xval[r.clone()], &waux[r.clone()], id, this_scale, &mut aux[r]) {
-                Some(on) => on_grid_aux[k] = on,
+                Some(placed) => *on = placed,
                 None => return f32::NAN,
             }
         }
@@ -247,8 +247,8 @@ pub(super) fn search(
     };
     if again {
         let id = 1.0 / scale;
-        for k in 0..n / cell {
-            if s.replace == Replace::Moved && on_grid[k] {
+        for (k, &on) in on_grid[..n / cell].iter().enumerate() {
+            if s.replace == Replace::Moved && on {
                 continue;
             }
             let r = k * cell..(k + 1) * cell;

@@ -268,6 +268,7 @@ pub fn tensor_type_with(
 /// `tensor_requires_imatrix`: whether llama-quantize refuses to write tensor `name` as `storage`
 /// (its type after the fallback) in `mixture` without an importance matrix. The embeddings and
 /// the output never need one.
+#[cfg_attr(not(test), allow(dead_code))] // for `--imatrix`, which will refuse with it
 pub fn requires_imatrix(mixture: Mixture, name: &str, storage: Storage) -> bool {
     if matches!(name, "token_embd.weight" | "per_layer_token_embd.weight" | "output.weight") {
         return false;
@@ -473,15 +474,11 @@ fn mixture_type(mixture: Mixture, model: &ModelShape, name: &str, ncols: usize, 
         c if c.is_attn_v() => {
             let (i, n) = (position(&model.attention_wv, name), model.n_attention_wv as i64);
             let t = match mixture {
-                M::Q2K if gqa4 => T::Q4_K,
+                M::Q2K | M::Q2KS | M::IQ3XXS | M::IQ3XS | M::IQ3S if gqa4 => T::Q4_K,
                 M::Q2K => T::Q3_K,
-                M::Q2KS if gqa4 => T::Q4_K,
-                M::IQ3XXS if gqa4 => T::Q4_K,
                 M::IQ3XXS if !imatrix => T::IQ3_S,
-                M::IQ3XS | M::IQ3S if gqa4 => T::Q4_K,
-                M::IQ3M => T::Q4_K,
                 M::Q3KM if i < 2 => T::Q5_K,
-                M::Q3KM => T::Q4_K,
+                M::IQ3M | M::Q3KM => T::Q4_K,
                 M::Q3KL => T::Q5_K,
                 M::IQ4XS if gqa4 => T::Q5_K,
                 M::Q4KM | M::Q5KM if use_more_bits(i, n) => T::Q6_K,
