@@ -257,7 +257,7 @@ fn iq_mixtures_follow_llama_cpps_rules() {
             other => panic!("{name}: {other:?}"),
         }
     };
-    let defaults = M::LOW_BIT.map(|mix| at(mix, &m, "blk.5.ffn_up.weight", true));
+    let defaults = M::LOW_BIT.map(|mix| at(mix, &m, "blk.0.ffn_up.weight", true));
     assert_eq!(
         defaults,
         [T::IQ2_XXS, T::IQ2_XS, T::IQ2_XS, T::IQ2_S, T::IQ3_XXS, T::IQ3_S, T::IQ3_S, T::IQ3_S, T::Q2_K]
