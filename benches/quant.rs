@@ -7,12 +7,16 @@
 //! group size 64 with BF16 scales; K-quants: `Q2_K` to `Q6_K` (`kquants::SEARCHED`), a row (20
 //! super-blocks) at a time; `IQ4_XS` and `IQ4_NL` a row at a time; `Q8_0` a row at a time, beside
 //! the bf16 rounding of the same row (what a bf16 output costs there); the legacy types `Q4_0`,
-//! `Q4_1`, `Q5_0` and `Q5_1` a row at a time.
+//! `Q4_1`, `Q5_0` and `Q5_1` a row at a time; the IQ2/IQ3 types (scalar only) a row at a time on
+//! the first 16 rows, with a heavy-tailed per-column importance.
+//!
+//! `cargo bench --bench quant -- iqlow` (any words after `--`) runs only the sections whose names
+//! hold one of them: `affine`, `kquants`, `iq4`, `q8_0`, `legacy`, `iqlow`.
 
 use escha_convert::block_type::BlockType;
 use escha_convert::quant::affine::{quantize_rows_with, round_slice, AffineOut, AffineSpec, Kernel};
 use escha_convert::quant::kquants;
-use escha_convert::quant::{dense, iq4, legacy, q8_0};
+use escha_convert::quant::{dense, iq4, iqlow, legacy, q8_0};
 use escha_convert::rng::SplitMix64;
 use safetensors::Dtype;
 use std::hint::black_box;
@@ -35,6 +39,30 @@ fn weights(n: usize, seed: u64) -> Vec<f32> {
 
 fn main() {
     let values = weights(ROWS * COLS, 0x5EED);
+    let words: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--")).collect();
+    let run = |section: &str| words.is_empty() || words.iter().any(|w| section.contains(w.as_str()));
+    if run("affine") {
+        affine_section(&values);
+    }
+    if run("kquants") {
+        kquants_section(&values);
+    }
+    if run("iq4") {
+        iq4_section(&values);
+    }
+    if run("q8_0") {
+        q8_0_section(&values);
+    }
+    if run("legacy") {
+        legacy_section(&values);
+    }
+    if run("iqlow") {
+        iqlow_section(&values);
+    }
+}
+
+/// `quantize_rows` at each width: the reference against the best kernel.
+fn affine_section(values: &[f32]) {
     let best = Kernel::best();
     println!("quantize_rows, {ROWS}×{COLS} block, group {GROUP_SIZE}, BF16 scales: ns/weight, median (min) of {REPS}");
     println!("{:>4}  {:>22}  {:>22}  speed-up", "bits", "reference", best.name());
@@ -47,7 +75,7 @@ fn main() {
                 scales.clear();
                 biases.clear();
                 let out = &mut AffineOut { packed: &mut packed, scales: &mut scales, biases: &mut biases };
-                quantize_rows_with(kernel, black_box(&values), COLS, spec, Dtype::BF16, out);
+                quantize_rows_with(kernel, black_box(values), COLS, spec, Dtype::BF16, out);
                 black_box((&packed, &scales, &biases));
             })
         };
@@ -55,10 +83,6 @@ fn main() {
         let fast = time(best);
         println!("{bits:>4}  {reference}  {fast}  {:6.1}×", reference.median / fast.median);
     }
-    kquants_section(&values);
-    iq4_section(&values);
-    q8_0_section(&values);
-    legacy_section(&values);
 }
 
 /// `kquants::quantize_row` for each K-quant type, row by row: the reference against the best
@@ -167,5 +191,31 @@ fn legacy_section(values: &[f32]) {
         let reference = ns_per_weight(REPS, values.len(), || run(legacy::quantize_row_reference, &mut out));
         let fast = ns_per_weight(REPS, values.len(), || run(legacy::quantize_row, &mut out));
         println!("{:>4}  {reference}  {fast}  {:6.1}×", kind.name(), reference.median / fast.median);
+    }
+}
+
+/// The rows the IQ2/IQ3 encoders are timed on.
+const IQ_ROWS: usize = 16;
+const IQ_REPS: usize = 5;
+
+/// `iqlow::quantize_row` for each IQ2/IQ3 type, row by row, with one importance per column
+/// (heavy-tailed, as llama-imatrix's are).
+fn iqlow_section(values: &[f32]) {
+    let values = &values[..IQ_ROWS * COLS];
+    let mut rng = SplitMix64(0x1a40);
+    let importance: Vec<f32> = (0..COLS).map(|_| (rng.gaussian() * 1.5).exp() as f32).collect();
+    println!();
+    println!("iqlow::quantize_row, {IQ_ROWS}×{COLS} block, a row at a time: ns/weight, median (min) of {IQ_REPS}");
+    println!("{:>8}  {:>22}", "type", "reference");
+    let mut out = Vec::new();
+    for kind in iqlow::TYPES {
+        let time = ns_per_weight(IQ_REPS, values.len(), || {
+            out.clear();
+            for row in black_box(values).chunks_exact(COLS) {
+                iqlow::quantize_row(kind, row, Some(&importance), &mut out);
+            }
+            black_box(&out);
+        });
+        println!("{:>8}  {time}", kind.name());
     }
 }

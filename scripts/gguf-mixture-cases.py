@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The per-tensor types `llama-quantize` picks for its mixtures (file types) on qwen35 / qwen35moe GGUFs.
 
-Writes fixtures/gguf-mixtures.json, the cases the Rust unit tests of src/layout/gguf/mixture.rs check
+Writes fixtures/gguf-mixtures.json, the cases the Rust unit tests of src/layout/gguf/mixture/ check
 their rule against (`cargo test --lib mixture`), and which tests/python/test_gguf_mixture.py
 recomputes with the real llama-quantize to notice a llama.cpp that decides differently.
 

@@ -92,10 +92,10 @@ impl StorageErrors {
     }
 }
 
-/// Whether `block`'s error can be estimated from its groups' ranges: not the IQ4 types, whose
-/// levels are not evenly spaced.
+/// Whether `block`'s error can be estimated from its groups' ranges: not the IQ types, whose
+/// levels are not evenly spaced (IQ4) or lie on grids (IQ2, IQ3).
 fn has_range_estimate(block: BlockType) -> bool {
-    !matches!(block, BlockType::IQ4_NL | BlockType::IQ4_XS)
+    !block.name().starts_with("iq")
 }
 
 fn live_rows(values: &[f32], cols: usize) -> impl Iterator<Item = &[f32]> {
@@ -142,7 +142,13 @@ fn smallest_exact_step(block: BlockType) -> f64 {
 fn estimate(block: BlockType, row: &[f32]) -> Option<f64> {
     let smallest = smallest_exact_step(block);
     let (group, levels, with_min) = match block {
-        BlockType::IQ4_NL | BlockType::IQ4_XS => return None,
+        BlockType::IQ4_NL
+        | BlockType::IQ4_XS
+        | BlockType::IQ2_XXS
+        | BlockType::IQ2_XS
+        | BlockType::IQ2_S
+        | BlockType::IQ3_XXS
+        | BlockType::IQ3_S => return None,
         // The 16-value groups: Q2_K's 4 levels from a minimum, Q3_K's 8 symmetric ones.
         BlockType::Q2_K => (16, 3.0, true),
         BlockType::Q3_K => (16, 8.0, false),

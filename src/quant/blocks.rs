@@ -1,7 +1,7 @@
 //! ggml block encodings of f32 rows, byte for byte what ggml's quantizers write (with an importance
 //! matrix or without), and the lossless `Q8_0` repack of int8 rows.
 
-use super::{iq4, kquants, legacy, q8_0};
+use super::{iq4, iqlow, kquants, legacy, q8_0};
 use crate::block_type::BlockType;
 use half::f16;
 
@@ -22,6 +22,9 @@ pub fn quantize(block: BlockType, values: &[f32], importance: Option<&[f32]>, ou
                     legacy::quantize_row_weighted(block, row, weights, out);
                 }
                 BlockType::IQ4_NL | BlockType::IQ4_XS => iq4::quantize_row_weighted(block, row, weights, out),
+                BlockType::IQ2_XXS | BlockType::IQ2_XS | BlockType::IQ2_S | BlockType::IQ3_XXS | BlockType::IQ3_S => {
+                    iqlow::quantize_row(block, row, Some(weights), out);
+                }
                 _ => kquants::quantize_row_weighted(block, row, weights, out),
             }
         }
@@ -36,6 +39,10 @@ pub fn quantize(block: BlockType, values: &[f32], importance: Option<&[f32]>, ou
             kquants::quantize_row(block, values, out);
         }
         BlockType::IQ4_NL | BlockType::IQ4_XS => iq4::quantize_row(block, values, out),
+        // Without an importance matrix (see `iqlow::quantize_row` for the two types that need one).
+        BlockType::IQ2_XXS | BlockType::IQ2_XS | BlockType::IQ2_S | BlockType::IQ3_XXS | BlockType::IQ3_S => {
+            iqlow::quantize_row(block, values, None, out);
+        }
     }
 }
 
@@ -55,6 +62,9 @@ pub fn dequantize(block: BlockType, blocks: &[u8], out: &mut Vec<f32>) {
             kquants::dequantize_row(block, blocks, out);
         }
         BlockType::IQ4_NL | BlockType::IQ4_XS => iq4::dequantize_row(block, blocks, out),
+        BlockType::IQ2_XXS | BlockType::IQ2_XS | BlockType::IQ2_S | BlockType::IQ3_XXS | BlockType::IQ3_S => {
+            iqlow::dequantize_row(block, blocks, out);
+        }
     }
 }
 
@@ -73,7 +83,16 @@ pub fn first_unholdable(values: &[f32]) -> Option<usize> {
 #[cfg(test)]
 fn scale_offsets(block: BlockType) -> &'static [usize] {
     match block {
-        BlockType::Q4_0 | BlockType::Q5_0 | BlockType::Q8_0 | BlockType::IQ4_NL | BlockType::IQ4_XS => &[0],
+        BlockType::Q4_0
+        | BlockType::Q5_0
+        | BlockType::Q8_0
+        | BlockType::IQ4_NL
+        | BlockType::IQ4_XS
+        | BlockType::IQ2_XXS
+        | BlockType::IQ2_XS
+        | BlockType::IQ2_S
+        | BlockType::IQ3_XXS
+        | BlockType::IQ3_S => &[0],
         BlockType::Q4_1 | BlockType::Q5_1 | BlockType::Q4_K | BlockType::Q5_K => &[0, 2],
         BlockType::Q2_K => &[80, 82],
         BlockType::Q3_K => &[108],

@@ -7,6 +7,7 @@ pub mod blocks;
 pub mod budget;
 pub mod dense;
 pub mod iq4;
+pub mod iqlow;
 pub mod kquants;
 pub mod legacy;
 pub mod q8_0;

@@ -13,6 +13,11 @@
 // With 512 added to the type, the values are followed by u32 n_per_row and n_per_row f32
 // importance weights, and the rows are encoded as llama-quantize encodes them with an importance
 // matrix (quantize_<type>(..., quant_weights)).
+// The IQ2/IQ3 types (16 = IQ2_XXS, 17 = IQ2_XS, 18 = IQ3_XXS, 21 = IQ3_S, 22 = IQ2_S) always go
+// through llama-quantize's entry points quantize_iq*(src, dst, nrow, n_per_row, imatrix), the
+// imatrix NULL without 512 (IQ2_XXS and IQ2_XS need one). With 1024 added, the run is timed too:
+// stdout gets the u64 nanoseconds of encoding (after the grids' one-time set-up), then the blocks.
+//
 // With 256 added to the type, stdin holds the blocks of n values instead of the f32 values and
 // stdout gets the n f32 that ggml's dequantize_row_<type> makes of them (little-endian).
 //
@@ -27,11 +32,14 @@
 // x86-64 builds give the low byte of cvttss2si/cvttps2dq, which src/quant/legacy.rs reproduces.
 // The few ggml symbols that file references outside the reference encoders are stubbed below.
 
+#define _POSIX_C_SOURCE 199309L
+
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "ggml-quants.h"
 
@@ -57,16 +65,11 @@ size_t ggml_type_size(enum ggml_type type) {
     return 0;
 }
 
-static int block_shape(uint32_t type, size_t * block_size, uint32_t * block_len);
-
-// The weighted encoders (quantize_q4_0 and friends with quant_weights) step rows by it.
 size_t ggml_row_size(enum ggml_type type, int64_t ne) {
-    size_t block_size;
-    uint32_t block_len;
-    if (!block_shape((uint32_t) type, &block_size, &block_len)) {
-        unexpected("ggml_row_size");
-    }
-    return block_size * (size_t) (ne / block_len);
+    (void) type;
+    (void) ne;
+    unexpected("ggml_row_size");
+    return 0;
 }
 
 const char * ggml_type_name(enum ggml_type type) {
@@ -96,25 +99,7 @@ static int write_all(const void * buf, size_t len) {
 
 #define DECODE 256u
 #define WEIGHTED 512u
-
-static int block_shape(uint32_t type, size_t * block_size, uint32_t * block_len) {
-    switch (type) {
-        case GGML_TYPE_Q4_0: *block_size = sizeof(block_q4_0); *block_len = QK4_0; break;
-        case GGML_TYPE_Q4_1: *block_size = sizeof(block_q4_1); *block_len = QK4_1; break;
-        case GGML_TYPE_Q5_0: *block_size = sizeof(block_q5_0); *block_len = QK5_0; break;
-        case GGML_TYPE_Q5_1: *block_size = sizeof(block_q5_1); *block_len = QK5_1; break;
-        case GGML_TYPE_Q8_0: *block_size = sizeof(block_q8_0); *block_len = QK8_0; break;
-        case GGML_TYPE_Q2_K: *block_size = sizeof(block_q2_K); *block_len = QK_K; break;
-        case GGML_TYPE_Q3_K: *block_size = sizeof(block_q3_K); *block_len = QK_K; break;
-        case GGML_TYPE_Q4_K: *block_size = sizeof(block_q4_K); *block_len = QK_K; break;
-        case GGML_TYPE_Q5_K: *block_size = sizeof(block_q5_K); *block_len = QK_K; break;
-        case GGML_TYPE_Q6_K: *block_size = sizeof(block_q6_K); *block_len = QK_K; break;
-        case GGML_TYPE_IQ4_NL: *block_size = sizeof(block_iq4_nl); *block_len = QK4_NL; break;
-        case GGML_TYPE_IQ4_XS: *block_size = sizeof(block_iq4_xs); *block_len = QK_K; break;
-        default: return 0;
-    }
-    return 1;
-}
+#define TIMED 1024u
 
 int main(void) {
     unsigned char header[8];
@@ -124,9 +109,10 @@ int main(void) {
     }
     const uint32_t mode = le_u32(header);
     const uint32_t n = le_u32(header + 4);
-    const uint32_t type = mode & ~(DECODE | WEIGHTED);
+    const uint32_t type = mode & ~(DECODE | WEIGHTED | TIMED);
     const int decode = (mode & DECODE) != 0;
     const int weighted = (mode & WEIGHTED) != 0;
+    const int timed = (mode & TIMED) != 0;
     size_t block_size;
     uint32_t block_len;
     switch (type) {
@@ -142,6 +128,11 @@ int main(void) {
         case GGML_TYPE_Q6_K: block_size = sizeof(block_q6_K); block_len = QK_K; break;
         case GGML_TYPE_IQ4_NL: block_size = sizeof(block_iq4_nl); block_len = QK4_NL; break;
         case GGML_TYPE_IQ4_XS: block_size = sizeof(block_iq4_xs); block_len = QK_K; break;
+        case GGML_TYPE_IQ2_XXS: block_size = sizeof(block_iq2_xxs); block_len = QK_K; break;
+        case GGML_TYPE_IQ2_XS: block_size = sizeof(block_iq2_xs); block_len = QK_K; break;
+        case GGML_TYPE_IQ2_S: block_size = sizeof(block_iq2_s); block_len = QK_K; break;
+        case GGML_TYPE_IQ3_XXS: block_size = sizeof(block_iq3_xxs); block_len = QK_K; break;
+        case GGML_TYPE_IQ3_S: block_size = sizeof(block_iq3_s); block_len = QK_K; break;
         default:
             fprintf(stderr, "ggml_quants_ref: unsupported type %u\n", type);
             return 2;
@@ -153,9 +144,10 @@ int main(void) {
 
     const size_t n_blocks = n / block_len;
     float * values = malloc((size_t) n * sizeof(float) + 1);
+    float * importance = malloc((size_t) n * sizeof(float) + 1);
     unsigned char * raw = malloc((size_t) n * 4 + 1);
     void * blocks = malloc(n_blocks * block_size + 1);
-    if (!values || !raw || !blocks) {
+    if (!values || !importance || !raw || !blocks) {
         fprintf(stderr, "ggml_quants_ref: out of memory\n");
         return 2;
     }
@@ -175,6 +167,11 @@ int main(void) {
             case GGML_TYPE_Q3_K: dequantize_row_q3_K(blocks, values, n); break;
             case GGML_TYPE_IQ4_NL: dequantize_row_iq4_nl(blocks, values, n); break;
             case GGML_TYPE_IQ4_XS: dequantize_row_iq4_xs(blocks, values, n); break;
+            case GGML_TYPE_IQ2_XXS: dequantize_row_iq2_xxs(blocks, values, n); break;
+            case GGML_TYPE_IQ2_XS: dequantize_row_iq2_xs(blocks, values, n); break;
+            case GGML_TYPE_IQ2_S: dequantize_row_iq2_s(blocks, values, n); break;
+            case GGML_TYPE_IQ3_XXS: dequantize_row_iq3_xxs(blocks, values, n); break;
+            case GGML_TYPE_IQ3_S: dequantize_row_iq3_s(blocks, values, n); break;
             case GGML_TYPE_Q4_K: dequantize_row_q4_K(blocks, values, n); break;
             case GGML_TYPE_Q5_K: dequantize_row_q5_K(blocks, values, n); break;
             default:             dequantize_row_q6_K(blocks, values, n); break;
@@ -197,46 +194,60 @@ int main(void) {
             const uint32_t bits = le_u32(raw + 4 * i);
             memcpy(&values[i], &bits, sizeof bits);
         }
+        // One row of n values, unless the weights say how long a row is.
+        uint32_t per_row = n;
         if (weighted) {
-            // Then u32 n_per_row and n_per_row f32 weights: the rows quantized as llama-quantize
-            // quantizes them with an importance matrix (ggml_quantize_chunk's per-type functions).
             unsigned char word[4];
             if (!read_exact(word, 4)) {
                 fprintf(stderr, "ggml_quants_ref: no row length\n");
                 return 2;
             }
-            const uint32_t per_row = le_u32(word);
+            per_row = le_u32(word);
             if (per_row == 0 || per_row % block_len != 0 || n % per_row != 0) {
                 fprintf(stderr, "ggml_quants_ref: bad row length %u\n", per_row);
                 return 2;
             }
-            float * qw = malloc((size_t) per_row * sizeof(float));
-            unsigned char * qraw = malloc((size_t) per_row * 4);
-            if (!qw || !qraw || !read_exact(qraw, (size_t) per_row * 4)) {
+            if (!read_exact(raw, (size_t) per_row * 4)) {
                 fprintf(stderr, "ggml_quants_ref: short weights\n");
                 return 2;
             }
             for (size_t i = 0; i < per_row; ++i) {
-                const uint32_t bits = le_u32(qraw + 4 * i);
-                memcpy(&qw[i], &bits, sizeof bits);
+                const uint32_t bits = le_u32(raw + 4 * i);
+                memcpy(&importance[i], &bits, sizeof bits);
             }
-            const int64_t nrow = n / per_row;
-            switch (type) {
-                case GGML_TYPE_Q4_0: quantize_q4_0(values, blocks, nrow, per_row, qw); break;
-                case GGML_TYPE_Q4_1: quantize_q4_1(values, blocks, nrow, per_row, qw); break;
-                case GGML_TYPE_Q5_0: quantize_q5_0(values, blocks, nrow, per_row, qw); break;
-                case GGML_TYPE_Q5_1: quantize_q5_1(values, blocks, nrow, per_row, qw); break;
-                case GGML_TYPE_Q8_0: quantize_q8_0(values, blocks, nrow, per_row, qw); break;
-                case GGML_TYPE_Q2_K: quantize_q2_K(values, blocks, nrow, per_row, qw); break;
-                case GGML_TYPE_Q3_K: quantize_q3_K(values, blocks, nrow, per_row, qw); break;
-                case GGML_TYPE_Q4_K: quantize_q4_K(values, blocks, nrow, per_row, qw); break;
-                case GGML_TYPE_Q5_K: quantize_q5_K(values, blocks, nrow, per_row, qw); break;
-                case GGML_TYPE_Q6_K: quantize_q6_K(values, blocks, nrow, per_row, qw); break;
-                case GGML_TYPE_IQ4_NL: quantize_iq4_nl(values, blocks, nrow, per_row, qw); break;
-                default:             quantize_iq4_xs(values, blocks, nrow, per_row, qw); break;
-            }
-            free(qraw);
-            free(qw);
+        }
+        const int64_t nrow = n / per_row;
+        const float * imatrix = weighted ? importance : NULL;
+        switch (type) {
+            case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S: iq2xs_init_impl(type); break;
+            case GGML_TYPE_IQ3_XXS: iq3xs_init_impl(256); break;
+            case GGML_TYPE_IQ3_S: iq3xs_init_impl(512); break;
+            default: break;
+        }
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        switch (type) {
+            case GGML_TYPE_IQ2_XXS: quantize_iq2_xxs(values, blocks, nrow, per_row, imatrix); break;
+            case GGML_TYPE_IQ2_XS: quantize_iq2_xs(values, blocks, nrow, per_row, imatrix); break;
+            case GGML_TYPE_IQ2_S: quantize_iq2_s(values, blocks, nrow, per_row, imatrix); break;
+            case GGML_TYPE_IQ3_XXS: quantize_iq3_xxs(values, blocks, nrow, per_row, imatrix); break;
+            case GGML_TYPE_IQ3_S: quantize_iq3_s(values, blocks, nrow, per_row, imatrix); break;
+            default: break;
+        }
+        if (weighted) switch (type) {
+            case GGML_TYPE_Q4_0: quantize_q4_0(values, blocks, nrow, per_row, imatrix); break;
+            case GGML_TYPE_Q4_1: quantize_q4_1(values, blocks, nrow, per_row, imatrix); break;
+            case GGML_TYPE_Q5_0: quantize_q5_0(values, blocks, nrow, per_row, imatrix); break;
+            case GGML_TYPE_Q5_1: quantize_q5_1(values, blocks, nrow, per_row, imatrix); break;
+            case GGML_TYPE_Q8_0: quantize_q8_0(values, blocks, nrow, per_row, imatrix); break;
+            case GGML_TYPE_Q2_K: quantize_q2_K(values, blocks, nrow, per_row, imatrix); break;
+            case GGML_TYPE_Q3_K: quantize_q3_K(values, blocks, nrow, per_row, imatrix); break;
+            case GGML_TYPE_Q4_K: quantize_q4_K(values, blocks, nrow, per_row, imatrix); break;
+            case GGML_TYPE_Q5_K: quantize_q5_K(values, blocks, nrow, per_row, imatrix); break;
+            case GGML_TYPE_Q6_K: quantize_q6_K(values, blocks, nrow, per_row, imatrix); break;
+            case GGML_TYPE_IQ4_NL: quantize_iq4_nl(values, blocks, nrow, per_row, imatrix); break;
+            case GGML_TYPE_IQ4_XS: quantize_iq4_xs(values, blocks, nrow, per_row, imatrix); break;
+            default: break;
         } else switch (type) {
             case GGML_TYPE_Q4_0: quantize_row_q4_0_ref(values, blocks, n); break;
             case GGML_TYPE_Q4_1: quantize_row_q4_1_ref(values, blocks, n); break;
@@ -249,7 +260,19 @@ int main(void) {
             case GGML_TYPE_IQ4_XS: quantize_row_iq4_xs_ref(values, blocks, n); break;
             case GGML_TYPE_Q4_K: quantize_row_q4_K_ref(values, blocks, n); break;
             case GGML_TYPE_Q5_K: quantize_row_q5_K_ref(values, blocks, n); break;
-            default:             quantize_row_q6_K_ref(values, blocks, n); break;
+            case GGML_TYPE_Q6_K: quantize_row_q6_K_ref(values, blocks, n); break;
+            default: break;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (timed) {
+            const uint64_t ns = (uint64_t) (t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t) t1.tv_nsec - (uint64_t) t0.tv_nsec;
+            unsigned char b[8];
+            put_le_u32(b, (uint32_t) ns);
+            put_le_u32(b + 4, (uint32_t) (ns >> 32));
+            if (!write_all(b, sizeof b)) {
+                fprintf(stderr, "ggml_quants_ref: write failed\n");
+                return 2;
+            }
         }
         if (!write_all(blocks, n_blocks * block_size)) {
             fprintf(stderr, "ggml_quants_ref: write failed\n");
@@ -258,6 +281,7 @@ int main(void) {
     }
     free(blocks);
     free(raw);
+    free(importance);
     free(values);
     return 0;
 }

@@ -5,7 +5,8 @@
 //! `quantize_row_q{4,5}_{0,1}_ref` / `quantize_iq4_{nl,xs}` must write exactly the bytes
 //! `quantize_row` writes, for random rows and for every edge the scale search has (zeros,
 //! constants, huge, tiny and subnormal values, outliers, exact ties); ggml's dequantization of
-//! those blocks must equal `dequantize_row` bit for bit.
+//! those blocks must equal `dequantize_row` bit for bit. The harness is shared with
+//! `tests/it/iq_ref.rs` (the IQ2/IQ3 types).
 
 use crate::common::Rng;
 use escha_convert::block_type::BlockType;
@@ -17,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// The harness's "decode instead" flag, added to the type.
-const DECODE: u32 = 256;
+pub(crate) const DECODE: u32 = 256;
 
 /// The legacy types, those `legacy::quantize_row` encodes.
 const LEGACY: [BlockType; 4] = [BlockType::Q4_0, BlockType::Q4_1, BlockType::Q5_0, BlockType::Q5_1];
@@ -118,7 +119,7 @@ impl Harness {
         out
     }
 
-    fn dequantize(&self, kind: BlockType, blocks: &[u8]) -> Vec<f32> {
+    pub(crate) fn dequantize(&self, kind: BlockType, blocks: &[u8]) -> Vec<f32> {
         let n = blocks.len() / kind.bytes() * kind.elements();
         let out = self.run(kind.ggml_type() + DECODE, n, blocks);
         assert_eq!(out.len(), n * 4);

@@ -30,6 +30,7 @@ mod hub;
 mod imatrix;
 mod inspect;
 mod interrupts;
+mod iq_ref;
 mod json_contract;
 mod kquants_ref;
 mod links;

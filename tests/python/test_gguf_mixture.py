@@ -1,6 +1,6 @@
 """fixtures/gguf-mixtures.json against the real llama-quantize.
 
-src/layout/gguf/mixture.rs's Rust rule for llama-quantize's mixtures (Q4_K_M, Q5_K_M, Q4_K_S, Q5_K_S,
+src/layout/gguf/mixture/'s Rust rule for llama-quantize's mixtures (Q4_K_M, Q5_K_M, Q4_K_S, Q5_K_S,
 Q6_K, Q8_0, Q2_K, Q3_K_S, Q3_K_M, Q3_K_L, IQ4_XS) is unit-tested against the committed fixtures/gguf-mixtures.json: llama-quantize's type for every
 tensor of six qwen35 / qwen35moe models, written by scripts/gguf-mixture-cases.py. These tests check
 that file is still what llama-quantize does, so that a llama.cpp deciding differently, or a converter

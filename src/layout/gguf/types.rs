@@ -1,7 +1,7 @@
 //! Which storage each GGUF tensor gets. First what llama.cpp's converter writes (1-D tensors,
 //! norms, routers and conv1d in F32; the rest in the chosen type; the exact `Q8_0` of int8 pairs
 //! whose row scale is an f16); then, for a K-quant type, what llama-quantize would make of that
-//! file (`mixture.rs`); or, for `auto`, per coded linear the narrowest type within the error budget
+//! file (`mixture/`); or, for `auto`, per coded linear the narrowest type within the error budget
 //! that `--bits auto` spends too.
 
 use super::hparams::Hparams;
@@ -165,11 +165,10 @@ pub(super) fn quantize_as_llama_does(
     let kv_heads = hp.count("num_key_value_heads")?.unwrap_or(heads);
     let shapes: Vec<(String, Vec<usize>)> = tensors.iter().map(|t| (t.name.clone(), t.shape.clone())).collect();
     let model = ModelShape::new(blocks, experts.unwrap_or(0), shapes.iter().map(|(n, s)| (n.as_str(), s.as_slice())))
-        .with_heads(heads, kv_heads)
-        .with_imatrix(imatrix);
+        .with_heads(heads, kv_heads);
     for t in tensors.iter_mut().filter(|t| t.recipe.as_ref().is_some_and(|r| r.encoding == Encoding::Float)) {
         let chosen = match rule {
-            Quantize::Mixture(m) => mixture::tensor_type(m, &model, &t.name, &t.shape)?,
+            Quantize::Mixture(m) => mixture::tensor_type(m, &model, &t.name, &t.shape, imatrix)?,
             Quantize::Uniform(ty) => mixture::uniform_type(ty, &t.name, &t.shape),
         };
         if let Some(storage) = chosen {

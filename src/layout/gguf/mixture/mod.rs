@@ -1,10 +1,12 @@
 //! The mixtures of `llama-quantize` (`Q2_K`, `Q3_K_S`, `Q3_K_M`, `Q3_K_L`, `Q4_K_M`, `Q5_K_M`,
-//! `Q4_K_S`, `Q5_K_S`, `Q6_K`, `IQ4_XS`, `Q8_0`):
+//! `Q4_K_S`, `Q5_K_S`, `Q6_K`, `IQ4_XS`, `Q8_0`, and the low-bit ones `IQ2_XXS`, `IQ2_XS`, `IQ2_S`,
+//! `IQ2_M`, `IQ3_XXS`, `IQ3_XS`, `IQ3_S`, `IQ3_M`, `Q2_K_S`):
 //! which ggml type each tensor of a `qwen35` / `qwen35moe` GGUF gets, as llama.cpp decides it in
 //! `src/llama-quant.cpp` (`tensor_allows_quantization`, `llama_tensor_get_type_impl`,
-//! `tensor_type_fallback`) of the llama-cpp-python 0.3.36 sdist, with llama-quantize's default
-//! options, with or without an importance matrix (`IQ4_XS` keeps its first `ffn_down` layers when one
-//! is given).
+//! `tensor_type_fallback`, `tensor_requires_imatrix`) of the llama-cpp-python 0.3.36 sdist, with
+//! llama-quantize's default options, with or without an importance matrix (which changes
+//! `IQ3_XXS`'s and `IQ4_XS`'s rules; [`requires_imatrix`] says where llama-quantize refuses to run
+//! without one).
 //!
 //! The choice depends on the header's `block_count` (every block, the MTP ones too),
 //! `expert_count` and grouped-query ratio (`head_count / head_count_kv` of the first block), on a
@@ -17,8 +19,9 @@
 //!
 //! `fixtures/gguf-mixtures.json` (written by `scripts/gguf-mixture-cases.py` with the real
 //! llama-quantize, re-checked by `tests/python/test_gguf_mixture.py`) holds llama-quantize's choice
-//! for every tensor of six models and every mixture; the tests below check the rule against all of
-//! them.
+//! for every tensor of six models and every mixture of [`Mixture::ALL`]; `tests.rs` checks the
+//! rule against all of them. The low-bit mixtures ([`Mixture::LOW_BIT`]) are held to llama.cpp's
+//! rules as read, until the fixture records them (most need an importance matrix to run).
 
 use crate::block_type::BlockType;
 use crate::storage::Storage;
@@ -40,6 +43,15 @@ pub enum Mixture {
     Q3KM,
     Q3KL,
     IQ4XS,
+    IQ2XXS,
+    IQ2XS,
+    IQ2S,
+    IQ2M,
+    IQ3XXS,
+    IQ3XS,
+    IQ3S,
+    IQ3M,
+    Q2KS,
 }
 
 #[cfg_attr(not(test), allow(dead_code))]
@@ -58,6 +70,19 @@ impl Mixture {
         Mixture::IQ4XS,
     ];
 
+    /// The 2–3.5-bit mixtures, llama-quantize's `IQ2_XXS` … `Q2_K_S`.
+    pub const LOW_BIT: [Mixture; 9] = [
+        Mixture::IQ2XXS,
+        Mixture::IQ2XS,
+        Mixture::IQ2S,
+        Mixture::IQ2M,
+        Mixture::IQ3XXS,
+        Mixture::IQ3XS,
+        Mixture::IQ3S,
+        Mixture::IQ3M,
+        Mixture::Q2KS,
+    ];
+
     /// llama-quantize's name (`Q4_K_M`).
     pub fn name(self) -> &'static str {
         match self {
@@ -72,11 +97,20 @@ impl Mixture {
             Mixture::Q3KM => "Q3_K_M",
             Mixture::Q3KL => "Q3_K_L",
             Mixture::IQ4XS => "IQ4_XS",
+            Mixture::IQ2XXS => "IQ2_XXS",
+            Mixture::IQ2XS => "IQ2_XS",
+            Mixture::IQ2S => "IQ2_S",
+            Mixture::IQ2M => "IQ2_M",
+            Mixture::IQ3XXS => "IQ3_XXS",
+            Mixture::IQ3XS => "IQ3_XS",
+            Mixture::IQ3S => "IQ3_S",
+            Mixture::IQ3M => "IQ3_M",
+            Mixture::Q2KS => "Q2_K_S",
         }
     }
 
     pub fn from_name(name: &str) -> Option<Mixture> {
-        Mixture::ALL.into_iter().find(|m| m.name() == name)
+        Mixture::ALL.into_iter().chain(Mixture::LOW_BIT).find(|m| m.name() == name)
     }
 
     /// `general.file_type`: llama.cpp's `LLAMA_FTYPE_MOSTLY_*` (include/llama.h).
@@ -93,6 +127,15 @@ impl Mixture {
             Mixture::Q5KM => 17,
             Mixture::Q6K => 18,
             Mixture::IQ4XS => 30,
+            Mixture::IQ2XXS => 19,
+            Mixture::IQ2XS => 20,
+            Mixture::Q2KS => 21,
+            Mixture::IQ3XS => 22,
+            Mixture::IQ3XXS => 23,
+            Mixture::IQ3S => 26,
+            Mixture::IQ3M => 27,
+            Mixture::IQ2S => 28,
+            Mixture::IQ2M => 29,
         }
     }
 
@@ -103,10 +146,21 @@ impl Mixture {
             Mixture::Q5KM | Mixture::Q5KS => BlockType::Q5_K,
             Mixture::Q6K => BlockType::Q6_K,
             Mixture::Q8_0 => BlockType::Q8_0,
-            Mixture::Q2K => BlockType::Q2_K,
+            Mixture::Q2K | Mixture::Q2KS => BlockType::Q2_K,
             Mixture::Q3KS | Mixture::Q3KM | Mixture::Q3KL => BlockType::Q3_K,
             Mixture::IQ4XS => BlockType::IQ4_XS,
+            Mixture::IQ2XXS => BlockType::IQ2_XXS,
+            Mixture::IQ2XS | Mixture::IQ2S => BlockType::IQ2_XS,
+            Mixture::IQ2M => BlockType::IQ2_S,
+            Mixture::IQ3XXS => BlockType::IQ3_XXS,
+            Mixture::IQ3XS | Mixture::IQ3S | Mixture::IQ3M => BlockType::IQ3_S,
         }
+    }
+
+    /// The mixtures llama.cpp's rule treats as one family (`IQ2_XXS`, `IQ2_XS`, `IQ2_S`, `IQ2_M`;
+    /// its `IQ1_*` too).
+    fn is_iq2(self) -> bool {
+        matches!(self, Mixture::IQ2XXS | Mixture::IQ2XS | Mixture::IQ2S | Mixture::IQ2M)
     }
 }
 
@@ -127,8 +181,9 @@ pub struct ModelShape {
     attention_wv: Vec<(i64, String)>,
     /// The quantized `ffn_down`-like tensors, in llama.cpp's order.
     ffn_down: Vec<(i64, String)>,
-    /// An importance matrix is given (`qs.has_imatrix`).
-    imatrix: bool,
+    /// The quantized `ffn_gate`-like and `ffn_up`-like tensors, in llama.cpp's order.
+    ffn_gate: Vec<(i64, String)>,
+    ffn_up: Vec<(i64, String)>,
 }
 
 impl ModelShape {
@@ -147,7 +202,8 @@ impl ModelShape {
             n_attention_wv: 0,
             attention_wv: Vec::new(),
             ffn_down: Vec::new(),
-            imatrix: false,
+            ffn_gate: Vec::new(),
+            ffn_up: Vec::new(),
         };
         for (name, shape) in tensors {
             let category = category(name);
@@ -160,12 +216,16 @@ impl ModelShape {
                 match category {
                     c if c.is_attn_v() => m.attention_wv.push(order_key(name)),
                     Category::FfnDown => m.ffn_down.push(order_key(name)),
+                    Category::FfnGate => m.ffn_gate.push(order_key(name)),
+                    Category::FfnUp => m.ffn_up.push(order_key(name)),
                     _ => {}
                 }
             }
         }
         m.attention_wv.sort();
         m.ffn_down.sort();
+        m.ffn_gate.sort();
+        m.ffn_up.sort();
         m
     }
 
@@ -177,28 +237,42 @@ impl ModelShape {
         self.gqa = head_count.checked_div(head_count_kv).unwrap_or(0);
         self
     }
-
-    /// The model quantized with an importance matrix (`--imatrix`), which some rules look at.
-    #[must_use]
-    pub fn with_imatrix(mut self, imatrix: bool) -> ModelShape {
-        self.imatrix = imatrix;
-        self
-    }
 }
 
 /// The storage `llama-quantize IN OUT mixture` gives tensor `name` of shape `shape` (torch order,
-/// outermost first) in `model`, or `None` where it leaves the tensor as it is: fewer than 2
+/// outermost first) in `model`, with (`imatrix`) or without `--imatrix`, or `None` where it leaves the tensor as it is: fewer than 2
 /// dimensions, norms, `ssm_conv1d`, routers (`ffn_gate_inp`), names not ending in `weight` (`ssm_a`,
 /// biases). Errors where llama-quantize fails: an expert model's FFN tensor outside `blk.N.` with
 /// N < `block_count`.
-pub fn tensor_type(mixture: Mixture, model: &ModelShape, name: &str, shape: &[usize]) -> Result<Option<Storage>> {
+pub fn tensor_type(
+    mixture: Mixture,
+    model: &ModelShape,
+    name: &str,
+    shape: &[usize],
+    imatrix: bool,
+) -> Result<Option<Storage>> {
     if !allows_quantization(name, shape) {
         return Ok(None);
     }
     // ne[0], the row length.
     let ncols = shape.last().copied().unwrap_or(1);
-    let chosen = mixture_type(mixture, model, name, ncols)?;
+    let chosen = mixture_type(mixture, model, name, ncols, imatrix)?;
     Ok(Some(fallback(chosen, ncols)))
+}
+
+/// `tensor_requires_imatrix`: whether llama-quantize refuses to write tensor `name` as `storage`
+/// (its type after the fallback) in `mixture` without an importance matrix. The embeddings and
+/// the output never need one.
+#[cfg_attr(not(test), allow(dead_code))] // for `--imatrix`, which will refuse with it
+pub fn requires_imatrix(mixture: Mixture, name: &str, storage: Storage) -> bool {
+    if matches!(name, "token_embd.weight" | "per_layer_token_embd.weight" | "output.weight") {
+        return false;
+    }
+    match storage {
+        Storage::Block(BlockType::IQ3_XXS | BlockType::IQ2_XXS | BlockType::IQ2_XS | BlockType::IQ2_S) => true,
+        Storage::Block(BlockType::Q2_K) => mixture == Mixture::Q2KS,
+        _ => false,
+    }
 }
 
 /// One type for every tensor llama-quantize quantizes, with its fallback where rows are not
@@ -336,8 +410,9 @@ fn use_more_bits(i_layer: i64, n_layers: i64) -> bool {
     i_layer < n_layers / 8 || i_layer >= 7 * n_layers / 8 || (i_layer - n_layers / 8) % 3 == 2
 }
 
-/// `llama_tensor_get_type_impl` for these mixtures, before the fallback.
-fn mixture_type(mixture: Mixture, model: &ModelShape, name: &str, ncols: usize) -> Result<BlockType> {
+/// `llama_tensor_get_type_impl` for these mixtures, before the fallback; `imatrix`: whether
+/// llama-quantize has an importance matrix.
+fn mixture_type(mixture: Mixture, model: &ModelShape, name: &str, ncols: usize, imatrix: bool) -> Result<BlockType> {
     use BlockType as T;
     use Mixture as M;
     let default = mixture.default_type();
@@ -356,25 +431,49 @@ fn mixture_type(mixture: Mixture, model: &ModelShape, name: &str, ncols: usize) 
         }
         Ok(i)
     };
+    // IQ2_S and IQ2_M lift what the IQ2 family lifts to IQ3_S, the others to Q2_K.
+    let iq2_lift = if matches!(mixture, M::IQ2S | M::IQ2M) { T::IQ3_S } else { T::Q2_K };
     Ok(match category {
         Category::Output | Category::TokenEmbd if category == Category::Output || model.tied => {
             if !ncols.is_multiple_of(default.elements()) {
                 T::Q8_0
+            } else if mixture.is_iq2() || mixture == M::IQ3XXS {
+                T::Q5_K
             } else if default != T::Q8_0 {
                 T::Q6_K
             } else {
                 default
             }
         }
-        // Untied token_embd: the default for these mixtures.
-        Category::TokenEmbd => default,
+        // Untied token_embd.
+        Category::TokenEmbd => match mixture {
+            M::IQ2XXS | M::IQ2XS => T::Q2_K,
+            M::IQ2S | M::IQ2M | M::IQ3XXS => T::IQ3_S,
+            _ => default,
+        },
+        // The IQ2 family's own rule (llama.cpp's first branch after the embeddings).
+        c if mixture.is_iq2() => match c {
+            c if c.is_attn_v() => {
+                if gqa4 || model.expert_count >= 4 {
+                    T::Q4_K
+                } else {
+                    iq2_lift
+                }
+            }
+            Category::AttentionK if eight_experts => T::Q4_K,
+            Category::FfnDown if position(&model.ffn_down, name) < n_layer / 8 => iq2_lift,
+            Category::AttentionOutput if eight_experts => T::Q5_K,
+            Category::AttentionOutput if matches!(mixture, M::IQ2S | M::IQ2M) => T::IQ3_S,
+            _ => default,
+        },
         c if c.is_attn_v() => {
             let (i, n) = (position(&model.attention_wv, name), model.n_attention_wv as i64);
             let t = match mixture {
-                M::Q2K if gqa4 => T::Q4_K,
+                M::Q2K | M::Q2KS | M::IQ3XXS | M::IQ3XS | M::IQ3S if gqa4 => T::Q4_K,
                 M::Q2K => T::Q3_K,
+                M::IQ3XXS if !imatrix => T::IQ3_S,
                 M::Q3KM if i < 2 => T::Q5_K,
-                M::Q3KM => T::Q4_K,
+                M::IQ3M | M::Q3KM => T::Q4_K,
                 M::Q3KL => T::Q5_K,
                 M::IQ4XS if gqa4 => T::Q5_K,
                 M::Q4KM | M::Q5KM if use_more_bits(i, n) => T::Q6_K,
@@ -388,34 +487,48 @@ fn mixture_type(mixture: Mixture, model: &ModelShape, name: &str, ncols: usize) 
             }
         }
         Category::AttentionK if eight_experts => T::Q8_0,
+        Category::AttentionK | Category::AttentionQ if mixture == M::IQ3XS => T::IQ3_XXS,
+        Category::AttentionK | Category::AttentionQ if mixture == M::IQ3XXS => T::IQ2_S,
         Category::FfnDown => {
             let i = layer_info(&model.ffn_down)?;
             match mixture {
                 M::Q2K => T::Q3_K,
+                M::Q2KS if i < n_layer / 8 => T::Q4_K,
+                M::IQ3XXS if !imatrix && i < n_layer / 8 => T::Q4_K,
+                M::IQ3XXS if !imatrix => T::Q3_K,
                 M::Q3KM if i < n_layer / 16 => T::Q5_K,
                 M::Q3KM => T::Q4_K,
+                M::IQ3M if i < n_layer / 8 || (eight_experts && use_more_bits(i, n_layer)) => T::Q4_K,
                 M::Q3KL => T::Q5_K,
                 M::Q4KM | M::Q5KM if use_more_bits(i, n_layer) => T::Q6_K,
-                // IQ4_XS only without an importance matrix.
-                M::IQ4XS if i < n_layer / 8 && !model.imatrix => T::Q5_K,
+                M::IQ4XS if !imatrix && i < n_layer / 8 => T::Q5_K,
                 M::Q4KS if i < n_layer / 8 => T::Q5_K,
                 _ => default,
             }
         }
         Category::AttentionOutput if eight_experts => match mixture {
-            M::Q2K | M::Q3KS | M::Q3KM | M::IQ4XS | M::Q4KS | M::Q4KM => T::Q5_K,
+            M::Q2K | M::IQ3XS | M::IQ3XXS | M::Q3KS | M::Q3KM | M::Q4KS | M::Q4KM | M::IQ3S | M::IQ3M | M::IQ4XS => {
+                T::Q5_K
+            }
             _ => default,
         },
         Category::AttentionOutput => match mixture {
             M::Q2K => T::Q3_K,
-            M::Q3KM => T::Q4_K,
+            M::IQ3XXS => T::IQ3_S,
+            M::Q3KM | M::IQ3M => T::Q4_K,
             M::Q3KL => T::Q5_K,
             _ => default,
         },
         Category::FfnGate | Category::FfnUp => {
-            // Only IQ3_XS singles these out, but llama-quantize checks the layer for every mixture.
-            layer_info(&[])?;
-            default
+            // Only IQ3_XS singles these out, but llama-quantize checks the layer for every mixture
+            // outside the IQ2 family.
+            let counter = if category == Category::FfnGate { &model.ffn_gate } else { &model.ffn_up };
+            let i = layer_info(counter)?;
+            if mixture == M::IQ3XS && i >= n_layer / 8 && i < 7 * n_layer / 8 {
+                T::IQ3_XXS
+            } else {
+                default
+            }
         }
         _ => default,
     })
@@ -430,7 +543,7 @@ pub(super) fn fallback(t: BlockType, ncols: usize) -> Storage {
     }
     let smaller = match t {
         T::Q2_K | T::Q3_K => T::Q4_0,
-        T::IQ4_XS => T::IQ4_NL,
+        T::IQ4_XS | T::IQ2_XXS | T::IQ2_XS | T::IQ2_S | T::IQ3_XXS | T::IQ3_S => T::IQ4_NL,
         T::Q4_K => T::Q5_0,
         T::Q5_K => T::Q5_1,
         T::Q6_K => T::Q8_0,
@@ -445,230 +558,4 @@ pub(super) fn fallback(t: BlockType, ncols: usize) -> Storage {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::Value;
-
-    /// llama-quantize's choices (scripts/gguf-mixture-cases.py).
-    const CASES: &str = "fixtures/gguf-mixtures.json";
-
-    fn model(names: &[(&str, &[usize])], block_count: u32, expert_count: u32) -> ModelShape {
-        ModelShape::new(block_count, expert_count, names.iter().copied())
-    }
-
-    /// The block type `name` gets, `None` where it stays as it is (a float type fails the test).
-    fn ty(mixture: Mixture, m: &ModelShape, name: &str, shape: &[usize]) -> Option<BlockType> {
-        tensor_type(mixture, m, name, shape).unwrap().map(|s| match s {
-            Storage::Block(b) => b,
-            Storage::Element(d) => panic!("{name}: {d:?}"),
-        })
-    }
-
-    /// The storage llama-quantize's report names `name` (gguf-py's spelling: `BF16`, `Q4_K`).
-    fn named(name: &str) -> Storage {
-        [Dtype::F32, Dtype::F16, Dtype::BF16]
-            .map(Storage::Element)
-            .into_iter()
-            .chain(BlockType::ALL.map(Storage::Block))
-            .find(|s| s.name() == name)
-            .unwrap_or_else(|| panic!("no storage is named {name}"))
-    }
-
-    #[test]
-    fn matches_llama_quantize_on_every_case() {
-        let text = std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(CASES)).unwrap();
-        let doc: Value = serde_json::from_str(&text).unwrap();
-        for (mixture, ft) in doc["file_types"].as_object().unwrap() {
-            assert_eq!(Mixture::from_name(mixture).unwrap().file_type() as u64, ft.as_u64().unwrap(), "{mixture}");
-        }
-        let mut checked = 0;
-        let mut wrong = Vec::new();
-        for m in doc["models"].as_array().unwrap() {
-            let arch = m["arch"].as_str().unwrap();
-            let kv = |key: &str| {
-                let key = format!("{arch}.{key}");
-                m["kv"].as_array().unwrap().iter().find(|e| e[0] == key.as_str()).map(|e| e[2].as_u64().unwrap() as u32)
-            };
-            let tensors: Vec<(String, Vec<usize>, Storage)> = m["tensors"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|t| {
-                    let shape = t[1].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
-                    (t[0].as_str().unwrap().to_string(), shape, named(t[2].as_str().unwrap()))
-                })
-                .collect();
-            let heads = kv("attention.head_count").unwrap();
-            let shape = ModelShape::new(
-                kv("block_count").unwrap(),
-                kv("expert_count").unwrap_or(0),
-                tensors.iter().map(|(n, s, _)| (n.as_str(), s.as_slice())),
-            )
-            .with_heads(heads, kv("attention.head_count_kv").unwrap_or(heads));
-            let types = m["types"].as_object().unwrap();
-            assert_eq!(types.len(), Mixture::ALL.len());
-            for (mixture, want) in types {
-                let mixture = Mixture::from_name(mixture).unwrap();
-                let want: Vec<&str> = want.as_str().unwrap().split(' ').collect();
-                assert_eq!(want.len(), tensors.len());
-                for ((name, dims, input), want) in tensors.iter().zip(want) {
-                    let got = tensor_type(mixture, &shape, name, dims).unwrap().unwrap_or(*input);
-                    if got.name() != want {
-                        wrong.push(format!(
-                            "{} {} {name} {dims:?}: ours {}, llama-quantize {want}",
-                            m["name"],
-                            mixture.name(),
-                            got.name()
-                        ));
-                    }
-                    checked += 1;
-                }
-            }
-        }
-        assert!(wrong.is_empty(), "{} of {checked} differ:\n{}", wrong.len(), wrong.join("\n"));
-        assert!(checked > 10_000, "{checked}");
-    }
-
-    #[test]
-    fn never_quantized() {
-        let m = model(&[], 4, 0);
-        for (name, shape) in [
-            ("blk.0.attn_norm.weight", &[128][..]),
-            ("blk.0.ssm_a", &[2]),
-            ("blk.0.ssm_dt.bias", &[2]),
-            ("blk.0.ssm_conv1d.weight", &[384, 4]),
-            ("blk.0.ffn_gate_inp.weight", &[4, 128]),
-            // [1, hidden]: one dimension for ggml.
-            ("blk.0.ffn_gate_inp_shexp.weight", &[1, 128]),
-            ("blk.3.attn_q_norm.weight", &[128]),
-        ] {
-            assert_eq!(ty(Mixture::Q4KM, &m, name, shape), None, "{name}");
-        }
-        // 2-D, ending in `weight`: quantized, though llama.cpp's converter names them like norms.
-        assert_eq!(ty(Mixture::Q4KM, &m, "blk.0.ssm_alpha.weight", &[2, 256]), Some(BlockType::Q4_K));
-        assert_eq!(ty(Mixture::Q4KM, &m, "blk.3.nextn.eh_proj.weight", &[256, 512]), Some(BlockType::Q4_K));
-    }
-
-    #[test]
-    fn fallback_for_short_rows() {
-        use BlockType as T;
-        let f16 = Storage::Element(Dtype::F16);
-        for (t, n, want) in [
-            (T::Q4_K, 256, Storage::Block(T::Q4_K)),
-            (T::Q4_K, 128, Storage::Block(T::Q5_0)),
-            (T::Q5_K, 128, Storage::Block(T::Q5_1)),
-            (T::Q6_K, 128, Storage::Block(T::Q8_0)),
-            (T::Q8_0, 128, Storage::Block(T::Q8_0)),
-            (T::Q4_K, 80, f16),
-            (T::Q8_0, 80, f16),
-        ] {
-            assert_eq!(fallback(t, n), want, "{t:?} {n}");
-        }
-    }
-
-    #[test]
-    fn output_and_embeddings() {
-        let untied = model(&[("output.weight", &[64, 256]), ("token_embd.weight", &[64, 256])], 4, 0);
-        let tied = model(&[("token_embd.weight", &[64, 256])], 4, 0);
-        assert_eq!(ty(Mixture::Q4KM, &untied, "output.weight", &[64, 256]), Some(BlockType::Q6_K));
-        assert_eq!(ty(Mixture::Q4KM, &untied, "token_embd.weight", &[64, 256]), Some(BlockType::Q4_K));
-        assert_eq!(ty(Mixture::Q4KM, &tied, "token_embd.weight", &[64, 256]), Some(BlockType::Q6_K));
-        assert_eq!(ty(Mixture::Q8_0, &tied, "token_embd.weight", &[64, 256]), Some(BlockType::Q8_0));
-        // A row not a multiple of the mixture's block: Q8_0, not the Q6_K → Q8_0 fallback's way.
-        assert_eq!(ty(Mixture::Q5KM, &untied, "output.weight", &[64, 128]), Some(BlockType::Q8_0));
-    }
-
-    #[test]
-    fn layer_positions() {
-        // 64 blocks + 1 MTP block: the first 8, from 56 on, and every third between get more bits.
-        let names: Vec<String> = (0..65).map(|b| format!("blk.{b}.ffn_down.weight")).collect();
-        let tensors: Vec<(&str, &[usize])> = names.iter().map(|n| (n.as_str(), &[256usize, 512][..])).collect();
-        let m = ModelShape::new(65, 0, tensors.iter().copied());
-        let q6: Vec<usize> =
-            (0..65).filter(|&b| ty(Mixture::Q4KM, &m, &names[b], &[256, 512]) == Some(BlockType::Q6_K)).collect();
-        let want: Vec<usize> = (0..8).chain((10..56).step_by(3)).chain(56..65).collect();
-        assert_eq!(q6, want);
-        let q5: Vec<usize> =
-            (0..65).filter(|&b| ty(Mixture::Q4KS, &m, &names[b], &[256, 512]) == Some(BlockType::Q5_K)).collect();
-        assert_eq!(q5, (0..8).collect::<Vec<_>>());
-        // The counter follows llama.cpp's order (block, then name), not the order given.
-        let mut rev = tensors.clone();
-        rev.reverse();
-        assert_eq!(ModelShape::new(65, 0, rev), m);
-    }
-
-    #[test]
-    fn eight_experts() {
-        let m = model(&[("blk.0.attn_qkv.weight", &[512, 256])], 24, 8);
-        assert_eq!(ty(Mixture::Q4KM, &m, "blk.0.attn_qkv.weight", &[512, 256]), Some(BlockType::Q8_0));
-        assert_eq!(ty(Mixture::Q5KM, &m, "blk.3.attn_k.weight", &[128, 256]), Some(BlockType::Q8_0));
-        assert_eq!(ty(Mixture::Q4KM, &m, "blk.3.attn_output.weight", &[256, 256]), Some(BlockType::Q5_K));
-        assert_eq!(ty(Mixture::Q5KM, &m, "blk.3.attn_output.weight", &[256, 256]), Some(BlockType::Q5_K));
-        assert_eq!(ty(Mixture::Q6K, &m, "blk.3.attn_output.weight", &[256, 256]), Some(BlockType::Q6_K));
-        assert!(tensor_type(Mixture::Q4KM, &m, "blk.24.ffn_up_exps.weight", &[8, 32, 256]).is_err());
-    }
-
-    #[test]
-    fn file_types() {
-        let ft: Vec<u32> = Mixture::ALL.iter().map(|m| m.file_type()).collect();
-        assert_eq!(ft, [15, 14, 17, 16, 18, 7, 10, 11, 12, 13, 30]);
-    }
-
-    #[test]
-    fn low_bit_rules() {
-        use BlockType as T;
-        let names: Vec<String> = (0..16).map(|b| format!("blk.{b}.attn_v.weight")).collect();
-        let tensors: Vec<(&str, &[usize])> = names.iter().map(|n| (n.as_str(), &[256usize, 512][..])).collect();
-        let one = ModelShape::new(16, 0, tensors.iter().copied());
-        // Four query heads per key/value head: llama.cpp gives attn_v more bits.
-        let gqa4 = one.clone().with_heads(8, 2);
-        let v = |m: Mixture, shape: &ModelShape, b: usize| ty(m, shape, &names[b], &[256, 512]);
-        assert_eq!(v(Mixture::Q2K, &one, 5), Some(T::Q3_K));
-        assert_eq!(v(Mixture::Q2K, &gqa4, 5), Some(T::Q4_K));
-        assert_eq!(v(Mixture::IQ4XS, &one, 5), Some(T::IQ4_XS));
-        assert_eq!(v(Mixture::IQ4XS, &gqa4, 5), Some(T::Q5_K));
-        assert_eq!(v(Mixture::Q3KS, &gqa4, 5), Some(T::Q3_K));
-        assert_eq!(v(Mixture::Q3KL, &one, 5), Some(T::Q5_K));
-        let q3km: Vec<Option<BlockType>> = (0..4).map(|b| v(Mixture::Q3KM, &one, b)).collect();
-        assert_eq!(q3km, [Some(T::Q5_K), Some(T::Q5_K), Some(T::Q4_K), Some(T::Q4_K)]);
-        // No key/value heads: a ratio of 0, never 4.
-        assert_eq!(v(Mixture::Q2K, &one.clone().with_heads(8, 0), 5), Some(T::Q3_K));
-
-        // ffn_down by position among 32 blocks; attn_output by mixture.
-        let names: Vec<String> = (0..32).map(|b| format!("blk.{b}.ffn_down.weight")).collect();
-        let tensors: Vec<(&str, &[usize])> = names.iter().map(|n| (n.as_str(), &[256usize, 512][..])).collect();
-        let m = ModelShape::new(32, 0, tensors.iter().copied());
-        let down = |mix: Mixture, b: usize| ty(mix, &m, &names[b], &[256, 512]);
-        assert_eq!((down(Mixture::Q2K, 0), down(Mixture::Q2K, 31)), (Some(T::Q3_K), Some(T::Q3_K)));
-        assert_eq!((down(Mixture::Q3KM, 1), down(Mixture::Q3KM, 2)), (Some(T::Q5_K), Some(T::Q4_K)));
-        assert_eq!(down(Mixture::Q3KL, 20), Some(T::Q5_K));
-        assert_eq!((down(Mixture::IQ4XS, 3), down(Mixture::IQ4XS, 4)), (Some(T::Q5_K), Some(T::IQ4_XS)));
-        // With an importance matrix llama-quantize keeps IQ4_XS there (and Q4_K_S its Q5_K).
-        let with_matrix = m.clone().with_imatrix(true);
-        let weighted = |mix: Mixture, b: usize| ty(mix, &with_matrix, &names[b], &[256, 512]);
-        assert_eq!((weighted(Mixture::IQ4XS, 3), weighted(Mixture::Q4KS, 3)), (Some(T::IQ4_XS), Some(T::Q5_K)));
-        assert_eq!(down(Mixture::Q3KS, 0), Some(T::Q3_K));
-        let out = |mix: Mixture| ty(mix, &m, "blk.3.attn_output.weight", &[256, 256]);
-        let outs = [Mixture::Q2K, Mixture::Q3KS, Mixture::Q3KM, Mixture::Q3KL, Mixture::IQ4XS].map(out);
-        assert_eq!(outs, [Some(T::Q3_K), Some(T::Q3_K), Some(T::Q4_K), Some(T::Q5_K), Some(T::IQ4_XS)]);
-        // The output takes Q6_K whatever the mixture.
-        assert_eq!(ty(Mixture::Q2K, &m, "output.weight", &[64, 256]), Some(T::Q6_K));
-    }
-
-    #[test]
-    fn low_bit_fallbacks() {
-        use BlockType as T;
-        let f16 = Storage::Element(Dtype::F16);
-        for (t, n, want) in [
-            (T::Q2_K, 128, Storage::Block(T::Q4_0)),
-            (T::Q3_K, 160, Storage::Block(T::Q4_0)),
-            (T::IQ4_XS, 128, Storage::Block(T::IQ4_NL)),
-            (T::IQ4_XS, 512, Storage::Block(T::IQ4_XS)),
-            (T::Q2_K, 80, f16),
-            (T::IQ4_XS, 80, f16),
-            (T::IQ4_NL, 96, Storage::Block(T::IQ4_NL)),
-        ] {
-            assert_eq!(fallback(t, n), want, "{t:?} {n}");
-        }
-    }
-}
+mod tests;
