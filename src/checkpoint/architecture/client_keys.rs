@@ -1,7 +1,7 @@
 //! The keys the clients read beyond the tensors' sizes, held to what every client accepts.
 
+use super::family::Family;
 use super::keys::{excerpt, positive, Keys, MAX_POSITIONS};
-use super::model::Family;
 use super::rope::{rope_parameters, RopeContext};
 use anyhow::{bail, Result};
 use serde_json::{Map, Value};

@@ -1,7 +1,8 @@
 //! What the config makes of each tensor (its shape, whether a linear, whether required), and the
 //! input's tensors as the model sees them.
 
-use super::model::{Family, LayerType, TextModel};
+use super::family::Family;
+use super::model::{LayerType, TextModel};
 use crate::checkpoint::tensor::is_float;
 use safetensors::Dtype;
 use std::collections::BTreeMap;

@@ -12,6 +12,7 @@
 
 mod client_keys;
 mod expected;
+mod family;
 mod finite;
 mod generation_config;
 mod keys;
@@ -21,7 +22,8 @@ mod tensors;
 #[cfg(test)]
 mod tests;
 
-pub use model::{Experts, Family, LayerType, TextModel};
+pub use family::Family;
+pub use model::{Experts, LayerType, TextModel};
 
 use super::input::Checkpoint;
 use super::modules::Catalog;

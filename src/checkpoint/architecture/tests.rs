@@ -1,5 +1,6 @@
 use super::expected::layer_tensors;
-use super::model::{Family, LayerType, TextModel};
+use super::family::Family;
+use super::model::{LayerType, TextModel};
 use serde_json::json;
 use serde_json::Value;
 
