@@ -65,11 +65,38 @@ size_t ggml_type_size(enum ggml_type type) {
     return 0;
 }
 
+static int block_shape(uint32_t type, size_t * block_size, uint32_t * block_len) {
+    switch (type) {
+        case GGML_TYPE_Q4_0: *block_size = sizeof(block_q4_0); *block_len = QK4_0; break;
+        case GGML_TYPE_Q4_1: *block_size = sizeof(block_q4_1); *block_len = QK4_1; break;
+        case GGML_TYPE_Q5_0: *block_size = sizeof(block_q5_0); *block_len = QK5_0; break;
+        case GGML_TYPE_Q5_1: *block_size = sizeof(block_q5_1); *block_len = QK5_1; break;
+        case GGML_TYPE_Q8_0: *block_size = sizeof(block_q8_0); *block_len = QK8_0; break;
+        case GGML_TYPE_Q2_K: *block_size = sizeof(block_q2_K); *block_len = QK_K; break;
+        case GGML_TYPE_Q3_K: *block_size = sizeof(block_q3_K); *block_len = QK_K; break;
+        case GGML_TYPE_Q4_K: *block_size = sizeof(block_q4_K); *block_len = QK_K; break;
+        case GGML_TYPE_Q5_K: *block_size = sizeof(block_q5_K); *block_len = QK_K; break;
+        case GGML_TYPE_Q6_K: *block_size = sizeof(block_q6_K); *block_len = QK_K; break;
+        case GGML_TYPE_IQ4_NL: *block_size = sizeof(block_iq4_nl); *block_len = QK4_NL; break;
+        case GGML_TYPE_IQ4_XS: *block_size = sizeof(block_iq4_xs); *block_len = QK_K; break;
+        case GGML_TYPE_IQ2_XXS: *block_size = sizeof(block_iq2_xxs); *block_len = QK_K; break;
+        case GGML_TYPE_IQ2_XS: *block_size = sizeof(block_iq2_xs); *block_len = QK_K; break;
+        case GGML_TYPE_IQ2_S: *block_size = sizeof(block_iq2_s); *block_len = QK_K; break;
+        case GGML_TYPE_IQ3_XXS: *block_size = sizeof(block_iq3_xxs); *block_len = QK_K; break;
+        case GGML_TYPE_IQ3_S: *block_size = sizeof(block_iq3_s); *block_len = QK_K; break;
+        default: return 0;
+    }
+    return 1;
+}
+
+// The weighted encoders (quantize_q4_0 and friends with quant_weights) step rows by it.
 size_t ggml_row_size(enum ggml_type type, int64_t ne) {
-    (void) type;
-    (void) ne;
-    unexpected("ggml_row_size");
-    return 0;
+    size_t block_size;
+    uint32_t block_len;
+    if (!block_shape((uint32_t) type, &block_size, &block_len)) {
+        unexpected("ggml_row_size");
+    }
+    return block_size * (size_t) (ne / block_len);
 }
 
 const char * ggml_type_name(enum ggml_type type) {
@@ -115,27 +142,9 @@ int main(void) {
     const int timed = (mode & TIMED) != 0;
     size_t block_size;
     uint32_t block_len;
-    switch (type) {
-        case GGML_TYPE_Q4_0: block_size = sizeof(block_q4_0); block_len = QK4_0; break;
-        case GGML_TYPE_Q4_1: block_size = sizeof(block_q4_1); block_len = QK4_1; break;
-        case GGML_TYPE_Q5_0: block_size = sizeof(block_q5_0); block_len = QK5_0; break;
-        case GGML_TYPE_Q5_1: block_size = sizeof(block_q5_1); block_len = QK5_1; break;
-        case GGML_TYPE_Q8_0: block_size = sizeof(block_q8_0); block_len = QK8_0; break;
-        case GGML_TYPE_Q2_K: block_size = sizeof(block_q2_K); block_len = QK_K; break;
-        case GGML_TYPE_Q3_K: block_size = sizeof(block_q3_K); block_len = QK_K; break;
-        case GGML_TYPE_Q4_K: block_size = sizeof(block_q4_K); block_len = QK_K; break;
-        case GGML_TYPE_Q5_K: block_size = sizeof(block_q5_K); block_len = QK_K; break;
-        case GGML_TYPE_Q6_K: block_size = sizeof(block_q6_K); block_len = QK_K; break;
-        case GGML_TYPE_IQ4_NL: block_size = sizeof(block_iq4_nl); block_len = QK4_NL; break;
-        case GGML_TYPE_IQ4_XS: block_size = sizeof(block_iq4_xs); block_len = QK_K; break;
-        case GGML_TYPE_IQ2_XXS: block_size = sizeof(block_iq2_xxs); block_len = QK_K; break;
-        case GGML_TYPE_IQ2_XS: block_size = sizeof(block_iq2_xs); block_len = QK_K; break;
-        case GGML_TYPE_IQ2_S: block_size = sizeof(block_iq2_s); block_len = QK_K; break;
-        case GGML_TYPE_IQ3_XXS: block_size = sizeof(block_iq3_xxs); block_len = QK_K; break;
-        case GGML_TYPE_IQ3_S: block_size = sizeof(block_iq3_s); block_len = QK_K; break;
-        default:
-            fprintf(stderr, "ggml_quants_ref: unsupported type %u\n", type);
-            return 2;
+    if (!block_shape(type, &block_size, &block_len)) {
+        fprintf(stderr, "ggml_quants_ref: unsupported type %u\n", type);
+        return 2;
     }
     if (n % block_len != 0) {
         fprintf(stderr, "ggml_quants_ref: %u values is not a multiple of %u\n", n, block_len);

@@ -1,5 +1,6 @@
 //! The floors of `docs/ARCHITECTURE.md` hold: every `crate::` path in `src/` names a module on its
-//! own floor or below, and every module of `src/` stands on exactly one floor.
+//! own floor or below, every module of `src/` stands on exactly one floor, no two files of one
+//! folder import each other, and no file is over 700 lines.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -233,4 +234,18 @@ fn no_two_files_of_one_folder_import_each_other() {
         "files of one folder import each other (move what both need to the lower one):\n{}",
         cycles.join("\n")
     );
+}
+
+#[test]
+fn no_room_is_over_700_lines() {
+    let src = Path::new(ROOT).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let long: Vec<String> = files
+        .iter()
+        .map(|f| (f, std::fs::read_to_string(f).unwrap().lines().count()))
+        .filter(|(_, n)| *n > 700)
+        .map(|(f, n)| format!("{} ({n} lines)", f.strip_prefix(ROOT).unwrap().display()))
+        .collect();
+    assert!(long.is_empty(), "split these by concern:\n{}", long.join("\n"));
 }
