@@ -77,8 +77,12 @@ impl Job {
         ready(&ck)?;
         let reader = Reader { ck: &ck, cat: &cat, decoder };
         let max_shard_size = opts.max_shard_size.unwrap_or_else(|| layout.default_max_shard_size());
+        let matrix = opts.imatrix.as_deref().map(|path| super::importance::read(path, &all)).transpose()?;
         let (widths, budget) = match opts.max_size {
             Some(max_size) => {
+                if let Some(m) = &matrix {
+                    m.measure_with(&mut all);
+                }
                 let probe = Probe {
                     reader: &reader,
                     sample: Some(sample.unwrap_or(fit::SAMPLE_BLOCKS)),
@@ -96,12 +100,13 @@ impl Job {
                 };
                 let apply = |tensors: &mut [OutputTensor], t: &FitTensor, i: usize| layout.fit_apply(tensors, t, i);
                 let recipes = layout.fit_recipes(&ck, &all, &menu)?;
-                let (widths, budget) = fit::fit(&menu, &recipes, &mut all, max_size, apply, model_bytes)?;
+                let weighted = matrix.is_some();
+                let (widths, budget) = fit::fit(&menu, &recipes, &mut all, max_size, weighted, apply, model_bytes)?;
                 (widths, Some(budget))
             }
             None => (layout.refine(&mut all, &cat, &Probe { reader: &reader, sample, measured_row_step: 1 })?, None),
         };
-        let imatrix = opts.imatrix.as_deref().map(|path| super::importance::attach(path, &mut all)).transpose()?;
+        let imatrix = matrix.map(|m| m.attach(&mut all));
         let config = ck.config.as_ref().and_then(|c| layout.config(c, &all));
         let extra_files = ck.config.as_ref().map(|c| layout.extra_files(c, &all)).unwrap_or_default();
         let fold_change = layout.fold_change(&ck, &cat)?;

@@ -58,30 +58,51 @@ impl StorageErrors {
     /// each row an encode) is measured on every `step`-th live row only (the first included), its
     /// error taken over those rows' norm.
     pub fn add_estimate_thinned(&mut self, values: &[f32], cols: usize, step: usize) {
-        self.add(values, cols, |c, row, i| match c {
+        self.add_weighted(values, cols, step, None);
+    }
+
+    /// As [`StorageErrors::add_estimate_thinned`], each value's error and square weighed by its
+    /// column's importance where `importance` gives row `r` of `values` its columns' (`--imatrix`:
+    /// the error ggml's weighted encoders minimize, and those encoders measure what is encoded).
+    pub fn add_weighted<'w>(
+        &mut self,
+        values: &[f32],
+        cols: usize,
+        step: usize,
+        importance: Option<&dyn Fn(usize) -> &'w [f32]>,
+    ) {
+        self.add(values, cols, importance, |c, row, w, i| match c {
             Storage::Block(b) if !has_range_estimate(b) && i % step.max(1) != 0 => None,
-            Storage::Block(b) => Some(estimate(b, row).unwrap_or_else(|| measured(c, row))),
-            Storage::Element(_) => Some(measured(c, row)),
+            Storage::Block(b) => Some(estimate(b, row, w).unwrap_or_else(|| measured(c, row, w))),
+            Storage::Element(_) => Some(measured(c, row, w)),
         });
     }
 
     /// Adds the exact errors for `values` (`rows × cols`): encoded and decoded.
     pub fn add_exact(&mut self, values: &[f32], cols: usize) {
-        self.add(values, cols, |c, row, _| Some(measured(c, row)));
+        self.add(values, cols, None, |c, row, w, _| Some(measured(c, row, w)));
     }
 
-    /// Adds `error(candidate, row, i)` for each live row (the `i`-th), where it gives one; a row
-    /// with a value no block holds costs every block type an infinite error (it cannot be stored
-    /// in one at all).
-    fn add(&mut self, values: &[f32], cols: usize, error: impl Fn(Storage, &[f32], usize) -> Option<f64>) {
-        for (i, row) in live_rows(values, cols).enumerate() {
-            let norm = norm_sq(row);
+    /// Adds `error(candidate, row, weights, i)` for each live row (the `i`-th), where it gives
+    /// one; a row with a value no block holds costs every block type an infinite error (it cannot
+    /// be stored in one at all).
+    fn add<'w>(
+        &mut self,
+        values: &[f32],
+        cols: usize,
+        importance: Option<&dyn Fn(usize) -> &'w [f32]>,
+        error: impl Fn(Storage, &[f32], Option<&[f32]>, usize) -> Option<f64>,
+    ) {
+        let live = values.chunks_exact(cols).enumerate().filter(|(_, r)| r.iter().any(|&v| v != 0.0));
+        for (i, (r, row)) in live.enumerate() {
+            let w = importance.map(|of| of(r));
+            let norm = norm_sq(row, w);
             self.norm_sq += norm;
             let holdable = first_unholdable(row).is_none();
             for ((sq, n), &c) in self.sq.iter_mut().zip(&mut self.norms).zip(&self.candidates) {
                 let e = match c {
                     Storage::Block(_) if !holdable => Some(f64::INFINITY),
-                    _ => error(c, row, i),
+                    _ => error(c, row, w, i),
                 };
                 if let Some(e) = e {
                     *sq += e;
@@ -98,26 +119,31 @@ fn has_range_estimate(block: BlockType) -> bool {
     !matches!(block, BlockType::IQ4_NL | BlockType::IQ4_XS)
 }
 
-fn live_rows(values: &[f32], cols: usize) -> impl Iterator<Item = &[f32]> {
-    values.chunks_exact(cols).filter(|r| r.iter().any(|&v| v != 0.0))
+/// `Σ w_j · x_j²` (each weight 1 without an importance).
+fn norm_sq(row: &[f32], w: Option<&[f32]>) -> f64 {
+    match w {
+        None => row.iter().map(|&v| f64::from(v) * f64::from(v)).sum(),
+        Some(w) => row.iter().zip(w).map(|(&v, &w)| f64::from(w) * f64::from(v) * f64::from(v)).sum(),
+    }
 }
 
-fn norm_sq(row: &[f32]) -> f64 {
-    row.iter().map(|&v| f64::from(v) * f64::from(v)).sum()
-}
-
-/// The squared error of `row` stored as `storage`, encoded and decoded.
-fn measured(storage: Storage, row: &[f32]) -> f64 {
+/// The squared error of `row` stored as `storage`, encoded (with the importance, as the output
+/// will be) and decoded, each value's weighed by its importance.
+fn measured(storage: Storage, row: &[f32], w: Option<&[f32]>) -> f64 {
     let mut back = Vec::with_capacity(row.len());
     match storage {
         Storage::Block(b) => {
             let mut bytes = Vec::new();
-            quantize(b, row, None, &mut bytes);
+            quantize(b, row, w, &mut bytes);
             dequantize(b, &bytes, &mut back);
         }
         Storage::Element(dtype) => back.extend(row.iter().map(|&v| round_to(v, dtype))),
     }
-    back.iter().zip(row).map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2)).sum()
+    let sq = back.iter().zip(row).map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2));
+    match w {
+        None => sq.sum(),
+        Some(w) => sq.zip(w).map(|(e, &w)| f64::from(w) * e).sum(),
+    }
 }
 
 /// The smallest step whose stored scales f16 holds to its full precision: below it the smallest
@@ -139,7 +165,7 @@ fn smallest_exact_step(block: BlockType) -> f64 {
 /// with a minimum from the range down to at most zero); `None` where a non-zero step is too small
 /// for f16 scales to hold exactly, so the row must be measured, and for the IQ4 types, whose
 /// levels are not evenly spaced.
-fn estimate(block: BlockType, row: &[f32]) -> Option<f64> {
+fn estimate(block: BlockType, row: &[f32], w: Option<&[f32]>) -> Option<f64> {
     let smallest = smallest_exact_step(block);
     let (group, levels, with_min) = match block {
         BlockType::IQ4_NL | BlockType::IQ4_XS => return None,
@@ -155,7 +181,9 @@ fn estimate(block: BlockType, row: &[f32]) -> Option<f64> {
         BlockType::Q6_K => (16, 64.0, false),
     };
     let mut sq = 0.0;
-    for g in row.chunks(group) {
+    for (n, g) in row.chunks(group).enumerate() {
+        // Each value rounds with the same mean square; weighed, the group's importance counts.
+        let weight = w.map_or(g.len() as f64, |w| w[n * group..][..g.len()].iter().map(|&v| f64::from(v)).sum());
         let span = if with_min {
             let (lo, hi) = g.iter().fold((0.0f32, f32::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));
             f64::from(hi.max(0.0) - lo)
@@ -166,7 +194,7 @@ fn estimate(block: BlockType, row: &[f32]) -> Option<f64> {
         if step != 0.0 && step < smallest {
             return None;
         }
-        sq += g.len() as f64 * step * step / 12.0;
+        sq += weight * step * step / 12.0;
     }
     Some(sq)
 }

@@ -244,7 +244,7 @@ pub(super) fn choose_by_budget(
             .map(Storage::Block)
             .chain([Storage::Element(Dtype::BF16)])
             .collect();
-        let (estimate, exact) = probe.storage_errors(&recipe.source, recipe.adjust, &candidates, auto.exact)?;
+        let (estimate, exact) = probe.storage_errors(&recipe.source, recipe.adjust, &candidates, auto.exact, None)?;
         let estimated = narrowest_within(&estimate.relative(), budget);
         let chosen = exact.as_ref().map_or(estimated, |e| narrowest_within(&e.relative(), budget));
         let error_of = |e: &crate::quant::block_error::StorageErrors| {
@@ -328,7 +328,8 @@ pub(super) fn fit_menu(tensors: &[OutputTensor], cat: &Catalog, probe: &dyn Weig
                 error: 0.0,
             });
         }
-        let (estimate, _) = probe.storage_errors(&recipe.source, recipe.adjust, &candidates, false)?;
+        let (estimate, _) =
+            probe.storage_errors(&recipe.source, recipe.adjust, &candidates, false, recipe.importance.as_ref())?;
         for (storage, error) in estimate.relative() {
             options.push(FitOption {
                 chosen: Chosen::GgufType(storage.name()),
@@ -412,18 +413,20 @@ const FIXED_RECIPES: [GgufType; 10] = [
 ];
 
 /// `--max-size`'s yardsticks: each `--gguf-type` that llama-quantize makes (its mixtures and the
-/// uniform K-quants) as it would type the menu's tensors, an exact int8 table kept exact.
+/// uniform K-quants) as it would type the menu's tensors (with `imatrix`, as it types them given
+/// one), an exact int8 table kept exact.
 pub(super) fn fit_recipes(
     tensors: &[OutputTensor],
     menu: &[FitTensor],
     hp: &Hparams,
     layers: u64,
+    imatrix: bool,
 ) -> Result<Vec<FitRecipe>> {
     let mut recipes = Vec::new();
     for ty in FIXED_RECIPES {
         let rule = ty.quantize().expect("a type llama-quantize makes");
         let mut typed = tensors.to_vec();
-        quantize_as_llama_does(rule, &mut typed, hp, layers, false)?;
+        quantize_as_llama_does(rule, &mut typed, hp, layers, imatrix)?;
         let pick = |t: &FitTensor| {
             let as_typed = &typed[t.index];
             let lossless = as_typed.recipe.as_ref().is_some_and(|r| r.encoding == Encoding::Int8Blocks);
