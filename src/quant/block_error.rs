@@ -63,7 +63,8 @@ impl StorageErrors {
 
     /// As [`StorageErrors::add_estimate_thinned`], each value's error and square weighed by its
     /// column's importance where `importance` gives row `r` of `values` its columns' (`--imatrix`:
-    /// the error ggml's weighted encoders minimize, and those encoders measure what is encoded).
+    /// the error ggml's weighted encoders minimize); then every block type is measured with those
+    /// encoders on the thinned rows, as the IQ4 types are without one.
     pub fn add_weighted<'w>(
         &mut self,
         values: &[f32],
@@ -71,8 +72,13 @@ impl StorageErrors {
         step: usize,
         importance: Option<&dyn Fn(usize) -> &'w [f32]>,
     ) {
+        // The weighted encoders fit their scales to the importance, which a range does not see:
+        // with one, every block type is measured, on the thinned rows.
+        let ranged = |b: BlockType| importance.is_none() && has_range_estimate(b);
+        let step = if importance.is_some() { step.div_ceil(4) } else { step };
         self.add(values, cols, importance, |c, row, w, i| match c {
-            Storage::Block(b) if !has_range_estimate(b) && i % step.max(1) != 0 => None,
+            Storage::Block(b) if !ranged(b) && i % step.max(1) != 0 => None,
+            Storage::Block(b) if !ranged(b) => Some(measured(c, row, w)),
             Storage::Block(b) => Some(estimate(b, row, w).unwrap_or_else(|| measured(c, row, w))),
             Storage::Element(_) => Some(measured(c, row, w)),
         });

@@ -423,16 +423,28 @@ pub(super) fn fit_recipes(
     imatrix: bool,
 ) -> Result<Vec<FitRecipe>> {
     let mut recipes = Vec::new();
-    for ty in FIXED_RECIPES {
+    for (ty, requant) in FIXED_RECIPES.into_iter().flat_map(|ty| [(ty, false), (ty, true)]) {
         let rule = ty.quantize().expect("a type llama-quantize makes");
         let mut typed = tensors.to_vec();
+        if requant {
+            // `--int8 requant`: the int8 tables from their float rows, as llama-quantize types a
+            // bf16 file's (narrower than their exact Q8_0 in the low-bit mixtures).
+            for r in typed.iter_mut().filter_map(|t| t.recipe.as_mut()) {
+                if r.encoding == Encoding::Int8Blocks {
+                    r.encoding = Encoding::Float;
+                }
+            }
+        }
         quantize_as_llama_does(rule, &mut typed, hp, layers, imatrix)?;
         let pick = |t: &FitTensor| {
             let as_typed = &typed[t.index];
             let lossless = as_typed.recipe.as_ref().is_some_and(|r| r.encoding == Encoding::Int8Blocks);
-            t.options.iter().position(|o| o.lossless == lossless && o.storage == as_typed.storage)
+            let exact_q8 = |o: &FitOption| o.lossless && as_typed.storage == Storage::Block(BlockType::Q8_0);
+            // A table requantized to Q8_0 is its exact Q8_0: the same bytes, no error.
+            t.options.iter().position(|o| (o.lossless == lossless && o.storage == as_typed.storage) || exact_q8(o))
         };
-        recipes.extend(FitRecipe::from_menu(format!("--gguf-type {}", ty.name()), menu, pick));
+        let name = format!("--gguf-type {}{}", ty.name(), if requant { " --int8 requant" } else { "" });
+        recipes.extend(FitRecipe::from_menu(name, menu, pick));
     }
     Ok(recipes)
 }
