@@ -295,8 +295,9 @@ fn gguf_chooses_among_the_low_bit_types_and_their_fallbacks() {
     };
     assert!(wide(&at_least).iter().all(|t| t == "Q2_K"), "{at_least:?}");
     assert!(at_least.iter().filter(|(_, cols)| cols % 256 != 0).all(|(ty, _)| ty == "IQ4_NL"), "{at_least:?}");
-    // At the size of llama-quantize's Q2_K (whose squeezed MTP block the plan matches) the
-    // 256-value rows take Q2_K and Q3_K.
+    // At the size of llama-quantize's Q2_K the 256-value rows take Q3_K (and Q2_K where the
+    // bytes run short): the tables squeezed as that recipe types them from float (`--int8
+    // requant`), its MTP block matched.
     let tmp = tempfile::tempdir().unwrap();
     let q2_k = tmp.path().join("q2_k");
     let made = escha_convert()
@@ -310,12 +311,13 @@ fn gguf_chooses_among_the_low_bit_types_and_their_fallbacks() {
     let at_least = chosen(q2_k);
     let narrow = wide(&at_least);
     assert!(narrow.iter().all(|t| t == "Q2_K" || t == "Q3_K"), "{narrow:?}");
-    assert!(narrow.iter().any(|t| t == "Q2_K") && narrow.iter().any(|t| t == "Q3_K"), "{narrow:?}");
+    assert!(narrow.iter().any(|t| t == "Q3_K"), "{narrow:?}");
     assert!(at_least.iter().filter(|(_, cols)| cols % 256 != 0).all(|(ty, _)| ty == "IQ4_NL"), "{at_least:?}");
     // A little more room buys IQ4_XS for some 256-value rows.
     let tmp = tempfile::tempdir().unwrap();
     let (_, most, _) = fit("dense", &tmp.path().join("most"), "gguf", 1 << 40, &["--dry-run"]);
     let most = most["budget"]["bytes"].as_u64().unwrap();
-    let roomier = wide(&chosen(q2_k + (most - q2_k) / 16));
+    let roomier = wide(&chosen(q2_k + q2_k / 32));
+    assert!(q2_k + q2_k / 32 < most);
     assert!(roomier.iter().any(|t| t == "Q3_K") && roomier.iter().any(|t| t == "IQ4_XS"), "{roomier:?}");
 }
