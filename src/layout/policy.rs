@@ -31,8 +31,9 @@ pub trait WeightProbe {
     ) -> Result<(WidthErrors, Option<WidthErrors>)>;
 
     /// The errors storing the rows of `source` (after `adjust`) as each of `candidates` would add:
-    /// the estimate, and with `exact` the measured errors. With `importance` the estimate weighs
-    /// each column's error and square by it (`--imatrix`; the measured errors are unweighted).
+    /// the estimate, and with `exact` the measured errors. With `importance` (`--imatrix`) the
+    /// estimate weighs each column's error and square by it, every block type encoded with it
+    /// (as the output will be) on a thinned set of rows; the `exact` errors stay unweighted.
     fn storage_errors(
         &self,
         source: &RowSource,

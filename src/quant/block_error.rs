@@ -79,7 +79,7 @@ impl StorageErrors {
         self.add(values, cols, importance, |c, row, w, i| match c {
             Storage::Block(b) if !ranged(b) && i % step.max(1) != 0 => None,
             Storage::Block(b) if !ranged(b) => Some(measured(c, row, w)),
-            Storage::Block(b) => Some(estimate(b, row, w).unwrap_or_else(|| measured(c, row, w))),
+            Storage::Block(b) => Some(estimate(b, row).unwrap_or_else(|| measured(c, row, w))),
             Storage::Element(_) => Some(measured(c, row, w)),
         });
     }
@@ -171,7 +171,7 @@ fn smallest_exact_step(block: BlockType) -> f64 {
 /// with a minimum from the range down to at most zero); `None` where a non-zero step is too small
 /// for f16 scales to hold exactly, so the row must be measured, and for the IQ4 types, whose
 /// levels are not evenly spaced.
-fn estimate(block: BlockType, row: &[f32], w: Option<&[f32]>) -> Option<f64> {
+fn estimate(block: BlockType, row: &[f32]) -> Option<f64> {
     let smallest = smallest_exact_step(block);
     let (group, levels, with_min) = match block {
         BlockType::IQ4_NL | BlockType::IQ4_XS => return None,
@@ -187,9 +187,7 @@ fn estimate(block: BlockType, row: &[f32], w: Option<&[f32]>) -> Option<f64> {
         BlockType::Q6_K => (16, 64.0, false),
     };
     let mut sq = 0.0;
-    for (n, g) in row.chunks(group).enumerate() {
-        // Each value rounds with the same mean square; weighed, the group's importance counts.
-        let weight = w.map_or(g.len() as f64, |w| w[n * group..][..g.len()].iter().map(|&v| f64::from(v)).sum());
+    for g in row.chunks(group) {
         let span = if with_min {
             let (lo, hi) = g.iter().fold((0.0f32, f32::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));
             f64::from(hi.max(0.0) - lo)
@@ -200,7 +198,7 @@ fn estimate(block: BlockType, row: &[f32], w: Option<&[f32]>) -> Option<f64> {
         if step != 0.0 && step < smallest {
             return None;
         }
-        sq += weight * step * step / 12.0;
+        sq += g.len() as f64 * step * step / 12.0;
     }
     Some(sq)
 }
