@@ -402,11 +402,13 @@ fn checked_format(a: &ConvertArgs) -> Result<OutputFormat, clap::Error> {
         }
         FormatArg::Gguf
             if a.imatrix.is_some()
-                && (fitted || a.gguf_type.is_none_or(|t| !GgufType::from(t).is_quantized_by_llama())) =>
+                && !fitted
+                && a.gguf_type.is_none_or(|t| !GgufType::from(t).is_quantized_by_llama()) =>
         {
             return Err(usage(
                 "--imatrix weighs the types llama-quantize makes: give --gguf-type q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k, \
-                 q4_k_m, q5_k, q5_k_m, q6_k or iq4_xs (not --max-size, --fit-memory or auto, which do not weigh by it yet)"
+                 q4_k_m, q5_k, q5_k_m, q6_k or iq4_xs, or --max-size or --fit-memory (not auto, which does not weigh by \
+                 it yet)"
                     .into(),
             ));
         }

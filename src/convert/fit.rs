@@ -24,6 +24,9 @@ pub struct BudgetReport {
     pub mean_added_error_ratio: f64,
     /// The largest ratio of a table (added error over `2^-8`); 0 when every table is exact.
     pub max_table_ratio: f64,
+    /// Whether the errors are weighed by an importance matrix (`--imatrix`): each column's error
+    /// and square times its importance, so the ratios are importance-weighted ones.
+    pub weighted_by_imatrix: bool,
     /// The format's fixed recipes whose files SIZE would hold too (as the flags that make them),
     /// each with a higher largest ratio and a mean no lower than this plan's.
     pub fixed_recipes_beaten: Vec<String>,
@@ -43,8 +46,8 @@ impl std::fmt::Display for TooSmall {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "--max-size {} ({}): the smallest output this format can make is {} bytes ({}), the coded linears at \
-             their narrowest; nothing was written",
+            "--max-size {} ({}): the smallest output this format can make is {} bytes ({}), every quantized tensor \
+             at its narrowest; nothing was written",
             self.max_size,
             human_bytes(self.max_size),
             self.smallest,
@@ -74,10 +77,15 @@ impl BudgetReport {
             Some(m) => format!("{} (`--fit-memory`: {})", human_bytes(self.max_size), m.words()),
             None => format!("{} asked for (`--max-size`)", human_bytes(self.max_size)),
         };
+        let weighted = if self.weighted_by_imatrix {
+            " (errors weighted by the importance matrix: each column's error times its importance)"
+        } else {
+            ""
+        };
         format!(
             "the model files take {} of the {asked}; by an estimate from sampled blocks, no coded layer's \
              re-quantization adds more than {:.2}× the error its trellis quantization already had ({:.2}× on average, \
-             by weight){beaten}; {tables}",
+             by weight){weighted}{beaten}; {tables}",
             human_bytes(self.bytes),
             self.max_added_error_ratio,
             self.mean_added_error_ratio
@@ -100,7 +108,8 @@ fn best_within(t: &FitTensor, level: f64) -> Option<usize> {
 
 /// The assignment at ratio `level`: each coded linear its cheapest option within it (`None` when
 /// one has none); each table `tables`' option where given, else its cheapest within the level,
-/// or its most exact when none is.
+/// or its most exact when none is (a table never rules a level out: its narrow options join the
+/// levels, so the search reaches them only when the size demands it).
 fn at_level(menu: &[FitTensor], level: f64, tables: Option<&[usize]>) -> Option<Vec<usize>> {
     menu.iter()
         .enumerate()
@@ -117,11 +126,9 @@ fn bytes(menu: &[FitTensor], choice: &[usize]) -> u64 {
     menu.iter().zip(choice).map(|(t, &i)| t.options[i].bytes).sum()
 }
 
-/// The smallest assignment: every coded linear at its cheapest, each table within their largest ratio.
+/// The smallest assignment: every tensor at its cheapest, the tables too (as low as the menu goes).
 pub fn smallest(menu: &[FitTensor]) -> Vec<usize> {
-    let cheap = cheapest(menu);
-    let level = largest_ratio(menu, &cheap);
-    at_level(menu, level, None).unwrap_or(cheap)
+    cheapest(menu)
 }
 
 /// The largest ratio of the coded linears (of every entry when none is coded).
@@ -159,12 +166,10 @@ pub fn largest_table_ratio(menu: &[FitTensor], choice: &[usize]) -> f64 {
 /// tables (which the plan holds to the layers' ratio), the plan gives the tables what the recipe
 /// gives them; failing both, the recipe itself is the start and the bytes it leaves are spent.
 pub fn choose(menu: &[FitTensor], allowance: u64, rivals: &[FitRecipe]) -> Option<Vec<usize>> {
-    let mut levels: Vec<f64> = menu
-        .iter()
-        .filter(|t| t.coded() || !menu.iter().any(FitTensor::coded))
-        .flat_map(|t| (0..t.options.len()).map(move |i| t.ratio(i)))
-        .filter(|r| r.is_finite())
-        .collect();
+    // The tables' ratios are levels too: past the coded linears' narrowest, the largest ratio
+    // rises through them until the tables fit.
+    let mut levels: Vec<f64> =
+        menu.iter().flat_map(|t| (0..t.options.len()).map(move |i| t.ratio(i))).filter(|r| r.is_finite()).collect();
     levels.sort_by(f64::total_cmp);
     levels.dedup();
     // Bytes fall as the level rises: the lowest level whose assignment fits, and its plan.
@@ -258,6 +263,7 @@ pub fn fit(
     recipes: &[FitRecipe],
     tensors: &mut [OutputTensor],
     max_size: u64,
+    weighted_by_imatrix: bool,
     apply: impl Fn(&mut [OutputTensor], &FitTensor, usize),
     model_bytes: impl Fn(&[OutputTensor]) -> Result<u64>,
 ) -> Result<(Vec<WidthChoice>, BudgetReport)> {
@@ -335,6 +341,7 @@ pub fn fit(
         max_added_error_ratio: level,
         mean_added_error_ratio: mean,
         max_table_ratio: largest_table_ratio(menu, &choice),
+        weighted_by_imatrix,
         fixed_recipes_beaten,
         memory: None,
     };
@@ -371,8 +378,10 @@ mod tests {
             entry(Some(2), 100, &[(10, 0.3), (20, 0.25), (30, 0.1)]),
             entry(None, 100, &[(5, 0.01), (8, 0.0)]),
         ];
-        assert_eq!(smallest(&menu), vec![0, 0, 1], "the table stays exact at any ratio the layers reach");
-        assert_eq!(choose(&menu, 27, &[]), None);
+        assert_eq!(smallest(&menu), vec![0, 0, 0], "the floor is every tensor at its narrowest, the table too");
+        assert_eq!(choose(&menu, 24, &[]), None);
+        assert_eq!(choose(&menu, 27, &[]), Some(vec![0, 0, 0]));
+        // The table stays exact at any ratio the layers reach, as soon as the bytes allow it.
         assert_eq!(choose(&menu, 28, &[]), Some(vec![0, 0, 1]));
         // 38 bytes: the first linear's 0.5 is the largest error; it moves first.
         assert_eq!(choose(&menu, 38, &[]), Some(vec![1, 0, 1]));
@@ -384,10 +393,10 @@ mod tests {
     #[test]
     fn a_table_takes_the_cheapest_option_within_the_layers_ratio() {
         let menu = [entry(Some(2), 10, &[(10, 0.5)]), entry(None, 10, &[(5, 0.0079), (8, 0.0)])];
-        // 0.0079 / 2^-8 ≈ 2.02 > 0.5 / 0.25 = 2: the table may not take it.
-        assert_eq!(smallest(&menu), vec![0, 1]);
-        let menu = [entry(Some(2), 10, &[(10, 0.5)]), entry(None, 10, &[(5, 0.0078), (8, 0.0)])];
-        assert_eq!(smallest(&menu), vec![0, 0]);
+        // 0.0079 / 2^-8 ≈ 2.02 > 0.5 / 0.25 = 2: the table may not take it while it has room.
+        assert_eq!(choose(&menu, 18, &[]), Some(vec![0, 1]));
+        // Only a size that demands it narrows the table.
+        assert_eq!(choose(&menu, 17, &[]), Some(vec![0, 0]));
     }
 
     fn recipe(choice: &[usize]) -> FitRecipe {

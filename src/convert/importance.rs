@@ -48,12 +48,17 @@ fn weighs(storage: Storage, encoding: &Encoding) -> bool {
     matches!(storage, Storage::Block(b) if b != crate::block_type::BlockType::Q8_0) && *encoding == Encoding::Float
 }
 
-/// Reads `path` and gives each output tensor of `tensors` (every tensor of the model, before
-/// `--only`) that a block type encodes the entry of its name. An entry naming no tensor of the
-/// model, or holding other than its columns times its experts, is a matrix of another model:
-/// refused, naming the first. A tensor without an entry is encoded without one, as llama-quantize
-/// does.
-pub fn attach(path: &Path, tensors: &mut [OutputTensor]) -> Result<ImatrixReport> {
+/// An importance matrix read and held to the model's tensors.
+pub struct Matrix {
+    path: std::path::PathBuf,
+    m: Imatrix,
+}
+
+/// Reads `path` and checks it against `tensors` (every tensor of the model, before `--only`). An
+/// entry naming no tensor of the model, or holding other than its columns times its experts, is a
+/// matrix of another model: refused, naming the first. A tensor without an entry is encoded
+/// without one, as llama-quantize does.
+pub fn read(path: &Path, tensors: &[OutputTensor]) -> Result<Matrix> {
     let m = Imatrix::read(path)?;
     let names: HashSet<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
     if let Some(stray) = m.entries.keys().find(|n| !names.contains(n.as_str())) {
@@ -63,8 +68,7 @@ pub fn attach(path: &Path, tensors: &mut [OutputTensor]) -> Result<ImatrixReport
             path.display()
         );
     }
-    let mut weighted = 0;
-    for t in tensors.iter_mut() {
+    for t in tensors {
         let Some(entry) = m.entries.get(&t.name) else { continue };
         let cols = t.shape.last().copied().unwrap_or(1);
         let leads: usize = t.shape.iter().rev().skip(2).product();
@@ -77,21 +81,49 @@ pub fn attach(path: &Path, tensors: &mut [OutputTensor]) -> Result<ImatrixReport
                 if leads > 1 { format!(" × {leads} experts") } else { String::new() }
             );
         }
-        let storage = t.storage;
-        if let Some(r) = t.recipe.as_mut().filter(|r| weighs(storage, &r.encoding)) {
-            r.importance = Some(Importance(entry.values.clone()));
-            weighted += 1;
+    }
+    Ok(Matrix { path: path.to_path_buf(), m })
+}
+
+impl Matrix {
+    /// Gives every tensor with an entry its importance, whatever it is stored as now: `--max-size`
+    /// weighs each option's error by it before the types are chosen. The entries are shared, not
+    /// copied.
+    pub fn measure_with(&self, tensors: &mut [OutputTensor]) {
+        for t in tensors.iter_mut() {
+            if let (Some(entry), Some(r)) = (self.m.entries.get(&t.name), t.recipe.as_mut()) {
+                r.importance = Some(Importance(entry.values.clone()));
+            }
         }
     }
-    let file = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
-    Ok(ImatrixReport {
-        file,
-        format: m.format,
-        sha256: m.sha256,
-        datasets: m.datasets,
-        chunk_count: m.chunk_count,
-        chunk_size: m.chunk_size,
-        entries: m.entries.len(),
-        weighted_tensors: weighted,
-    })
+
+    /// Gives each tensor that a block type encodes from float rows the entry of its name (and
+    /// takes it from every other), and says what was weighed.
+    pub fn attach(self, tensors: &mut [OutputTensor]) -> ImatrixReport {
+        let mut weighted = 0;
+        for t in tensors.iter_mut() {
+            let storage = t.storage;
+            let Some(r) = t.recipe.as_mut() else { continue };
+            r.importance = match self.m.entries.get(&t.name) {
+                Some(entry) if weighs(storage, &r.encoding) => {
+                    weighted += 1;
+                    Some(Importance(entry.values.clone()))
+                }
+                _ => None,
+            };
+        }
+        let path = &self.path;
+        let file = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let m = self.m;
+        ImatrixReport {
+            file,
+            format: m.format,
+            sha256: m.sha256,
+            datasets: m.datasets,
+            chunk_count: m.chunk_count,
+            chunk_size: m.chunk_size,
+            entries: m.entries.len(),
+            weighted_tensors: weighted,
+        }
+    }
 }

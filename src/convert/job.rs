@@ -97,8 +97,12 @@ impl Job {
         ready(&ck)?;
         let reader = Reader { ck: &ck, cat: &cat, decoder };
         let max_shard_size = opts.max_shard_size.unwrap_or_else(|| layout.default_max_shard_size());
+        let matrix = opts.imatrix.as_deref().map(|path| super::importance::read(path, &all)).transpose()?;
         let (widths, budget) = match max_size {
             Some(max_size) => {
+                if let Some(m) = &matrix {
+                    m.measure_with(&mut all);
+                }
                 let probe = Probe {
                     reader: &reader,
                     sample: Some(sample.unwrap_or(fit::SAMPLE_BLOCKS)),
@@ -116,14 +120,15 @@ impl Job {
                 };
                 let apply = |tensors: &mut [OutputTensor], t: &FitTensor, i: usize| layout.fit_apply(tensors, t, i);
                 let recipes = layout.fit_recipes(&ck, &all, &menu)?;
-                let mut fitted = fit::fit(&menu, &recipes, &mut all, max_size, apply, model_bytes);
+                let weighted = matrix.is_some();
+                let mut fitted = fit::fit(&menu, &recipes, &mut all, max_size, weighted, apply, model_bytes);
                 let mut memory = memory;
                 if let (Some(m), Ok(_)) = (memory, &fitted) {
                     let wide = layout.cache_element_bytes(&all);
                     if wide > m.element_bytes {
                         let m = m.with_element_bytes(wide);
                         let max_size = m.max_size()?;
-                        fitted = fit::fit(&menu, &recipes, &mut all, max_size, apply, model_bytes);
+                        fitted = fit::fit(&menu, &recipes, &mut all, max_size, weighted, apply, model_bytes);
                         memory = Some(m);
                     }
                 }
@@ -140,7 +145,7 @@ impl Job {
             }
             None => (layout.refine(&mut all, &cat, &Probe { reader: &reader, sample, measured_row_step: 1 })?, None),
         };
-        let imatrix = opts.imatrix.as_deref().map(|path| super::importance::attach(path, &mut all)).transpose()?;
+        let imatrix = matrix.map(|m| m.attach(&mut all));
         let config = ck.config.as_ref().and_then(|c| layout.config(c, &all));
         let extra_files = match &ck.config {
             Some(c) => layout.extra_files(c, &all),

@@ -4,7 +4,7 @@
 
 use super::rows::Reader;
 use super::units::{bulk_input, dims, spans, Span};
-use crate::layout::{Adjust, RowSource, WeightProbe};
+use crate::layout::{Adjust, Importance, RowSource, WeightProbe};
 use crate::quant::affine::round_slice;
 use crate::quant::affine_error::WidthErrors;
 use crate::quant::block_error::StorageErrors;
@@ -30,7 +30,7 @@ impl Probe<'_> {
         source: &RowSource,
         adjust: Adjust,
         empty: impl Fn() -> E + Sync + Send,
-        add: impl Fn(&mut E, &mut Vec<f32>, usize) + Sync + Send,
+        add: impl Fn(&mut E, &mut Vec<f32>, &Span, (usize, usize)) + Sync + Send,
         merge: impl Fn(E, E) -> E + Sync + Send,
     ) -> Result<E> {
         // A test sees here whether any weight was decoded before OUT was checked.
@@ -47,7 +47,7 @@ impl Probe<'_> {
                 self.reader.f32_rows(source, span, values)?;
                 self.reader.adjust(adjust, source, span, values)?;
                 let mut e = empty();
-                add(&mut e, values, span.cols.len());
+                add(&mut e, values, span, (n, cols));
                 Ok(e)
             })
             .try_reduce(&empty, |a, b| Ok(merge(a, b)))?;
@@ -71,7 +71,8 @@ impl WeightProbe for Probe<'_> {
             source,
             adjust,
             || (WidthErrors::default(), exact.then(WidthErrors::default)),
-            |(estimate, measured), values, width| {
+            |(estimate, measured), values, span, _| {
+                let width = span.cols.len();
                 round_slice(values, scale_dtype);
                 estimate.add_estimate(values, width, gs);
                 if let Some(m) = measured {
@@ -93,27 +94,34 @@ impl WeightProbe for Probe<'_> {
             source,
             adjust,
             || vec![WidthErrors::default(); group_sizes.len()],
-            |errors, values, width| {
+            |errors, values, span, _| {
                 round_slice(values, scale_dtype);
-                WidthErrors::add_estimates_at(errors, values, width, group_sizes);
+                WidthErrors::add_estimates_at(errors, values, span.cols.len(), group_sizes);
             },
             |a, b| a.into_iter().zip(b).map(|(x, y)| x.merge(y)).collect(),
         )
     }
 
-    fn storage_errors(
+    fn storage_errors<'i>(
         &self,
         source: &RowSource,
         adjust: Adjust,
         candidates: &[Storage],
         exact: bool,
+        importance: Option<&'i Importance>,
     ) -> Result<(StorageErrors, Option<StorageErrors>)> {
         self.fold_rows(
             source,
             adjust,
             || (StorageErrors::new(candidates), exact.then(|| StorageErrors::new(candidates))),
-            |(estimate, measured), values, width| {
-                estimate.add_estimate_thinned(values, width, self.measured_row_step);
+            |(estimate, measured), values, span, (rows_per_lead, cols)| {
+                let width = span.cols.len();
+                let of_row = |i: usize| {
+                    let importance = importance.expect("called with an importance only");
+                    importance.of_row(span.rows.start + i, rows_per_lead, cols, span.cols.clone())
+                };
+                let weights = importance.map(|_| &of_row as &dyn Fn(usize) -> &'i [f32]);
+                estimate.add_weighted(values, width, self.measured_row_step, weights);
                 if let Some(m) = measured {
                     m.add_exact(values, width);
                 }

@@ -6,7 +6,7 @@ use super::fit::{FitRecipe, FitTensor};
 use super::flags::FlagWords;
 use super::mtp::is_mtp;
 use super::options::BiasMode;
-use super::tensor::{Adjust, OutputTensor, RowSource};
+use super::tensor::{Adjust, Importance, OutputTensor, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint};
 use crate::container::{Container, MetaValue, Metadata, Safetensors};
 use crate::quant::affine_error::WidthErrors;
@@ -41,13 +41,16 @@ pub trait WeightProbe {
     ) -> Result<(WidthErrors, Option<WidthErrors>)>;
 
     /// The errors storing the rows of `source` (after `adjust`) as each of `candidates` would add:
-    /// the estimate, and with `exact` the measured errors.
+    /// the estimate, and with `exact` the measured errors. With `importance` (`--imatrix`) the
+    /// estimate weighs each column's error and square by it, every block type encoded with it
+    /// (as the output will be) on a thinned set of rows; the `exact` errors stay unweighted.
     fn storage_errors(
         &self,
         source: &RowSource,
         adjust: Adjust,
         candidates: &[Storage],
         exact: bool,
+        importance: Option<&Importance>,
     ) -> Result<(StorageErrors, Option<StorageErrors>)>;
 
     /// The estimated errors of affine quantization at each of `group_sizes`, from one read of the

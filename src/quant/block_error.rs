@@ -58,30 +58,57 @@ impl StorageErrors {
     /// each row an encode) is measured on every `step`-th live row only (the first included), its
     /// error taken over those rows' norm.
     pub fn add_estimate_thinned(&mut self, values: &[f32], cols: usize, step: usize) {
-        self.add(values, cols, |c, row, i| match c {
-            Storage::Block(b) if !has_range_estimate(b) && i % step.max(1) != 0 => None,
-            Storage::Block(b) => Some(estimate(b, row).unwrap_or_else(|| measured(c, row))),
-            Storage::Element(_) => Some(measured(c, row)),
+        self.add_weighted(values, cols, step, None);
+    }
+
+    /// As [`StorageErrors::add_estimate_thinned`], each value's error and square weighed by its
+    /// column's importance where `importance` gives row `r` of `values` its columns' (`--imatrix`:
+    /// the error ggml's weighted encoders minimize); then every block type is measured with those
+    /// encoders on the thinned rows, as the IQ4 types are without one.
+    pub fn add_weighted<'w>(
+        &mut self,
+        values: &[f32],
+        cols: usize,
+        step: usize,
+        importance: Option<&dyn Fn(usize) -> &'w [f32]>,
+    ) {
+        // The weighted encoders fit their scales to the importance, which a range does not see:
+        // with one, every block type is measured, on the thinned rows.
+        let ranged = |b: BlockType| importance.is_none() && has_range_estimate(b);
+        let step = if importance.is_some() { step.div_ceil(4) } else { step };
+        self.add(values, cols, importance, |c, row, w, i| match c {
+            Storage::Block(b) if !ranged(b) && i % step.max(1) != 0 => None,
+            Storage::Block(b) if !ranged(b) => Some(measured(c, row, w)),
+            Storage::Block(b) => Some(estimate(b, row).unwrap_or_else(|| measured(c, row, w))),
+            Storage::Element(_) => Some(measured(c, row, w)),
         });
     }
 
     /// Adds the exact errors for `values` (`rows × cols`): encoded and decoded.
     pub fn add_exact(&mut self, values: &[f32], cols: usize) {
-        self.add(values, cols, |c, row, _| Some(measured(c, row)));
+        self.add(values, cols, None, |c, row, w, _| Some(measured(c, row, w)));
     }
 
-    /// Adds `error(candidate, row, i)` for each live row (the `i`-th), where it gives one; a row
-    /// with a value no block holds costs every block type an infinite error (it cannot be stored
-    /// in one at all).
-    fn add(&mut self, values: &[f32], cols: usize, error: impl Fn(Storage, &[f32], usize) -> Option<f64>) {
-        for (i, row) in live_rows(values, cols).enumerate() {
-            let norm = norm_sq(row);
+    /// Adds `error(candidate, row, weights, i)` for each live row (the `i`-th), where it gives
+    /// one; a row with a value no block holds costs every block type an infinite error (it cannot
+    /// be stored in one at all).
+    fn add<'w>(
+        &mut self,
+        values: &[f32],
+        cols: usize,
+        importance: Option<&dyn Fn(usize) -> &'w [f32]>,
+        error: impl Fn(Storage, &[f32], Option<&[f32]>, usize) -> Option<f64>,
+    ) {
+        let live = values.chunks_exact(cols).enumerate().filter(|(_, r)| r.iter().any(|&v| v != 0.0));
+        for (i, (r, row)) in live.enumerate() {
+            let w = importance.map(|of| of(r));
+            let norm = norm_sq(row, w);
             self.norm_sq += norm;
             let holdable = first_unholdable(row).is_none();
             for ((sq, n), &c) in self.sq.iter_mut().zip(&mut self.norms).zip(&self.candidates) {
                 let e = match c {
                     Storage::Block(_) if !holdable => Some(f64::INFINITY),
-                    _ => error(c, row, i),
+                    _ => error(c, row, w, i),
                 };
                 if let Some(e) = e {
                     *sq += e;
@@ -98,26 +125,31 @@ fn has_range_estimate(block: BlockType) -> bool {
     !block.name().starts_with("iq")
 }
 
-fn live_rows(values: &[f32], cols: usize) -> impl Iterator<Item = &[f32]> {
-    values.chunks_exact(cols).filter(|r| r.iter().any(|&v| v != 0.0))
+/// `Σ w_j · x_j²` (each weight 1 without an importance).
+fn norm_sq(row: &[f32], w: Option<&[f32]>) -> f64 {
+    match w {
+        None => row.iter().map(|&v| f64::from(v) * f64::from(v)).sum(),
+        Some(w) => row.iter().zip(w).map(|(&v, &w)| f64::from(w) * f64::from(v) * f64::from(v)).sum(),
+    }
 }
 
-fn norm_sq(row: &[f32]) -> f64 {
-    row.iter().map(|&v| f64::from(v) * f64::from(v)).sum()
-}
-
-/// The squared error of `row` stored as `storage`, encoded and decoded.
-fn measured(storage: Storage, row: &[f32]) -> f64 {
+/// The squared error of `row` stored as `storage`, encoded (with the importance, as the output
+/// will be) and decoded, each value's weighed by its importance.
+fn measured(storage: Storage, row: &[f32], w: Option<&[f32]>) -> f64 {
     let mut back = Vec::with_capacity(row.len());
     match storage {
         Storage::Block(b) => {
             let mut bytes = Vec::new();
-            quantize(b, row, None, &mut bytes);
+            quantize(b, row, w, &mut bytes);
             dequantize(b, &bytes, &mut back);
         }
         Storage::Element(dtype) => back.extend(row.iter().map(|&v| round_to(v, dtype))),
     }
-    back.iter().zip(row).map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2)).sum()
+    let sq = back.iter().zip(row).map(|(&a, &b)| (f64::from(a) - f64::from(b)).powi(2));
+    match w {
+        None => sq.sum(),
+        Some(w) => sq.zip(w).map(|(e, &w)| f64::from(w) * e).sum(),
+    }
 }
 
 /// The smallest step whose stored scales f16 holds to its full precision: below it the smallest

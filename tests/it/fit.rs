@@ -79,6 +79,31 @@ fn the_model_files_fit_the_size_exactly_and_come_close_to_it() {
 }
 
 #[test]
+fn the_tables_are_chosen_by_the_same_budget_down_to_the_menu_s_narrowest() {
+    // The smallest sizes when the tables were held at their exact repack (GGUF `Q8_0`, MLX 8-bit)
+    // or the layers' ratio, whatever the size: the floor is now lower on every fixture and format.
+    let before =
+        [("dense", "gguf", 671_648), ("dense", "mlx", 344_768), ("moe", "gguf", 1_279_424), ("moe", "mlx", 1_025_432)];
+    for (name, format, old) in before {
+        let least = smallest(name, format);
+        assert!(least < old, "{name} {format}: the smallest is {least} bytes, not below {old}");
+        // There the embedding is narrowed as far as the menu goes; with room it is exact again.
+        let tmp = tempfile::tempdir().unwrap();
+        let table = |report: &Value| -> f64 { report["budget"]["max_table_ratio"].as_f64().unwrap() };
+        let (code, at_least, stderr) = fit(name, &tmp.path().join("least"), format, least, &["--dry-run"]);
+        assert_eq!(code, 0, "{stderr}");
+        let (code, roomy, stderr) = fit(name, &tmp.path().join("roomy"), format, old * 4, &["--dry-run"]);
+        assert_eq!(code, 0, "{stderr}");
+        assert!(
+            table(&at_least) > 1.0 && table(&roomy) < table(&at_least),
+            "{name} {format}: {} then {}",
+            table(&at_least),
+            table(&roomy)
+        );
+    }
+}
+
+#[test]
 fn a_size_below_the_smallest_output_is_refused_naming_it() {
     for format in FORMATS {
         let least = smallest("dense", format);
@@ -259,24 +284,41 @@ fn gguf_chooses_among_the_low_bit_types_and_their_fallbacks() {
             .collect()
     };
     // The dense fixture's ffn_down and ssm_out rows are 256 values (whole K-quant blocks), the
-    // other linears' 128 (32-value blocks only). At the smallest size (llama-quantize's Q2_K's,
-    // whose squeezed MTP block the plan matches) the 256-value rows take Q2_K and Q3_K, the others
-    // 4.5 bits a weight, where IQ4_NL (IQ4_XS's fallback) adds less error than Q4_0 (Q2_K's).
+    // other linears' 128 (32-value blocks only). At the smallest size every tensor is at its
+    // narrowest: the 256-value rows Q2_K, the others 4.5 bits a weight, where IQ4_NL (IQ4_XS's
+    // fallback) adds less error than Q4_0 (Q2_K's).
     let least = smallest("dense", "gguf");
     let at_least = chosen(least);
     assert_eq!(at_least.len(), 25);
     let wide = |choice: &[(String, u64)]| -> Vec<String> {
         choice.iter().filter(|(_, cols)| cols % 256 == 0).map(|(ty, _)| ty.clone()).collect()
     };
+    assert!(wide(&at_least).iter().all(|t| t == "Q2_K"), "{at_least:?}");
+    assert!(at_least.iter().filter(|(_, cols)| cols % 256 != 0).all(|(ty, _)| ty == "IQ4_NL"), "{at_least:?}");
+    // At the size of llama-quantize's Q2_K the 256-value rows take Q3_K (and Q2_K where the
+    // bytes run short): the tables squeezed as that recipe types them from float (`--int8
+    // requant`), its MTP block matched.
+    let tmp = tempfile::tempdir().unwrap();
+    let q2_k = tmp.path().join("q2_k");
+    let made = escha_convert()
+        .arg(fixture("dense"))
+        .arg(&q2_k)
+        .args(["--quiet", "--format", "gguf", "--gguf-type", "q2_k"])
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let q2_k = model_bytes(&q2_k);
+    let at_least = chosen(q2_k);
     let narrow = wide(&at_least);
     assert!(narrow.iter().all(|t| t == "Q2_K" || t == "Q3_K"), "{narrow:?}");
-    assert!(narrow.iter().any(|t| t == "Q2_K") && narrow.iter().any(|t| t == "Q3_K"), "{narrow:?}");
+    assert!(narrow.iter().any(|t| t == "Q3_K"), "{narrow:?}");
     assert!(at_least.iter().filter(|(_, cols)| cols % 256 != 0).all(|(ty, _)| ty == "IQ4_NL"), "{at_least:?}");
     // A little more room buys IQ4_XS for some 256-value rows.
     let tmp = tempfile::tempdir().unwrap();
     let (_, most, _) = fit("dense", &tmp.path().join("most"), "gguf", 1 << 40, &["--dry-run"]);
     let most = most["budget"]["bytes"].as_u64().unwrap();
-    let roomier = wide(&chosen(least + (most - least) / 16));
+    let roomier = wide(&chosen(q2_k + q2_k / 32));
+    assert!(q2_k + q2_k / 32 < most);
     assert!(roomier.iter().any(|t| t == "Q3_K") && roomier.iter().any(|t| t == "IQ4_XS"), "{roomier:?}");
 }
 

@@ -167,3 +167,43 @@ fn the_flag_applies_to_the_types_llama_quantize_weighs() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "--format mlx: a usage error");
 }
+
+#[test]
+fn a_size_budget_weighs_its_errors_by_the_matrix() {
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = dir.path().join("heavy.imatrix.gguf");
+    // Heavy-tailed: a few columns of each entry carry almost all the importance.
+    let heavy: Vec<_> = entries(dir.path())
+        .into_iter()
+        .map(|(name, sums, experts)| {
+            let sums = (0..sums.len()).map(|i| if i % 16 == 3 { 1e6 } else { 1e-3 }).collect();
+            (name, sums, experts)
+        })
+        .collect();
+    write_gguf(&matrix, &heavy);
+    let fit = |extra: &[&str], out: &str| {
+        let mut args = vec!["--format", "gguf", "--max-size", "720000", "--dry-run"];
+        args.extend(extra);
+        convert_json(&fixture("dense"), &dir.path().join(out), &args)
+    };
+    let plain = fit(&[], "plain");
+    let weighted = fit(&["--imatrix", matrix.to_str().unwrap()], "weighted");
+    assert_eq!(plain["budget"]["weighted_by_imatrix"], false);
+    assert_eq!(weighted["budget"]["weighted_by_imatrix"], true);
+    assert!(weighted["budget"]["bytes"].as_u64().unwrap() <= 720_000);
+    assert!(weighted["imatrix"]["weighted_tensors"].as_u64().unwrap() > 5, "{}", weighted["imatrix"]);
+    // The ratios reported are the weighted ones: not those of the plain run.
+    let ratios = |r: &serde_json::Value| -> Vec<f64> {
+        r["width_choices"].as_array().unwrap().iter().map(|c| c["ratio"].as_f64().unwrap()).collect()
+    };
+    assert_ne!(ratios(&plain), ratios(&weighted));
+    // MLX does not take a matrix yet: a usage error, as without --max-size.
+    let o = escha_convert()
+        .arg(fixture("dense"))
+        .arg(dir.path().join("mlx"))
+        .args(["--format", "mlx", "--max-size", "720000", "--imatrix"])
+        .arg(&matrix)
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "--format mlx --max-size --imatrix: a usage error");
+}

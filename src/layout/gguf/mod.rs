@@ -299,7 +299,7 @@ impl Layout for GgufLayout {
 
     fn fit_recipes(&self, ck: &Checkpoint, tensors: &[OutputTensor], menu: &[FitTensor]) -> Result<Vec<FitRecipe>> {
         let hp = Hparams::new(ck.config.as_ref())?;
-        types::fit_recipes(tensors, menu, &hp, u64::from(hp.layers()?))
+        types::fit_recipes(tensors, menu, &hp, u64::from(hp.layers()?), self.opts.imatrix)
     }
 
     fn config(&self, _input: &Value, _tensors: &[OutputTensor]) -> Option<String> {

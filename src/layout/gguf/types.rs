@@ -243,7 +243,7 @@ pub(super) fn choose_by_budget(
             .map(Storage::Block)
             .chain([Storage::Element(Dtype::BF16)])
             .collect();
-        let (estimate, exact) = probe.storage_errors(&recipe.source, recipe.adjust, &candidates, auto.exact)?;
+        let (estimate, exact) = probe.storage_errors(&recipe.source, recipe.adjust, &candidates, auto.exact, None)?;
         let estimated = narrowest_within(&estimate.relative(), budget);
         let chosen = exact.as_ref().map_or(estimated, |e| narrowest_within(&e.relative(), budget));
         let error_of = |e: &crate::quant::block_error::StorageErrors| {
@@ -267,28 +267,41 @@ pub(super) fn choose_by_budget(
     Ok(choices)
 }
 
-/// The types `--max-size` chooses among, narrowest first. A row that is not whole 256-value
-/// blocks gets each K-quant's and `IQ4_XS`'s fallback instead, as llama-quantize gives it
-/// (`Q2_K`, `Q3_K` → `Q4_0`; `IQ4_XS` → `IQ4_NL`; `Q4_K` → `Q5_0`; …): the legacy 32-value types.
-pub(super) const FIT_TYPES: [BlockType; 11] = [
-    BlockType::Q2_K,
-    BlockType::Q3_K,
-    BlockType::IQ4_XS,
-    BlockType::Q4_0,
-    BlockType::Q4_K,
-    BlockType::Q4_1,
-    BlockType::Q5_0,
-    BlockType::Q5_K,
-    BlockType::Q5_1,
-    BlockType::Q6_K,
-    BlockType::Q8_0,
+/// Whether a [`FIT_TYPES`] entry is offered without an importance matrix.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Offered {
+    Always,
+    /// Only with `--imatrix`: a type llama-quantize refuses to make without one
+    /// (`tensor_requires_imatrix`: the IQ2 and IQ3 types).
+    WithImatrix,
+}
+
+/// The types `--max-size` chooses among, narrowest first, one line each. A row that is not whole
+/// 256-value blocks gets each K-quant's and `IQ4_XS`'s fallback instead, as llama-quantize gives
+/// it (`Q2_K`, `Q3_K` → `Q4_0`; `IQ4_XS` → `IQ4_NL`; `Q4_K` → `Q5_0`; …): the legacy 32-value
+/// types.
+pub(super) const FIT_TYPES: [(BlockType, Offered); 11] = [
+    (BlockType::Q2_K, Offered::Always),
+    (BlockType::Q3_K, Offered::Always),
+    (BlockType::IQ4_XS, Offered::Always),
+    (BlockType::Q4_0, Offered::Always),
+    (BlockType::Q4_K, Offered::Always),
+    (BlockType::Q4_1, Offered::Always),
+    (BlockType::Q5_0, Offered::Always),
+    (BlockType::Q5_K, Offered::Always),
+    (BlockType::Q5_1, Offered::Always),
+    (BlockType::Q6_K, Offered::Always),
+    (BlockType::Q8_0, Offered::Always),
 ];
 
-/// The block types of [`FIT_TYPES`] a row of `cols` values can hold, each in its fallback where
-/// its blocks do not divide the row, once each.
-fn fit_types(cols: usize) -> Vec<BlockType> {
+/// The block types of [`FIT_TYPES`] a row of `cols` values can hold (those that need a matrix
+/// only with `imatrix`), each in its fallback where its blocks do not divide the row, once each.
+fn fit_types(cols: usize, imatrix: bool) -> Vec<BlockType> {
     let mut types = Vec::new();
-    for ty in FIT_TYPES {
+    for (ty, offered) in FIT_TYPES {
+        if offered == Offered::WithImatrix && !imatrix {
+            continue;
+        }
         if let Storage::Block(b) = mixture::fallback(ty, cols) {
             if !types.contains(&b) {
                 types.push(b);
@@ -300,7 +313,8 @@ fn fit_types(cols: usize) -> Vec<BlockType> {
 
 /// `--max-size`: every tensor the converter writes in BF16 that llama.cpp quantizes, and every
 /// exact `Q8_0` int8 table, at each of [`FIT_TYPES`] its rows hold, or that type's fallback (an exact table
-/// also as its exact `Q8_0`, which adds nothing).
+/// also as its exact `Q8_0`, which adds nothing); a type that needs a matrix only where the tensor
+/// has an entry of `--imatrix`.
 pub(super) fn fit_menu(tensors: &[OutputTensor], cat: &Catalog, probe: &dyn WeightProbe) -> Result<Vec<FitTensor>> {
     let mut menu = Vec::new();
     for (index, t) in tensors.iter().enumerate() {
@@ -311,8 +325,11 @@ pub(super) fn fit_menu(tensors: &[OutputTensor], cat: &Catalog, probe: &dyn Weig
             continue;
         }
         let cols = t.shape.last().copied().unwrap_or(1);
-        let candidates: Vec<Storage> =
-            fit_types(cols).into_iter().filter(|b| !(exact && *b == BlockType::Q8_0)).map(Storage::Block).collect();
+        let candidates: Vec<Storage> = fit_types(cols, recipe.importance.is_some())
+            .into_iter()
+            .filter(|b| !(exact && *b == BlockType::Q8_0))
+            .map(Storage::Block)
+            .collect();
         if candidates.is_empty() {
             continue;
         }
@@ -327,7 +344,8 @@ pub(super) fn fit_menu(tensors: &[OutputTensor], cat: &Catalog, probe: &dyn Weig
                 error: 0.0,
             });
         }
-        let (estimate, _) = probe.storage_errors(&recipe.source, recipe.adjust, &candidates, false)?;
+        let (estimate, _) =
+            probe.storage_errors(&recipe.source, recipe.adjust, &candidates, false, recipe.importance.as_ref())?;
         for (storage, error) in estimate.relative() {
             options.push(FitOption {
                 chosen: Chosen::GgufType(storage.name()),
@@ -411,24 +429,38 @@ const FIXED_RECIPES: [GgufType; 10] = [
 ];
 
 /// `--max-size`'s yardsticks: each `--gguf-type` that llama-quantize makes (its mixtures and the
-/// uniform K-quants) as it would type the menu's tensors, an exact int8 table kept exact.
+/// uniform K-quants) as it would type the menu's tensors (with `imatrix`, as it types them given
+/// one), an exact int8 table kept exact.
 pub(super) fn fit_recipes(
     tensors: &[OutputTensor],
     menu: &[FitTensor],
     hp: &Hparams,
     layers: u64,
+    imatrix: bool,
 ) -> Result<Vec<FitRecipe>> {
     let mut recipes = Vec::new();
-    for ty in FIXED_RECIPES {
+    for (ty, requant) in FIXED_RECIPES.into_iter().flat_map(|ty| [(ty, false), (ty, true)]) {
         let rule = ty.quantize().expect("a type llama-quantize makes");
         let mut typed = tensors.to_vec();
-        quantize_as_llama_does(rule, &mut typed, hp, layers, false)?;
+        if requant {
+            // `--int8 requant`: the int8 tables from their float rows, as llama-quantize types a
+            // bf16 file's (narrower than their exact Q8_0 in the low-bit mixtures).
+            for r in typed.iter_mut().filter_map(|t| t.recipe.as_mut()) {
+                if r.encoding == Encoding::Int8Blocks {
+                    r.encoding = Encoding::Float;
+                }
+            }
+        }
+        quantize_as_llama_does(rule, &mut typed, hp, layers, imatrix)?;
         let pick = |t: &FitTensor| {
             let as_typed = &typed[t.index];
             let lossless = as_typed.recipe.as_ref().is_some_and(|r| r.encoding == Encoding::Int8Blocks);
-            t.options.iter().position(|o| o.lossless == lossless && o.storage == as_typed.storage)
+            let exact_q8 = |o: &FitOption| o.lossless && as_typed.storage == Storage::Block(BlockType::Q8_0);
+            // A table requantized to Q8_0 is its exact Q8_0: the same bytes, no error.
+            t.options.iter().position(|o| (o.lossless == lossless && o.storage == as_typed.storage) || exact_q8(o))
         };
-        recipes.extend(FitRecipe::from_menu(format!("--gguf-type {}", ty.name()), menu, pick));
+        let name = format!("--gguf-type {}{}", ty.name(), if requant { " --int8 requant" } else { "" });
+        recipes.extend(FitRecipe::from_menu(name, menu, pick));
     }
     Ok(recipes)
 }
@@ -441,11 +473,11 @@ mod tests {
     #[test]
     fn the_fit_menu_offers_the_low_bit_types_or_llama_quantize_s_fallbacks() {
         // Whole 256-value blocks: every type as itself.
-        assert_eq!(fit_types(512), FIT_TYPES.to_vec());
+        assert_eq!(fit_types(512, false), FIT_TYPES.map(|(t, _)| t).to_vec());
         // 32-value blocks only: Q2_K and Q3_K fall back to Q4_0, IQ4_XS to IQ4_NL, the other
         // K-quants to their legacy types; each once.
-        assert_eq!(fit_types(128), [T::Q4_0, T::IQ4_NL, T::Q5_0, T::Q4_1, T::Q5_1, T::Q8_0]);
+        assert_eq!(fit_types(128, false), [T::Q4_0, T::IQ4_NL, T::Q5_0, T::Q4_1, T::Q5_1, T::Q8_0]);
         // No whole block at all: nothing to choose (the tensor stays as laid out).
-        assert!(fit_types(100).is_empty());
+        assert!(fit_types(100, true).is_empty());
     }
 }
