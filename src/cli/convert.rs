@@ -2,67 +2,20 @@
 
 use super::exit::{fail, print_json, print_out, usage, warn, FAILURE, USAGE};
 use super::size::parse_size;
-use super::values::{BackendArg, GgufTypeArg, Int8Arg, MtpArg};
+use super::values::{BackendArg, BiasArg, Bits, BitsParser, FormatArg, GgufTypeArg, Int8Arg, MtpArg, VocabArg};
 use crate::backend::{Backend, BackendKind};
 use crate::checkpoint::{locate, Located};
 use crate::convert::{convert, render_plan, render_summary, ConvertOptions, FitMemory, PartSpec, VerifyRequest};
 use crate::failure::{code_of, ErrorCode};
-use crate::layout::{AutoBits, BiasMode, DenseDtype, GgufOptions, GgufType, MlxOptions, OutputFormat};
-use crate::quant::affine::{AffineSpec, BITS, GROUP_SIZES};
+use crate::layout::{AutoBits, DenseDtype, GgufOptions, GgufType, MlxOptions, OutputFormat};
+use crate::quant::affine::{AffineSpec, GROUP_SIZES};
 use crate::signals;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::error::ErrorKind;
-use clap::{Args, ValueEnum, ValueHint};
+use clap::{Args, ValueHint};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum FormatArg {
-    /// Dense bfloat16, Hugging Face layout.
-    Bf16,
-    /// Dense float16, Hugging Face layout.
-    F16,
-    /// MLX layout, affine-quantized (`--bits`, `--group-size`, `--int8`), as `mlx_lm.convert -q`
-    /// writes it; mlx-lm loads it directly.
-    Mlx,
-    /// GGUF for llama.cpp (`--gguf-type`, `--gguf-vocab`): one file, or splits above
-    /// --max-shard-size.
-    Gguf,
-    /// EXL3 for exllamav3 (TabbyAPI): the trellis codes exactly as stored, one module per expert,
-    /// `s_in`/`s_out` folded into the f16 channel scales; a text-only model.
-    Exl3,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum VocabArg {
-    /// The tokenizer from `tokenizer.json`, `tokenizer_config.json` and `config.json` (an error when it
-    /// cannot be mapped with certainty).
-    Auto,
-    /// No tokenizer: tensors and model keys only.
-    None,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum BiasArg {
-    /// Each bias as the source's runtime treats it: an EXL3 linear's kept (exllamav3 adds it), an
-    /// Escha linear's dropped (the reference serving runtime never applies it).
-    Auto,
-    /// Leave coded linears' bias tensors out (warned where one is non-zero).
-    Drop,
-    /// Write them as `<module>.bias`.
-    Keep,
-}
-
-impl From<BiasArg> for BiasMode {
-    fn from(a: BiasArg) -> BiasMode {
-        match a {
-            BiasArg::Auto => BiasMode::Auto,
-            BiasArg::Drop => BiasMode::Drop,
-            BiasArg::Keep => BiasMode::Keep,
-        }
-    }
-}
 
 #[derive(Args, Debug)]
 pub struct ConvertArgs {
@@ -194,25 +147,6 @@ pub struct ConvertArgs {
 /// Blocks per tensor `--verify-base` checks unless told otherwise.
 const VERIFY_SAMPLE: usize = 4;
 
-/// `--bits`: a width MLX offers, or auto.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Bits {
-    Fixed(u32),
-    Auto,
-}
-
-fn parse_bits(s: &str) -> Result<Bits, String> {
-    match s.trim() {
-        t if t.eq_ignore_ascii_case("auto") => Ok(Bits::Auto),
-        t => t
-            .parse()
-            .ok()
-            .filter(|b| BITS.contains(b))
-            .map(Bits::Fixed)
-            .ok_or_else(|| format!("{s:?}: MLX affine widths are {BITS:?}, or auto")),
-    }
-}
-
 /// `--reserve`: a size, or none at all.
 fn parse_reserve(s: &str) -> Result<u64, String> {
     let number = s.trim().trim_end_matches(|c: char| c.is_ascii_alphabetic());
@@ -220,29 +154,6 @@ fn parse_reserve(s: &str) -> Result<u64, String> {
         return Ok(0);
     }
     parse_size(s)
-}
-
-/// `--bits`: read by [`parse_bits`], its values listed for the shell completions.
-#[derive(Clone)]
-struct BitsParser;
-
-impl TypedValueParser for BitsParser {
-    type Value = Bits;
-
-    fn parse_ref(
-        &self,
-        cmd: &clap::Command,
-        arg: Option<&clap::Arg>,
-        value: &std::ffi::OsStr,
-    ) -> Result<Bits, clap::Error> {
-        let parse: fn(&str) -> Result<Bits, String> = parse_bits;
-        parse.parse_ref(cmd, arg, value)
-    }
-
-    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
-        let names = BITS.iter().map(ToString::to_string).chain(["auto".to_string()]);
-        Some(Box::new(names.map(clap::builder::PossibleValue::new)))
-    }
 }
 
 /// `--max-added-error`: a positive, finite fraction.
@@ -524,8 +435,9 @@ mod tests {
     use super::super::{Cli, Command};
     use super::*;
     use crate::checkpoint::HubSource;
-    use crate::layout::{Int8Mode, MtpMode};
-    use clap::Parser;
+    use crate::layout::{BiasMode, Int8Mode, MtpMode};
+    use crate::quant::affine::BITS;
+    use clap::{Parser, ValueEnum};
     use proptest::prelude::*;
     use std::ffi::OsString;
 

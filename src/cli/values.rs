@@ -1,9 +1,11 @@
-//! The values of flags that choose a library enum (`--int8`, `--gguf-type`, `--mtp`, `--backend`):
-//! their spelling and help on the command line, each mapped to the library's value here, so clap
-//! stays at the edge.
+//! The values of flags that choose a library enum (`--format`, `--bits`, `--int8`, `--gguf-type`,
+//! `--gguf-vocab`, `--mtp`, `--bias`, `--backend`): their spelling and help on the command line,
+//! each mapped to the library's value here, so clap stays at the edge.
 
 use crate::backend::BackendKind;
-use crate::layout::{GgufType, Int8Mode, MtpMode};
+use crate::layout::{BiasMode, GgufType, Int8Mode, MtpMode};
+use crate::quant::affine::BITS;
+use clap::builder::TypedValueParser;
 use clap::ValueEnum;
 
 /// `--int8`.
@@ -156,5 +158,94 @@ mod tests {
         for a in MtpArg::value_variants() {
             assert_eq!(spelled(a.to_possible_value()), MtpMode::from(*a).name());
         }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum FormatArg {
+    /// Dense bfloat16, Hugging Face layout.
+    Bf16,
+    /// Dense float16, Hugging Face layout.
+    F16,
+    /// MLX layout, affine-quantized (`--bits`, `--group-size`, `--int8`), as `mlx_lm.convert -q`
+    /// writes it; mlx-lm loads it directly.
+    Mlx,
+    /// GGUF for llama.cpp (`--gguf-type`, `--gguf-vocab`): one file, or splits above
+    /// --max-shard-size.
+    Gguf,
+    /// EXL3 for exllamav3 (TabbyAPI): the trellis codes exactly as stored, one module per expert,
+    /// `s_in`/`s_out` folded into the f16 channel scales; a text-only model.
+    Exl3,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum VocabArg {
+    /// The tokenizer from `tokenizer.json`, `tokenizer_config.json` and `config.json` (an error when it
+    /// cannot be mapped with certainty).
+    Auto,
+    /// No tokenizer: tensors and model keys only.
+    None,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum BiasArg {
+    /// Each bias as the source's runtime treats it: an EXL3 linear's kept (exllamav3 adds it), an
+    /// Escha linear's dropped (the reference serving runtime never applies it).
+    Auto,
+    /// Leave coded linears' bias tensors out (warned where one is non-zero).
+    Drop,
+    /// Write them as `<module>.bias`.
+    Keep,
+}
+
+impl From<BiasArg> for BiasMode {
+    fn from(a: BiasArg) -> BiasMode {
+        match a {
+            BiasArg::Auto => BiasMode::Auto,
+            BiasArg::Drop => BiasMode::Drop,
+            BiasArg::Keep => BiasMode::Keep,
+        }
+    }
+}
+
+/// `--bits`: a width MLX offers, or auto.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bits {
+    Fixed(u32),
+    Auto,
+}
+
+fn parse_bits(s: &str) -> Result<Bits, String> {
+    match s.trim() {
+        t if t.eq_ignore_ascii_case("auto") => Ok(Bits::Auto),
+        t => t
+            .parse()
+            .ok()
+            .filter(|b| BITS.contains(b))
+            .map(Bits::Fixed)
+            .ok_or_else(|| format!("{s:?}: MLX affine widths are {BITS:?}, or auto")),
+    }
+}
+
+/// `--bits`: read by [`parse_bits`], its values listed for the shell completions.
+#[derive(Clone)]
+pub struct BitsParser;
+
+impl TypedValueParser for BitsParser {
+    type Value = Bits;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<Bits, clap::Error> {
+        let parse: fn(&str) -> Result<Bits, String> = parse_bits;
+        parse.parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(&self) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        let names = BITS.iter().map(ToString::to_string).chain(["auto".to_string()]);
+        Some(Box::new(names.map(clap::builder::PossibleValue::new)))
     }
 }
