@@ -52,8 +52,12 @@ fn weighs(storage: Storage, encoding: &Encoding) -> bool {
 /// `--only`) that a block type encodes the entry of its name. An entry naming no tensor of the
 /// model, or holding other than its columns times its experts, is a matrix of another model:
 /// refused, naming the first. A tensor without an entry is encoded without one, as llama-quantize
-/// does.
-pub fn attach(path: &Path, tensors: &mut [OutputTensor]) -> Result<ImatrixReport> {
+/// does, unless `needs` says its type needs one (llama-quantize aborts there): refused, naming it.
+pub fn attach(
+    path: &Path,
+    tensors: &mut [OutputTensor],
+    needs: &dyn Fn(&OutputTensor) -> bool,
+) -> Result<ImatrixReport> {
     let m = Imatrix::read(path)?;
     let names: HashSet<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
     if let Some(stray) = m.entries.keys().find(|n| !names.contains(n.as_str())) {
@@ -65,7 +69,18 @@ pub fn attach(path: &Path, tensors: &mut [OutputTensor]) -> Result<ImatrixReport
     }
     let mut weighted = 0;
     for t in tensors.iter_mut() {
-        let Some(entry) = m.entries.get(&t.name) else { continue };
+        let Some(entry) = m.entries.get(&t.name) else {
+            if needs(t) {
+                bail!(
+                    "--imatrix {}: no entry for tensor {}, whose type {} needs one (llama-quantize stops there too): \
+                     a matrix made by llama-imatrix from a GGUF of this model has an entry for every quantized tensor",
+                    path.display(),
+                    t.name,
+                    t.storage.name()
+                );
+            }
+            continue;
+        };
         let cols = t.shape.last().copied().unwrap_or(1);
         let leads: usize = t.shape.iter().rev().skip(2).product();
         if entry.values.len() != cols * leads {

@@ -263,7 +263,6 @@ pub fn tensor_type(
 /// `tensor_requires_imatrix`: whether llama-quantize refuses to write tensor `name` as `storage`
 /// (its type after the fallback) in `mixture` without an importance matrix. The embeddings and
 /// the output never need one.
-#[cfg_attr(not(test), allow(dead_code))] // for `--imatrix`, which will refuse with it
 pub fn requires_imatrix(mixture: Mixture, name: &str, storage: Storage) -> bool {
     if matches!(name, "token_embd.weight" | "per_layer_token_embd.weight" | "output.weight") {
         return false;
