@@ -4,7 +4,7 @@ llama.cpp is scripts/llama-cpp.sh's (ESCHA_LLAMA_CPP, ESCHA_LLAMA_BIN with llama
 llama-imatrix); without it every test is skipped (a failure under CI=true), as in test_gguf.py.
 
 1. `test_matches_llama_quantize_with_a_synthetic_matrix` (dense, moe x every --gguf-type llama-quantize
-   makes): a heavy-tailed importance matrix written here in llama-imatrix's GGUF format (one entry per
+   makes, the low-bit ones included): a heavy-tailed importance matrix written here in llama-imatrix's GGUF format (one entry per
    weight matrix of our file, named as llama.cpp names it, per expert for the MoE's stacked experts;
    sums log-normal over many decades, counts random, an expert never routed to (count 0, which
    llama-quantize reads as importance 1)). Our `--gguf-type T --int8 requant --imatrix M` file must hold
@@ -14,7 +14,11 @@ llama-imatrix); without it every test is skipped (a failure under CI=true), as i
 2. `test_matches_llama_quantize_with_a_dat_matrix` (dense, moe x q4_k_m, q3_k_m): the same with the
    synthetic sums in llama-imatrix's legacy .dat file (sums over a call count);
    `test_matches_llama_quantize_with_llama_imatrix` (dense, moe x q4_k_m, q2_k, iq4_xs): with a
-   matrix made by llama.cpp's own llama-imatrix from our f32 file and a short text.
+   matrix made by llama.cpp's own llama-imatrix from our f32 file and a short text; the low-bit
+   file types too (`LOW_BIT`), and where llama-quantize aborts for want of an MTP tensor's entry
+   (llama-imatrix records none) we must refuse too, naming a tensor the matrix lacks. Where we refuse
+   a low-bit type without a matrix (as llama-quantize does) the refusal must name --imatrix and
+   llama-imatrix.
 3. `test_card_and_json_record_the_matrix`: `--json` and the model card name the file, its sha256,
    datasets and chunk count.
 
@@ -223,7 +227,26 @@ def test_matches_llama_quantize_with_a_dat_matrix(im, fixture, ty):
 @pytest.mark.parametrize("ty", ["q4_k_m", "q2_k", "iq4_xs", *LOW_BIT])
 @pytest.mark.parametrize("fixture", FIXTURES)
 def test_matches_llama_quantize_with_llama_imatrix(im, fixture, ty):
-    compare(im, fixture, ty, llama_imatrix(im, fixture))
+    matrix = llama_imatrix(im, fixture)
+    # llama-imatrix records no MTP tensor (inference never runs them): a type that needs a matrix
+    # for them is refused by llama-quantize, and must be by us, naming a tensor the matrix lacks.
+    m, _ = TYPES[ty]
+    src = im.path(fixture, "f32", "requant")
+    cmd = [Path(LLAMA_BIN) / "llama-quantize", "--imatrix", matrix, src, im.tmp / f"lq-try-{fixture}-{ty}.gguf", m, "2"]
+    lq = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=600)
+    if lq.returncode == 0 or "Missing importance matrix for tensor" not in lq.stdout + lq.stderr:
+        assert lq.returncode == 0, (lq.stdout + lq.stderr)[-3000:]
+        compare(im, fixture, ty, matrix)
+        return
+    out = im.tmp / f"ours-{fixture}-{ty}-refused"
+    ours = [im.bin, im.repo_root / "fixtures" / fixture, out, "--quiet", "--format", "gguf", "--gguf-type", ty]
+    r = subprocess.run([str(c) for c in ours + ["--int8", "requant", "--imatrix", matrix]], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode != 0, f"llama-quantize refuses {ty} with this matrix, we wrote a file"
+    entries = {t.name.removesuffix(".in_sum2") for t in reader(matrix).tensors}
+    named = r.stderr.split("no entry for tensor ", 1)[-1].split(",", 1)[0]
+    assert "no entry for tensor" in r.stderr and named not in entries and named in {t.name for t in reader(src).tensors}, r.stderr
+    assert not list(out.glob("*.gguf")), "a refused conversion left a .gguf"
 
 
 def test_card_and_json_record_the_matrix(im):
