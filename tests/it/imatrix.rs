@@ -167,3 +167,45 @@ fn the_flag_applies_to_the_types_llama_quantize_weighs() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "--format mlx: a usage error");
 }
+
+#[test]
+fn the_low_bit_types_need_a_matrix_where_llama_quantize_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let convert = |ty: &str, matrix: Option<&Path>| {
+        let mut c = escha_convert();
+        c.arg(fixture("dense")).arg(&out).args(["--format", "gguf", "--gguf-type", ty, "--quiet", "--dry-run"]);
+        if let Some(m) = matrix {
+            c.arg("--imatrix").arg(m);
+        }
+        let o = c.output().unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    // llama-quantize refuses these without a matrix (a tensor of IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
+    // or Q2_K in a Q2_K_S file): so do we, before anything is written, saying how to make one.
+    for ty in ["iq2_xxs", "iq2_xs", "iq2_s", "iq2_m", "iq3_xxs", "q2_k_s"] {
+        let (code, e) = convert(ty, None);
+        assert_eq!(code, Some(1), "{ty}: {e}");
+        assert!(e.contains("tensor blk.") && e.contains("--imatrix") && e.contains("llama-imatrix"), "{ty}: {e}");
+        assert!(!out.exists(), "{ty}: nothing written");
+    }
+    // It writes these without one (IQ3_S and its mixtures need none on this model).
+    for ty in ["iq3_xs", "iq3_s", "iq3_m"] {
+        let (code, e) = convert(ty, None);
+        assert_eq!(code, Some(0), "{ty}: {e}");
+    }
+    // A matrix without the entry of a tensor whose type needs one: refused naming the tensor, as
+    // llama-quantize aborts there; the same matrix is fine where the type needs none.
+    let mut partial = entries(dir.path());
+    let gone = partial.iter().position(|(n, _, _)| n.ends_with("ffn_down.weight")).expect("an ffn_down");
+    let name = partial.remove(gone).0;
+    let matrix = dir.path().join("partial.imatrix.gguf");
+    write_gguf(&matrix, &partial);
+    let (code, e) = convert("iq2_xxs", Some(&matrix));
+    assert_eq!(code, Some(1), "{e}");
+    assert!(e.contains(&format!("no entry for tensor {name}")), "{e}");
+    let (code, e) = convert("iq3_s", Some(&matrix));
+    assert_eq!(code, Some(0), "{e}");
+    let (code, e) = convert("iq2_xxs", Some(&dir.path().join("missing.gguf")));
+    assert_eq!(code, Some(1), "a missing file: {e}");
+}
