@@ -18,8 +18,10 @@ llama-imatrix); without it every test is skipped (a failure under CI=true), as i
    file types too (`LOW_BIT`), and where llama-quantize aborts for want of an MTP tensor's entry
    (llama-imatrix records none) we must refuse too, naming a tensor the matrix lacks. Where we refuse
    a low-bit type without a matrix (as llama-quantize does) the refusal must name --imatrix and
-   llama-imatrix.
-3. `test_card_and_json_record_the_matrix`: `--json` and the model card name the file, its sha256,
+   llama-imatrix, and llama-quantize must refuse it too (and write it where we write it).
+3. `test_llama_cpp_evaluates_an_iq2_file` (dense, moe): llama_logits runs our `iq2_xxs --imatrix` file
+   to finite logits that follow those of our f32 file.
+4. `test_card_and_json_record_the_matrix`: `--json` and the model card name the file, its sha256,
    datasets and chunk count.
 
 Run: `. "$(bash scripts/llama-cpp.sh --print-env)"`, then
@@ -35,7 +37,7 @@ import numpy as np
 import pytest
 
 from testenv import unavailable
-from test_gguf import GT, LLAMA_BIN, gguf, raw, reader, report, run, shape
+from test_gguf import GT, LLAMA_BIN, gguf, llama_bin, logits, raw, reader, report, run, shape  # noqa: F401 (fixture)
 from test_gguf_kquants import LLAMA_QUANTIZE, Workspace, squeeze
 
 FIXTURES = ["dense", "moe"]
@@ -169,6 +171,11 @@ def without_matrix(im, fixture, ty):
         out = im.tmp / f"ours-{fixture}-{ty}-plain"
         cmd = [im.bin, im.repo_root / "fixtures" / fixture, out, "--quiet", "--format", "gguf", "--gguf-type", ty]
         r = subprocess.run([str(c) for c in cmd + ["--int8", "requant"]], capture_output=True, text=True, timeout=600)
+        lq = [Path(LLAMA_BIN) / "llama-quantize", im.path(fixture, "f32", "requant"), im.tmp / f"lq-plain-{fixture}-{ty}.gguf",
+              TYPES[ty][0], "2"]
+        lq = subprocess.run([str(c) for c in lq], capture_output=True, text=True, timeout=600)
+        # We refuse without a matrix exactly where llama-quantize does.
+        assert (r.returncode == 0) == (lq.returncode == 0), f"ours: {r.stderr[-1000:]}\nllama-quantize: {lq.stderr[-1000:]}"
         if r.returncode == 0:
             im.cache[key] = sorted(out.glob("*.gguf"))[0]
         else:
@@ -259,3 +266,18 @@ def test_card_and_json_record_the_matrix(im):
     assert got["weighted_tensors"] > 0
     card = (path.parent / "README.md").read_text()
     assert sha in card and matrix.name in card and "synthetic heavy-tailed" in card
+
+
+@pytest.mark.parametrize("fixture", FIXTURES)
+def test_llama_cpp_evaluates_an_iq2_file(im, llama_bin, fixture, tmp_path):
+    """llama.cpp runs our `iq2_xxs --imatrix` file to finite logits, near its logits of our f32 file."""
+    path, _ = convert(im, fixture, "iq2_xxs", synthetic_matrix(im, fixture))
+    assert any(t.tensor_type == GT.IQ2_XXS for t in reader(path).tensors), "no IQ2_XXS tensor"
+    y = logits(llama_bin, path, tmp_path)
+    assert not isinstance(y, str), y
+    assert np.isfinite(y).all(), f"{int(np.count_nonzero(~np.isfinite(y)))} logits not finite"
+    ref = logits(llama_bin, im.path(fixture, "f32", "requant"), tmp_path)
+    assert not isinstance(ref, str), ref
+    corr = float(np.corrcoef(y.reshape(-1), ref.reshape(-1))[0, 1])
+    print(f"\n{fixture} iq2_xxs: logits' correlation with the f32 file's {corr:.3f}")
+    assert corr > 0.3, f"iq2_xxs logits barely follow the f32 file's (correlation {corr:.3f})"
