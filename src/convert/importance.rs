@@ -72,11 +72,15 @@ pub fn attach(
         let Some(entry) = m.entries.get(&t.name) else {
             if needs(t) {
                 bail!(
-                    "--imatrix {}: no entry for tensor {}, whose type {} needs one (llama-quantize stops there too): \
-                     a matrix made by llama-imatrix from a GGUF of this model has an entry for every quantized tensor",
+                    "--imatrix {}: no entry for tensor {}, whose type {} needs one (llama-quantize stops there too){}",
                     path.display(),
                     t.name,
-                    t.storage.name()
+                    t.storage.name(),
+                    if t.name.contains(".nextn.") {
+                        ": llama-imatrix records no MTP tensor (inference never runs them); --mtp drop writes none"
+                    } else {
+                        ": a matrix made by llama-imatrix from a GGUF of this model has an entry for every tensor it runs"
+                    }
                 );
             }
             continue;
