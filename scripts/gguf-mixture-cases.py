@@ -19,7 +19,9 @@ which `write_gguf` writes a GGUF with zero data; each mixture of MIXTURES is run
 the order of `tensors`, as one space-separated string per mixture (`types`). llama-quantize's choice
 depends on the header's block_count, expert_count and head counts (the grouped-query ratio), a tensor's name, its number of dimensions and
 its row length (the innermost dimension), and on which other tensors the file holds; not on the
-tensor data (no importance matrix is given), so zeros do.
+tensor data, so zeros do. The low-bit mixtures (LOW_BIT) are run with `--imatrix`, a flat matrix
+with an entry for every weight matrix (most are refused without one, and a matrix changes IQ3_XXS's
+rules); the others without one.
 
 The models:
 
@@ -60,6 +62,10 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 MIXTURES = ["Q4_K_M", "Q5_K_M", "Q4_K_S", "Q5_K_S", "Q6_K", "Q8_0", "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "IQ4_XS"]
+# The low-bit mixtures, recorded with an importance matrix (most are refused without one, and the
+# matrix changes IQ3_XXS's rules): a flat one (every value 1) with an entry for every weight matrix.
+LOW_BIT = ["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ2_M", "IQ3_XXS", "IQ3_XS", "IQ3_S", "IQ3_M", "Q2_K_S"]
+MIXTURES += LOW_BIT
 LLAMA_CPP_VERSION = "llama-cpp-python 0.3.36 sdist, vendor/llama.cpp"
 
 
@@ -271,9 +277,37 @@ def write_gguf(gguf, model, path):
     w.close()
 
 
+def flat_imatrix(gguf, src, path):
+    """A llama-imatrix GGUF with every mean square 1 for each weight matrix (2 or 3 dimensions) of `src`."""
+    w = gguf.GGUFWriter(str(path), arch="imatrix")
+    w.add_string("general.type", "imatrix")
+    w.add_array("imatrix.datasets", ["flat"])
+    w.add_uint32("imatrix.chunk_count", 1)
+    w.add_uint32("imatrix.chunk_size", 1)
+    for t in gguf.GGUFReader(src).tensors:
+        ne = [int(x) for x in t.shape]
+        while len(ne) > 1 and ne[-1] == 1:
+            ne.pop()
+        if len(ne) < 2 or not t.name.endswith(".weight"):
+            continue
+        n_mat = ne[2] if len(ne) == 3 else 1
+        w.add_tensor(f"{t.name}.in_sum2", np.ones((n_mat, ne[0]), dtype=np.float32))
+        w.add_tensor(f"{t.name}.counts", np.ones((n_mat, 1), dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def quantized_types(gguf, src, dst, mixture):
-    """{tensor name: ggml type name} of `llama-quantize --allow-requantize src dst mixture`."""
-    cmd = [str(llama_quantize()), "--allow-requantize", str(src), str(dst), mixture, "4"]
+    """{tensor name: ggml type name} of `llama-quantize --allow-requantize src dst mixture` (with
+    `--imatrix`, a flat matrix, for the LOW_BIT mixtures)."""
+    cmd = [str(llama_quantize()), "--allow-requantize"]
+    if mixture in LOW_BIT:
+        matrix = Path(dst).with_suffix(".imatrix.gguf")
+        flat_imatrix(gguf, src, matrix)
+        cmd += ["--imatrix", str(matrix)]
+    cmd += [str(src), str(dst), mixture, "4"]
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}")

@@ -318,8 +318,8 @@ fn checked_format(a: &ConvertArgs) -> Result<OutputFormat, clap::Error> {
         {
             return Err(usage(
                 "--imatrix weighs the types llama-quantize makes: give --gguf-type q2_k, q3_k_s, q3_k_m, q3_k_l, q4_k, \
-                 q4_k_m, q5_k, q5_k_m, q6_k or iq4_xs, or --max-size or --fit-memory (not auto, which does not weigh by \
-                 it yet)"
+                 q4_k_m, q5_k, q5_k_m, q6_k, iq4_xs, iq2_xxs, iq2_xs, iq2_s, iq2_m, iq3_xxs, iq3_xs, iq3_s, iq3_m or \
+                 q2_k_s, or --max-size or --fit-memory (not auto, which does not weigh by it yet)"
                     .into(),
             ));
         }

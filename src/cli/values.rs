@@ -29,7 +29,8 @@ impl From<Int8Arg> for Int8Mode {
 /// `--gguf-type`: the type of every tensor llama.cpp does not keep in F32: what its converter
 /// writes (`bf16`, `f16`, `f32`, `q8_0`), one K-quant for every tensor llama-quantize quantizes
 /// (`q4_k`, `q5_k`, `q6_k`), llama-quantize's mixtures (`q2_k`, `q3_k_s`, `q3_k_m`, `q3_k_l`,
-/// `iq4_xs`, `q4_k_m`, `q5_k_m`), or per coded linear within the error budget (`auto`).
+/// `iq4_xs`, `q4_k_m`, `q5_k_m`, and the low-bit `iq2_xxs` … `iq3_m`, `q2_k_s`), or per coded
+/// linear within the error budget (`auto`).
 #[allow(non_camel_case_types)] // llama.cpp's names
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum GgufTypeArg {
@@ -68,6 +69,33 @@ pub enum GgufTypeArg {
     /// llama-quantize's `IQ4_XS` mixture.
     #[value(name = "iq4_xs")]
     IQ4_XS,
+    /// llama-quantize's `IQ2_XXS` mixture.
+    #[value(name = "iq2_xxs")]
+    IQ2_XXS,
+    /// llama-quantize's `IQ2_XS` mixture.
+    #[value(name = "iq2_xs")]
+    IQ2_XS,
+    /// llama-quantize's `IQ2_S` mixture.
+    #[value(name = "iq2_s")]
+    IQ2_S,
+    /// llama-quantize's `IQ2_M` mixture.
+    #[value(name = "iq2_m")]
+    IQ2_M,
+    /// llama-quantize's `IQ3_XXS` mixture.
+    #[value(name = "iq3_xxs")]
+    IQ3_XXS,
+    /// llama-quantize's `IQ3_XS` mixture.
+    #[value(name = "iq3_xs")]
+    IQ3_XS,
+    /// llama-quantize's `IQ3_S` mixture.
+    #[value(name = "iq3_s")]
+    IQ3_S,
+    /// llama-quantize's `IQ3_M` mixture.
+    #[value(name = "iq3_m")]
+    IQ3_M,
+    /// llama-quantize's `Q2_K_S` mixture.
+    #[value(name = "q2_k_s")]
+    Q2_K_S,
     /// Per coded linear, the narrowest of `Q2_K`, `Q3_K`, `IQ4_XS`, `Q4_K`, `Q5_K`, `Q6_K` and
     /// `Q8_0` within the error budget (`--max-added-error`), else BF16.
     Auto,
@@ -90,6 +118,15 @@ impl From<GgufTypeArg> for GgufType {
             GgufTypeArg::Q3_K_M => GgufType::Q3_K_M,
             GgufTypeArg::Q3_K_L => GgufType::Q3_K_L,
             GgufTypeArg::IQ4_XS => GgufType::IQ4_XS,
+            GgufTypeArg::IQ2_XXS => GgufType::IQ2_XXS,
+            GgufTypeArg::IQ2_XS => GgufType::IQ2_XS,
+            GgufTypeArg::IQ2_S => GgufType::IQ2_S,
+            GgufTypeArg::IQ2_M => GgufType::IQ2_M,
+            GgufTypeArg::IQ3_XXS => GgufType::IQ3_XXS,
+            GgufTypeArg::IQ3_XS => GgufType::IQ3_XS,
+            GgufTypeArg::IQ3_S => GgufType::IQ3_S,
+            GgufTypeArg::IQ3_M => GgufType::IQ3_M,
+            GgufTypeArg::Q2_K_S => GgufType::Q2_K_S,
             GgufTypeArg::Auto => GgufType::Auto,
         }
     }

@@ -98,10 +98,24 @@ impl Matrix {
     }
 
     /// Gives each tensor that a block type encodes from float rows the entry of its name (and
-    /// takes it from every other), and says what was weighed.
-    pub fn attach(self, tensors: &mut [OutputTensor]) -> ImatrixReport {
+    /// takes it from every other), and says what was weighed. A tensor without an entry whose type
+    /// `needs` one is refused, naming it (llama-quantize aborts there).
+    pub fn attach(self, tensors: &mut [OutputTensor], needs: &dyn Fn(&OutputTensor) -> bool) -> Result<ImatrixReport> {
         let mut weighted = 0;
         for t in tensors.iter_mut() {
+            if !self.m.entries.contains_key(&t.name) && needs(t) {
+                bail!(
+                    "--imatrix {}: no entry for tensor {}, whose type {} needs one (llama-quantize stops there too){}",
+                    self.path.display(),
+                    t.name,
+                    t.storage.name(),
+                    if t.name.contains(".nextn.") {
+                        ": llama-imatrix records no MTP tensor (inference never runs them); --mtp drop writes none"
+                    } else {
+                        ": a matrix made by llama-imatrix from a GGUF of this model has an entry for every tensor it runs"
+                    }
+                );
+            }
             let storage = t.storage;
             let Some(r) = t.recipe.as_mut() else { continue };
             r.importance = match self.m.entries.get(&t.name) {
@@ -115,7 +129,7 @@ impl Matrix {
         let path = &self.path;
         let file = path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned());
         let m = self.m;
-        ImatrixReport {
+        Ok(ImatrixReport {
             file,
             format: m.format,
             sha256: m.sha256,
@@ -124,6 +138,6 @@ impl Matrix {
             chunk_size: m.chunk_size,
             entries: m.entries.len(),
             weighted_tensors: weighted,
-        }
+        })
     }
 }

@@ -10,7 +10,8 @@ use crate::checkpoint::{architecture, catalog, Catalog, Checkpoint, Leaf};
 use crate::codec::TileDecoder;
 use crate::container::Container;
 use crate::layout::{
-    check_unique_names, tensors_only_note, BiasMode, FitTensor, Layout, OutputTensor, RowSource, WidthChoice,
+    check_unique_names, tensors_only_note, BiasMode, FitTensor, Layout, OutputFormat, OutputTensor, RowSource,
+    WidthChoice,
 };
 use crate::plan::Plan;
 use crate::warning::{Warning, WarningCode};
@@ -145,7 +146,11 @@ impl Job {
             }
             None => (layout.refine(&mut all, &cat, &Probe { reader: &reader, sample, measured_row_step: 1 })?, None),
         };
-        let imatrix = matrix.map(|m| m.attach(&mut all));
+        let needs = |t: &OutputTensor| match &opts.format {
+            OutputFormat::Gguf(g) => g.ty.requires_imatrix(&t.name, t.storage),
+            _ => false,
+        };
+        let imatrix = matrix.map(|m| m.attach(&mut all, &needs)).transpose()?;
         let config = ck.config.as_ref().and_then(|c| layout.config(c, &all));
         let extra_files = match &ck.config {
             Some(c) => layout.extra_files(c, &all),

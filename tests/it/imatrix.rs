@@ -1,6 +1,8 @@
 //! `--imatrix` refusals through the command line: a matrix of another model (a stray entry, an
 //! entry of the wrong size), bad values, a truncated file, and the flag where it does not apply;
-//! and a good matrix taken, recorded in `--json`. (Its bytes are held to llama-quantize's by
+//! and a good matrix taken, recorded in `--json`. The low-bit `--gguf-type`s: refused without a
+//! matrix (or without a needed tensor's entry) where llama-quantize refuses, and with one a file
+//! llama.cpp's loader reads, of llama.cpp's file type, the same at every thread count. (Its bytes are held to llama-quantize's by
 //! `tests/python/test_gguf_imatrix.py`, the encoders to ggml's C by `weighted_ref.rs`.)
 
 use crate::common::{convert_json, escha_convert, fixture};
@@ -206,4 +208,81 @@ fn a_size_budget_weighs_its_errors_by_the_matrix() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "--format mlx --max-size --imatrix: a usage error");
+}
+
+#[test]
+fn the_low_bit_types_need_a_matrix_where_llama_quantize_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let convert = |ty: &str, matrix: Option<&Path>| {
+        let mut c = escha_convert();
+        c.arg(fixture("dense")).arg(&out).args(["--format", "gguf", "--gguf-type", ty, "--quiet", "--dry-run"]);
+        if let Some(m) = matrix {
+            c.arg("--imatrix").arg(m);
+        }
+        let o = c.output().unwrap();
+        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    // llama-quantize refuses these without a matrix (a tensor of IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
+    // or Q2_K in a Q2_K_S file): so do we, before anything is written, saying how to make one.
+    for ty in ["iq2_xxs", "iq2_xs", "iq2_s", "iq2_m", "iq3_xxs", "q2_k_s"] {
+        let (code, e) = convert(ty, None);
+        assert_eq!(code, Some(1), "{ty}: {e}");
+        assert!(e.contains("tensor blk.") && e.contains("--imatrix") && e.contains("llama-imatrix"), "{ty}: {e}");
+        assert!(!out.exists(), "{ty}: nothing written");
+    }
+    // It writes these without one (IQ3_S and its mixtures need none on this model).
+    for ty in ["iq3_xs", "iq3_s", "iq3_m"] {
+        let (code, e) = convert(ty, None);
+        assert_eq!(code, Some(0), "{ty}: {e}");
+    }
+    // A matrix without the entry of a tensor whose type needs one: refused naming the tensor, as
+    // llama-quantize aborts there; the same matrix is fine where the type needs none.
+    let mut partial = entries(dir.path());
+    let gone = partial.iter().position(|(n, _, _)| n.ends_with("ffn_down.weight")).expect("an ffn_down");
+    let name = partial.remove(gone).0;
+    let matrix = dir.path().join("partial.imatrix.gguf");
+    write_gguf(&matrix, &partial);
+    let (code, e) = convert("iq2_xxs", Some(&matrix));
+    assert_eq!(code, Some(1), "{e}");
+    assert!(e.contains(&format!("no entry for tensor {name}")), "{e}");
+    let (code, e) = convert("iq3_s", Some(&matrix));
+    assert_eq!(code, Some(0), "{e}");
+    let (code, e) = convert("iq2_xxs", Some(&dir.path().join("missing.gguf")));
+    assert_eq!(code, Some(1), "a missing file: {e}");
+}
+
+/// `--gguf-type`, `general.file_type` (llama.h's `LLAMA_FTYPE_MOSTLY_*`), the dense fixture's
+/// 256-wide `blk.0.ssm_out` as llama-quantize types it with a matrix.
+const LOW_BIT: [(&str, i128, &str); 9] = [
+    ("iq2_xxs", 19, "IQ2_XXS"),
+    ("iq2_xs", 20, "IQ2_XS"),
+    ("iq2_s", 28, "IQ2_XS"),
+    ("iq2_m", 29, "IQ2_S"),
+    ("iq3_xxs", 23, "IQ3_XXS"),
+    ("iq3_xs", 22, "IQ3_S"),
+    ("iq3_s", 26, "IQ3_S"),
+    ("iq3_m", 27, "IQ3_S"),
+    ("q2_k_s", 21, "Q2_K"),
+];
+
+#[test]
+fn the_low_bit_types_write_loadable_files_of_their_file_type() {
+    use crate::gguf::{check_layout, convert, Val};
+    let dir = tempfile::tempdir().unwrap();
+    let matrix = dir.path().join("m.imatrix.gguf");
+    write_gguf(&matrix, &entries(dir.path()));
+    let m = matrix.to_str().unwrap();
+    for (ty, file_type, main) in LOW_BIT {
+        let out = dir.path().join(ty);
+        convert(&fixture("dense"), &out, &["--gguf-type", ty, "--int8", "requant", "--imatrix", m, "-j2"]);
+        let f = check_layout(&out.join("model.gguf"));
+        assert_eq!(f.get("general.file_type"), Some(&Val::Int(4, file_type)), "{ty}");
+        let ssm_out = f.tensors.iter().find(|t| t.name == "blk.0.ssm_out.weight").expect("ssm_out");
+        assert_eq!((ssm_out.dims[0], ssm_out.type_name()), (256, main), "{ty}: blk.0.ssm_out.weight");
+        let again = dir.path().join(format!("{ty}-j1"));
+        convert(&fixture("dense"), &again, &["--gguf-type", ty, "--int8", "requant", "--imatrix", m, "-j1"]);
+        let (a, b) = (std::fs::read(out.join("model.gguf")).unwrap(), std::fs::read(again.join("model.gguf")).unwrap());
+        assert!(a == b, "{ty}: -j1 and -j2 differ");
+    }
 }

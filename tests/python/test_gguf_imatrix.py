@@ -4,7 +4,7 @@ llama.cpp is scripts/llama-cpp.sh's (ESCHA_LLAMA_CPP, ESCHA_LLAMA_BIN with llama
 llama-imatrix); without it every test is skipped (a failure under CI=true), as in test_gguf.py.
 
 1. `test_matches_llama_quantize_with_a_synthetic_matrix` (dense, moe x every --gguf-type llama-quantize
-   makes): a heavy-tailed importance matrix written here in llama-imatrix's GGUF format (one entry per
+   makes, the low-bit ones included): a heavy-tailed importance matrix written here in llama-imatrix's GGUF format (one entry per
    weight matrix of our file, named as llama.cpp names it, per expert for the MoE's stacked experts;
    sums log-normal over many decades, counts random, an expert never routed to (count 0, which
    llama-quantize reads as importance 1)). Our `--gguf-type T --int8 requant --imatrix M` file must hold
@@ -14,8 +14,14 @@ llama-imatrix); without it every test is skipped (a failure under CI=true), as i
 2. `test_matches_llama_quantize_with_a_dat_matrix` (dense, moe x q4_k_m, q3_k_m): the same with the
    synthetic sums in llama-imatrix's legacy .dat file (sums over a call count);
    `test_matches_llama_quantize_with_llama_imatrix` (dense, moe x q4_k_m, q2_k, iq4_xs): with a
-   matrix made by llama.cpp's own llama-imatrix from our f32 file and a short text.
-3. `test_card_and_json_record_the_matrix`: `--json` and the model card name the file, its sha256,
+   matrix made by llama.cpp's own llama-imatrix from our f32 file and a short text; the low-bit
+   file types too (`LOW_BIT`), and where llama-quantize aborts for want of an MTP tensor's entry
+   (llama-imatrix records none) we must refuse too, naming a tensor the matrix lacks. Where we refuse
+   a low-bit type without a matrix (as llama-quantize does) the refusal must name --imatrix and
+   llama-imatrix, and llama-quantize must refuse it too (and write it where we write it).
+3. `test_llama_cpp_evaluates_an_iq2_file` (dense, moe): llama_logits runs our `iq2_xxs --imatrix` file
+   to finite logits that follow those of our f32 file.
+4. `test_card_and_json_record_the_matrix`: `--json` and the model card name the file, its sha256,
    datasets and chunk count.
 
 Run: `. "$(bash scripts/llama-cpp.sh --print-env)"`, then
@@ -24,16 +30,23 @@ Run: `. "$(bash scripts/llama-cpp.sh --print-env)"`, then
 
 import hashlib
 import json
+import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from testenv import unavailable
-from test_gguf import GT, LLAMA_BIN, gguf, raw, reader, report, run, shape
+from test_gguf import GT, LLAMA_BIN, gguf, llama_bin, logits, raw, reader, report, run, shape  # noqa: F401 (fixture)
 from test_gguf_kquants import LLAMA_QUANTIZE, Workspace, squeeze
 
 FIXTURES = ["dense", "moe"]
+# llama-quantize's low-bit file types: most need the matrix (llama-quantize refuses without one).
+LOW_BIT = {
+    t: (t.upper(), False)
+    for t in ["iq2_xxs", "iq2_xs", "iq2_s", "iq2_m", "iq3_xxs", "iq3_xs", "iq3_s", "iq3_m", "q2_k_s"]
+}
+TYPES = {**LLAMA_QUANTIZE, **LOW_BIT}
 TEXT = (
     "The quick brown fox jumps over the lazy dog. A stitch in time saves nine. "
     "All that glitters is not gold, and every cloud has a silver lining. "
@@ -151,13 +164,34 @@ def convert(im, fixture, ty, matrix, json_doc=False):
     return im.cache[key]
 
 
+def without_matrix(im, fixture, ty):
+    """Our file without --imatrix, or None where we refuse it (as llama-quantize does)."""
+    key = ("ours-plain", fixture, ty)
+    if key not in im.cache:
+        out = im.tmp / f"ours-{fixture}-{ty}-plain"
+        cmd = [im.bin, im.repo_root / "fixtures" / fixture, out, "--quiet", "--format", "gguf", "--gguf-type", ty]
+        r = subprocess.run([str(c) for c in cmd + ["--int8", "requant"]], capture_output=True, text=True, timeout=600)
+        lq = [Path(LLAMA_BIN) / "llama-quantize", im.path(fixture, "f32", "requant"), im.tmp / f"lq-plain-{fixture}-{ty}.gguf",
+              TYPES[ty][0], "2"]
+        lq = subprocess.run([str(c) for c in lq], capture_output=True, text=True, timeout=600)
+        # We refuse without a matrix exactly where llama-quantize does.
+        assert (r.returncode == 0) == (lq.returncode == 0), f"ours: {r.stderr[-1000:]}\nllama-quantize: {lq.stderr[-1000:]}"
+        if r.returncode == 0:
+            im.cache[key] = sorted(out.glob("*.gguf"))[0]
+        else:
+            assert "--imatrix" in r.stderr and "llama-imatrix" in r.stderr, r.stderr[-2000:]
+            im.cache[key] = None
+    return im.cache[key]
+
+
 def compare(im, fixture, ty, matrix):
-    m, pure = LLAMA_QUANTIZE[ty]
+    m, pure = TYPES[ty]
     ours_path, _ = convert(im, fixture, ty, matrix)
     theirs_path = llama_quantize(im, im.path(fixture, "f32", "requant"), m, pure, matrix)
     ours = {t.name: t for t in reader(ours_path).tensors}
     theirs = {t.name: t for t in reader(theirs_path).tensors}
-    plain = {t.name: t for t in reader(im.path(fixture, ty, "requant")).tensors}
+    plain_path = without_matrix(im, fixture, ty)
+    plain = {t.name: t for t in reader(plain_path).tensors} if plain_path else {}
     problems = []
     if set(ours) != set(theirs):
         problems.append(f"tensor names: only ours {sorted(set(ours) - set(theirs))}, only theirs {sorted(set(theirs) - set(ours))}")
@@ -177,13 +211,15 @@ def compare(im, fixture, ty, matrix):
         if n in plain and plain[n].tensor_type == t.tensor_type and not np.array_equal(raw(plain[n]), raw(t)):
             weighted_differs += 1
         counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + 1
-    if weighted_differs == 0:
+    # Where we refuse the type without a matrix there is nothing to tell apart: byte equality with
+    # llama-quantize's weighted file is the check that the matrix is used.
+    if weighted_differs == 0 and plain_path:
         problems.append("no tensor differs from the file without --imatrix: the matrix was not used")
     print(f"\n{fixture} {ty} {Path(matrix).name}: types {dict(sorted(counts.items()))}, {weighted_differs} tensors weighted")
     report(problems, f"{fixture} {ty} vs llama-quantize --imatrix")
 
 
-@pytest.mark.parametrize("ty", list(LLAMA_QUANTIZE))
+@pytest.mark.parametrize("ty", list(TYPES))
 @pytest.mark.parametrize("fixture", FIXTURES)
 def test_matches_llama_quantize_with_a_synthetic_matrix(im, fixture, ty):
     compare(im, fixture, ty, synthetic_matrix(im, fixture))
@@ -195,10 +231,29 @@ def test_matches_llama_quantize_with_a_dat_matrix(im, fixture, ty):
     compare(im, fixture, ty, dat_matrix(im, fixture))
 
 
-@pytest.mark.parametrize("ty", ["q4_k_m", "q2_k", "iq4_xs"])
+@pytest.mark.parametrize("ty", ["q4_k_m", "q2_k", "iq4_xs", *LOW_BIT])
 @pytest.mark.parametrize("fixture", FIXTURES)
 def test_matches_llama_quantize_with_llama_imatrix(im, fixture, ty):
-    compare(im, fixture, ty, llama_imatrix(im, fixture))
+    matrix = llama_imatrix(im, fixture)
+    # llama-imatrix records no MTP tensor (inference never runs them): a type that needs a matrix
+    # for them is refused by llama-quantize, and must be by us, naming a tensor the matrix lacks.
+    m, _ = TYPES[ty]
+    src = im.path(fixture, "f32", "requant")
+    cmd = [Path(LLAMA_BIN) / "llama-quantize", "--imatrix", matrix, src, im.tmp / f"lq-try-{fixture}-{ty}.gguf", m, "2"]
+    lq = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=600)
+    if lq.returncode == 0 or "Missing importance matrix for tensor" not in lq.stdout + lq.stderr:
+        assert lq.returncode == 0, (lq.stdout + lq.stderr)[-3000:]
+        compare(im, fixture, ty, matrix)
+        return
+    out = im.tmp / f"ours-{fixture}-{ty}-refused"
+    ours = [im.bin, im.repo_root / "fixtures" / fixture, out, "--quiet", "--format", "gguf", "--gguf-type", ty]
+    r = subprocess.run([str(c) for c in ours + ["--int8", "requant", "--imatrix", matrix]], capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode != 0, f"llama-quantize refuses {ty} with this matrix, we wrote a file"
+    entries = {t.name.removesuffix(".in_sum2") for t in reader(matrix).tensors}
+    named = r.stderr.split("no entry for tensor ", 1)[-1].split(",", 1)[0]
+    assert "no entry for tensor" in r.stderr and named not in entries and named in {t.name for t in reader(src).tensors}, r.stderr
+    assert not list(out.glob("*.gguf")), "a refused conversion left a .gguf"
 
 
 def test_card_and_json_record_the_matrix(im):
@@ -211,3 +266,18 @@ def test_card_and_json_record_the_matrix(im):
     assert got["weighted_tensors"] > 0
     card = (path.parent / "README.md").read_text()
     assert sha in card and matrix.name in card and "synthetic heavy-tailed" in card
+
+
+@pytest.mark.parametrize("fixture", FIXTURES)
+def test_llama_cpp_evaluates_an_iq2_file(im, llama_bin, fixture, tmp_path):
+    """llama.cpp runs our `iq2_xxs --imatrix` file to finite logits, near its logits of our f32 file."""
+    path, _ = convert(im, fixture, "iq2_xxs", synthetic_matrix(im, fixture))
+    assert any(t.tensor_type == GT.IQ2_XXS for t in reader(path).tensors), "no IQ2_XXS tensor"
+    y = logits(llama_bin, path, tmp_path)
+    assert not isinstance(y, str), y
+    assert np.isfinite(y).all(), f"{int(np.count_nonzero(~np.isfinite(y)))} logits not finite"
+    ref = logits(llama_bin, im.path(fixture, "f32", "requant"), tmp_path)
+    assert not isinstance(ref, str), ref
+    corr = float(np.corrcoef(y.reshape(-1), ref.reshape(-1))[0, 1])
+    print(f"\n{fixture} iq2_xxs: logits' correlation with the f32 file's {corr:.3f}")
+    assert corr > 0.3, f"iq2_xxs logits barely follow the f32 file's (correlation {corr:.3f})"

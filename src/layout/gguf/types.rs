@@ -15,13 +15,14 @@ use crate::layout::{
 };
 use crate::quant::budget::{budget, narrowest_within};
 use crate::storage::Storage;
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use safetensors::Dtype;
 
 /// `--gguf-type`: the type of every tensor llama.cpp does not keep in F32: what its converter
 /// writes (`bf16`, `f16`, `f32`, `q8_0`), one K-quant for every tensor llama-quantize quantizes
 /// (`q4_k`, `q5_k`, `q6_k`), llama-quantize's mixtures (`q2_k`, `q3_k_s`, `q3_k_m`, `q3_k_l`,
-/// `iq4_xs`, `q4_k_m`, `q5_k_m`), or per coded linear within the error budget (`auto`).
+/// `iq4_xs`, `q4_k_m`, `q5_k_m`, and the low-bit `iq2_xxs` … `iq3_m`, `q2_k_s`), or per coded
+/// linear within the error budget (`auto`).
 #[allow(non_camel_case_types)] // llama.cpp's names
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum GgufType {
@@ -49,6 +50,17 @@ pub enum GgufType {
     Q3_K_L,
     /// llama-quantize's `IQ4_XS` mixture.
     IQ4_XS,
+    /// llama-quantize's low-bit mixtures (`IQ2_XXS` … `Q2_K_S`), most of them only with
+    /// `--imatrix` (where llama-quantize needs a matrix).
+    IQ2_XXS,
+    IQ2_XS,
+    IQ2_S,
+    IQ2_M,
+    IQ3_XXS,
+    IQ3_XS,
+    IQ3_S,
+    IQ3_M,
+    Q2_K_S,
     /// Per coded linear, the narrowest of `Q2_K`, `Q3_K`, `IQ4_XS`, `Q4_K`, `Q5_K`, `Q6_K` and
     /// `Q8_0` within the error budget (`--max-added-error`), else BF16.
     Auto,
@@ -91,6 +103,15 @@ impl GgufType {
             GgufType::Q3_K_M => Quantize::Mixture(Mixture::Q3KM),
             GgufType::Q3_K_L => Quantize::Mixture(Mixture::Q3KL),
             GgufType::IQ4_XS => Quantize::Mixture(Mixture::IQ4XS),
+            GgufType::IQ2_XXS => Quantize::Mixture(Mixture::IQ2XXS),
+            GgufType::IQ2_XS => Quantize::Mixture(Mixture::IQ2XS),
+            GgufType::IQ2_S => Quantize::Mixture(Mixture::IQ2S),
+            GgufType::IQ2_M => Quantize::Mixture(Mixture::IQ2M),
+            GgufType::IQ3_XXS => Quantize::Mixture(Mixture::IQ3XXS),
+            GgufType::IQ3_XS => Quantize::Mixture(Mixture::IQ3XS),
+            GgufType::IQ3_S => Quantize::Mixture(Mixture::IQ3S),
+            GgufType::IQ3_M => Quantize::Mixture(Mixture::IQ3M),
+            GgufType::Q2_K_S => Quantize::Mixture(Mixture::Q2KS),
             GgufType::Bf16 | GgufType::F16 | GgufType::F32 | GgufType::Q8_0 | GgufType::Auto => return None,
         })
     }
@@ -112,8 +133,23 @@ impl GgufType {
             GgufType::Q3_K_M => Mixture::Q3KM.file_type(),
             GgufType::Q3_K_L => Mixture::Q3KL.file_type(),
             GgufType::IQ4_XS => Mixture::IQ4XS.file_type(),
+            GgufType::IQ2_XXS => Mixture::IQ2XXS.file_type(),
+            GgufType::IQ2_XS => Mixture::IQ2XS.file_type(),
+            GgufType::IQ2_S => Mixture::IQ2S.file_type(),
+            GgufType::IQ2_M => Mixture::IQ2M.file_type(),
+            GgufType::IQ3_XXS => Mixture::IQ3XXS.file_type(),
+            GgufType::IQ3_XS => Mixture::IQ3XS.file_type(),
+            GgufType::IQ3_S => Mixture::IQ3S.file_type(),
+            GgufType::IQ3_M => Mixture::IQ3M.file_type(),
+            GgufType::Q2_K_S => Mixture::Q2KS.file_type(),
             GgufType::Bf16 => 32,
         })
+    }
+
+    /// `tensor_requires_imatrix`: whether llama-quantize refuses to write tensor `name` as
+    /// `storage` in this file type without an importance matrix (or without the tensor's entry).
+    pub fn requires_imatrix(self, name: &str, storage: Storage) -> bool {
+        matches!(self.quantize(), Some(Quantize::Mixture(m)) if mixture::requires_imatrix(m, name, storage))
     }
 
     pub fn name(self) -> &'static str {
@@ -132,6 +168,15 @@ impl GgufType {
             GgufType::Q3_K_M => "q3_k_m",
             GgufType::Q3_K_L => "q3_k_l",
             GgufType::IQ4_XS => "iq4_xs",
+            GgufType::IQ2_XXS => "iq2_xxs",
+            GgufType::IQ2_XS => "iq2_xs",
+            GgufType::IQ2_S => "iq2_s",
+            GgufType::IQ2_M => "iq2_m",
+            GgufType::IQ3_XXS => "iq3_xxs",
+            GgufType::IQ3_XS => "iq3_xs",
+            GgufType::IQ3_S => "iq3_s",
+            GgufType::IQ3_M => "iq3_m",
+            GgufType::Q2_K_S => "q2_k_s",
             GgufType::Auto => "auto",
         }
     }
@@ -172,6 +217,20 @@ pub(super) fn quantize_as_llama_does(
             Quantize::Uniform(ty) => mixture::uniform_type(ty, &t.name, &t.shape),
         };
         if let Some(storage) = chosen {
+            // llama-quantize refuses here, before it quantizes anything.
+            if let Quantize::Mixture(m) = rule {
+                if !imatrix && mixture::requires_imatrix(m, &t.name, storage) {
+                    bail!(
+                        "tensor {}: llama-quantize's {} writes it as {}, which needs an importance matrix: give \
+                         --imatrix FILE (the base model's published matrix, or one made with llama-imatrix -m \
+                         OUT/model.gguf -f text.txt -o imatrix.gguf from this tool's --gguf-type q8_0 GGUF of the \
+                         model)",
+                        t.name,
+                        m.name(),
+                        storage.name()
+                    );
+                }
+            }
             t.storage = storage;
         }
     }

@@ -19,9 +19,9 @@
 //!
 //! `fixtures/gguf-mixtures.json` (written by `scripts/gguf-mixture-cases.py` with the real
 //! llama-quantize, re-checked by `tests/python/test_gguf_mixture.py`) holds llama-quantize's choice
-//! for every tensor of six models and every mixture of [`Mixture::ALL`]; `tests.rs` checks the
-//! rule against all of them. The low-bit mixtures ([`Mixture::LOW_BIT`]) are held to llama.cpp's
-//! rules as read, until the fixture records them (most need an importance matrix to run).
+//! for every tensor of six models and every mixture of [`Mixture::ALL`] (the low-bit ones,
+//! [`Mixture::LOW_BIT`], with a flat importance matrix: most need one to run); `tests.rs` checks
+//! the rule against all of them.
 
 use crate::block_type::BlockType;
 use crate::storage::Storage;
@@ -56,7 +56,9 @@ pub enum Mixture {
 
 #[cfg_attr(not(test), allow(dead_code))]
 impl Mixture {
-    pub const ALL: [Mixture; 11] = [
+    /// Every mixture, as `fixtures/gguf-mixtures.json` records them (the [`Mixture::LOW_BIT`] ones
+    /// last, recorded with an importance matrix).
+    pub const ALL: [Mixture; 20] = [
         Mixture::Q4KM,
         Mixture::Q4KS,
         Mixture::Q5KM,
@@ -68,6 +70,15 @@ impl Mixture {
         Mixture::Q3KM,
         Mixture::Q3KL,
         Mixture::IQ4XS,
+        Mixture::IQ2XXS,
+        Mixture::IQ2XS,
+        Mixture::IQ2S,
+        Mixture::IQ2M,
+        Mixture::IQ3XXS,
+        Mixture::IQ3XS,
+        Mixture::IQ3S,
+        Mixture::IQ3M,
+        Mixture::Q2KS,
     ];
 
     /// The 2–3.5-bit mixtures, llama-quantize's `IQ2_XXS` … `Q2_K_S`.
@@ -110,7 +121,7 @@ impl Mixture {
     }
 
     pub fn from_name(name: &str) -> Option<Mixture> {
-        Mixture::ALL.into_iter().chain(Mixture::LOW_BIT).find(|m| m.name() == name)
+        Mixture::ALL.into_iter().find(|m| m.name() == name)
     }
 
     /// `general.file_type`: llama.cpp's `LLAMA_FTYPE_MOSTLY_*` (include/llama.h).
@@ -263,7 +274,6 @@ pub fn tensor_type(
 /// `tensor_requires_imatrix`: whether llama-quantize refuses to write tensor `name` as `storage`
 /// (its type after the fallback) in `mixture` without an importance matrix. The embeddings and
 /// the output never need one.
-#[cfg_attr(not(test), allow(dead_code))] // for `--imatrix`, which will refuse with it
 pub fn requires_imatrix(mixture: Mixture, name: &str, storage: Storage) -> bool {
     if matches!(name, "token_embd.weight" | "per_layer_token_embd.weight" | "output.weight") {
         return false;
