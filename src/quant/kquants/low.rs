@@ -48,7 +48,18 @@ pub(super) fn quantize_q2_k_block(x: &[f32; QK_K]) -> [u8; Q2_K_BLOCK_BYTES] {
     let mins = mins_and_scales;
     let (d, dmin, packed) = q2_k_header(&scales, &mins);
 
-    // Re-quantize against the scales as stored; a group whose scale is zero keeps its fit's quants.
+    q2_k_from_scales(x, d, dmin, &packed, &mut l)
+}
+
+/// A `Q2_K` block from its stored super-scales and packed group scales and mins: every value
+/// quantized again against them (a group whose scale is zero keeps its fit's `l`).
+pub(super) fn q2_k_from_scales(
+    x: &[f32; QK_K],
+    d: u16,
+    dmin: u16,
+    packed: &[u8; 16],
+    l: &mut [u8; QK_K],
+) -> [u8; Q2_K_BLOCK_BYTES] {
     let (d_f, dmin_f) = (f16::from_bits(d).to_f32(), f16::from_bits(dmin).to_f32());
     for (j, &sc) in packed.iter().enumerate() {
         let dj = d_f * (sc & 0xF) as f32;
@@ -60,7 +71,7 @@ pub(super) fn quantize_q2_k_block(x: &[f32; QK_K]) -> [u8; Q2_K_BLOCK_BYTES] {
             l[i] = nearest_int((x[i] + dm) / dj).clamp(0, 3) as u8;
         }
     }
-    write_q2_k(d, dmin, &packed, &l)
+    write_q2_k(d, dmin, packed, l)
 }
 
 /// The super-scales `d`, `dmin` (f16 bits) and the 16 bytes of 4-bit group scales (low nibble)

@@ -296,8 +296,14 @@ pub(super) fn quantize_q6_k_block(x: &[f32; QK_K]) -> [u8; Q6_K_BLOCK_BYTES] {
     for ib in 0..16 {
         scales[ib] = make_qx_quants(32, &x[16 * ib..16 * ib + 16], &mut l[16 * ib..]);
     }
+    q6_k_from_scales(x, &scales, &mut l)
+}
+
+/// A `Q6_K` block from its 16 groups' fitted scales: the scales stored, then every value
+/// quantized again against the scale as stored (a group whose scale is zero keeps its fit's `l`).
+pub(super) fn q6_k_from_scales(x: &[f32; QK_K], scales: &[f32; 16], l: &mut [u8; QK_K]) -> [u8; Q6_K_BLOCK_BYTES] {
     let mut out = [0u8; Q6_K_BLOCK_BYTES];
-    let Some((d, sc)) = q6_k_header(&scales) else {
+    let Some((d, sc)) = q6_k_header(scales) else {
         // ggml zeroes the whole block (d = +0 included).
         return out;
     };
@@ -311,8 +317,7 @@ pub(super) fn quantize_q6_k_block(x: &[f32; QK_K]) -> [u8; Q6_K_BLOCK_BYTES] {
             l[i] = (nearest_int(x[i] / dj).clamp(-32, 31) + 32) as u8;
         }
     }
-
-    write_q6_k(d, &sc, &l, &mut out);
+    write_q6_k(d, &sc, l, &mut out);
     out
 }
 

@@ -4,8 +4,8 @@
 //! group scales are themselves fitted by weighted least squares (`make_qp_quants`,
 //! `make_qx_quants` with weights) instead of from the largest scale.
 
-use super::low::{q3_k_scale, write_q2_k, write_q3_k};
-use super::reference::{fit_affine, q6_k_header, write_q4_k, write_q5_k, write_q6_k, ErrorNorm, GridSearch};
+use super::low::{q2_k_from_scales, q3_k_scale, write_q3_k};
+use super::reference::{fit_affine, q6_k_from_scales, write_q4_k, write_q5_k, ErrorNorm, GridSearch};
 use super::{nearest_int, scale_min_k4, to_f16_bits, QK_K};
 use crate::block_type::BlockType;
 use half::f16;
@@ -186,19 +186,8 @@ fn q2_k(x: &[f32; QK_K], qw: &[f32; QK_K]) -> [u8; BlockType::Q2_K.bytes()] {
     let dm = make_qp_quants(15, &scales, &mut ls, &sw);
     let mm = make_qp_quants(15, &mins, &mut lm, &sw);
     let (d, dmin) = (to_f16_bits(dm), to_f16_bits(mm));
-    let (dm, mm) = (f16::from_bits(d).to_f32(), f16::from_bits(dmin).to_f32());
     let packed: [u8; 16] = std::array::from_fn(|j| ls[j] | (lm[j] << 4));
-    for (j, &sc) in packed.iter().enumerate() {
-        let dj = dm * (sc & 0xF) as f32;
-        if dj == 0.0 {
-            continue;
-        }
-        let m = mm * (sc >> 4) as f32;
-        for i in 16 * j..16 * j + 16 {
-            l[i] = nearest_int((x[i] + m) / dj).clamp(0, 3) as u8;
-        }
-    }
-    write_q2_k(d, dmin, &packed, &l)
+    q2_k_from_scales(x, d, dmin, &packed, &mut l)
 }
 
 fn q3_k(x: &[f32; QK_K], qw: &[f32; QK_K]) -> [u8; BlockType::Q3_K.bytes()] {
@@ -294,20 +283,5 @@ fn q6_k(x: &[f32; QK_K], qw: &[f32; QK_K]) -> [u8; BlockType::Q6_K.bytes()] {
         let range = 16 * ib..16 * ib + 16;
         *scale = make_qx_quants_weighted(32, &x[range.clone()], &mut l[range.clone()], &qw[range]);
     }
-    let mut out = [0u8; BlockType::Q6_K.bytes()];
-    let Some((d, sc)) = q6_k_header(&scales) else {
-        return out;
-    };
-    let d_f = f16::from_bits(d).to_f32();
-    for (j, &s) in sc.iter().enumerate() {
-        let dj = d_f * s as f32;
-        if dj == 0.0 {
-            continue;
-        }
-        for i in 16 * j..16 * j + 16 {
-            l[i] = (nearest_int(x[i] / dj).clamp(-32, 31) + 32) as u8;
-        }
-    }
-    write_q6_k(d, &sc, &l, &mut out);
-    out
+    q6_k_from_scales(x, &scales, &mut l)
 }
