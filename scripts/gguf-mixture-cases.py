@@ -365,7 +365,7 @@ def dump(doc):
 
 ABOUT = (
     "Per-tensor ggml types that llama-quantize picks for its mixtures on qwen35/qwen35moe GGUFs; "
-    "written by scripts/gguf-mixture-cases.py, checked by src/layout/gguf/mixture.rs's tests and "
+    "written by scripts/gguf-mixture-cases.py, checked by src/layout/gguf/mixture/tests.rs and "
     "tests/python/test_gguf_mixture.py. types[mixture] lists the type of each tensor, in the order of "
     "tensors (shapes in torch order, outermost first)."
 )
