@@ -216,6 +216,19 @@ fn keys_missing_or_of_the_wrong_type_are_refused_by_every_format() {
             with_config(copy(t, "eps", "dense"), |c| text(c)["rms_norm_eps"] = "small".into()),
             vec!["text_config.rms_norm_eps"],
         ),
+        // transformers' config classes take only a float there (its strict check refuses -1 and "4").
+        (
+            with_config(copy(t, "init-int", "dense"), |c| text(c)["initializer_range"] = (-1).into()),
+            vec!["text_config.initializer_range is -1", "transformers"],
+        ),
+        (
+            with_config(copy(t, "init-top-str", "moe"), |c| c["initializer_range"] = "4".into()),
+            vec!["config.json: initializer_range is \"4\""],
+        ),
+        (
+            with_config(copy(t, "aux-int", "moe"), |c| text(c)["router_aux_loss_coef"] = 1.into()),
+            vec!["text_config.router_aux_loss_coef is 1"],
+        ),
         // An architecture this tool does not know: no pass-through of a config nothing checked.
         (
             with_config(copy(t, "llama", "dense"), |c| {

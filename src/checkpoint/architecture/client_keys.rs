@@ -37,6 +37,21 @@ pub(super) fn client_keys(keys: &Keys, model_type: &str, family: Family, vocab: 
             keys.path("rms_norm_eps")
         ),
     }
+    // transformers' config classes type these as float and check the type strictly: an integer,
+    // a string or null there fails to load.
+    let top = if keys.nested { &[("initializer_range", "")][..] } else { &[] };
+    let text = if keys.nested { "text_config." } else { "" };
+    let floats = [("initializer_range", text), ("rms_norm_eps", text), ("router_aux_loss_coef", text)];
+    for &(key, prefix) in top.iter().chain(&floats) {
+        let map = if prefix.is_empty() && keys.nested { keys.top } else { keys.text };
+        if let Some(v) = map.get(key).filter(|v| !v.as_f64().is_some_and(f64::is_finite) || !v.is_f64()) {
+            bail!(
+                "config.json: {prefix}{key} is {}, not a finite decimal number; transformers' config takes a float \
+                 there and refuses anything else",
+                excerpt(v)
+            );
+        }
+    }
     if let Some(act) = keys.text.get("hidden_act").filter(|v| v.as_str() != Some("silu")) {
         bail!(
             "config.json: {} is {}; the Qwen3.5 family's clients run silu only",
