@@ -392,17 +392,18 @@ fn named_files(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
 /// In a private mount namespace (nothing leaks to the host): a tmpfs mounted at `disk` is OUT of
 /// a conversion, then of `--force` over it, then of a plain run (refused: not empty); a read-only
 /// tmpfs at `ro` is OUT of a fourth. Each step's exit status and stderr, and OUT's copy after it,
-/// are left in `tmp`.
+/// are left in `tmp`. `$R` is the emulator a cross-built test starts the binary with (empty
+/// natively).
 const MOUNT_STEPS: &str = r#"set -u
 mount -t tmpfs tmpfs "$T/disk" && mount -t tmpfs -o ro tmpfs "$T/ro" || exit 77
 step() { n=$1; shift; "$@" 2>"$T/$n.err" >"$T/$n.out"; echo $? >"$T/$n.rc"; }
-step 1 "$B" "$IN" "$T/disk" -q
+step 1 $R "$B" "$IN" "$T/disk" -q
 cp -a "$T/disk" "$T/after-1"
-step 2 "$B" "$IN" "$T/disk" -q --force --format mlx
+step 2 $R "$B" "$IN" "$T/disk" -q --force --format mlx
 cp -a "$T/disk" "$T/after-2"
-step 3 "$B" "$IN" "$T/disk" -q --format mlx
-step 4 "$B" "$IN" "$T/ro" --json
-step 5 "$B" "$IN" "$T/ro" --dry-run --json
+step 3 $R "$B" "$IN" "$T/disk" -q --format mlx
+step 4 $R "$B" "$IN" "$T/ro" --json
+step 5 $R "$B" "$IN" "$T/ro" --dry-run --json
 ls -A "$T" >"$T/beside"
 "#;
 
@@ -421,6 +422,10 @@ fn an_empty_mount_point_is_a_place_to_write_and_a_read_only_one_is_refused_first
         .args(["--mount", "--propagation", "private", "sh", "-c", MOUNT_STEPS])
         .env("T", t)
         .env("B", env!("CARGO_BIN_EXE_escha-convert"))
+        .env(
+            "R",
+            if cfg!(escha_cross) { std::env::var("ESCHA_TEST_RUNNER").unwrap_or_default() } else { String::new() },
+        )
         .env("IN", &input)
         .output();
     if !o.as_ref().is_ok_and(|o| o.status.code() == Some(0)) {
