@@ -142,12 +142,23 @@ fn quantize_scale_min_block(x: &[f32; QK_K], nmax: i32, rmin: f32, nstep: i32) -
     }
     let (d, dmin, packed) = scale_min_header(&scales, &mins);
 
-    // Re-quantize against what a decoder will see; a group whose scale came out zero keeps the
-    // quants of its own fit.
-    let d_f = f16::from_bits(d).to_f32();
-    let dmin_f = f16::from_bits(dmin).to_f32();
+    requantize_scale_min(x, d, dmin, &packed, nmax, &mut l);
+    (d, dmin, packed, l)
+}
+
+/// Quantizes `x` again against the `Q4_K`/`Q5_K` scales and mins as stored (what a decoder will
+/// see); a group whose scale came out zero keeps the quants of its own fit.
+pub(super) fn requantize_scale_min(
+    x: &[f32; QK_K],
+    d: u16,
+    dmin: u16,
+    packed: &[u8; 12],
+    nmax: i32,
+    l: &mut [u8; QK_K],
+) {
+    let (d_f, dmin_f) = (f16::from_bits(d).to_f32(), f16::from_bits(dmin).to_f32());
     for j in 0..8 {
-        let (sc, m) = scale_min_k4(j, &packed);
+        let (sc, m) = scale_min_k4(j, packed);
         let dj = d_f * sc as f32;
         if dj == 0.0 {
             continue;
@@ -157,7 +168,6 @@ fn quantize_scale_min_block(x: &[f32; QK_K], nmax: i32, rmin: f32, nstep: i32) -
             l[i] = nearest_int((x[i] + dm) / dj).clamp(0, nmax) as u8;
         }
     }
-    (d, dmin, packed, l)
 }
 
 /// The super-scales `d`, `dmin` (f16 bits) and the 12-byte field of 6-bit group scales and mins

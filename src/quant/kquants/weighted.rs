@@ -5,8 +5,10 @@
 //! `make_qx_quants` with weights) instead of from the largest scale.
 
 use super::low::{q2_k_from_scales, q3_k_scale, write_q3_k};
-use super::reference::{fit_affine, q6_k_from_scales, write_q4_k, write_q5_k, ErrorNorm, GridSearch};
-use super::{nearest_int, scale_min_k4, to_f16_bits, QK_K};
+use super::reference::{
+    fit_affine, q6_k_from_scales, requantize_scale_min, write_q4_k, write_q5_k, ErrorNorm, GridSearch,
+};
+use super::{nearest_int, to_f16_bits, QK_K};
 use crate::block_type::BlockType;
 use half::f16;
 
@@ -257,18 +259,7 @@ fn scale_min(kind: BlockType, x: &[f32; QK_K], qw: &[f32; QK_K], out: &mut [u8])
         }
     }
     let (d, dmin) = (to_f16_bits(d_block), to_f16_bits(m_block));
-    let (d_f, dmin_f) = (f16::from_bits(d).to_f32(), f16::from_bits(dmin).to_f32());
-    for j in 0..8 {
-        let (sc, m) = scale_min_k4(j, &packed);
-        let dj = d_f * sc as f32;
-        if dj == 0.0 {
-            continue;
-        }
-        let dm = dmin_f * m as f32;
-        for i in 32 * j..32 * j + 32 {
-            l[i] = nearest_int((x[i] + dm) / dj).clamp(0, nmax) as u8;
-        }
-    }
+    requantize_scale_min(x, d, dmin, &packed, nmax, &mut l);
     if kind == BlockType::Q4_K {
         write_q4_k(d, dmin, &packed, &l, out.try_into().unwrap());
     } else {
