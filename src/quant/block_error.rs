@@ -63,8 +63,10 @@ impl StorageErrors {
 
     /// As [`StorageErrors::add_estimate_thinned`], each value's error and square weighed by its
     /// column's importance where `importance` gives row `r` of `values` its columns' (`--imatrix`:
-    /// the error ggml's weighted encoders minimize); then every block type is measured with those
-    /// encoders on the thinned rows, as the IQ4 types are without one.
+    /// the error ggml's weighted encoders minimize). With an importance every block type is
+    /// measured with those encoders (they fit their scales to it, which a range does not see) on
+    /// every `step / 4`-th row, and on a large unit on evenly spread rows holding about
+    /// [`WEIGHTED_MEASURED_VALUES`] values ([`GRID_MEASURED_VALUES`] for a grid type).
     pub fn add_weighted<'w>(
         &mut self,
         values: &[f32],
@@ -72,12 +74,16 @@ impl StorageErrors {
         step: usize,
         importance: Option<&dyn Fn(usize) -> &'w [f32]>,
     ) {
-        // The weighted encoders fit their scales to the importance, which a range does not see:
-        // with one, every block type is measured, on the thinned rows.
         let ranged = |b: BlockType| importance.is_none() && has_range_estimate(b);
-        let step = if importance.is_some() { step.div_ceil(4) } else { step };
+        let every = |b: BlockType| match importance {
+            None => step.max(1),
+            Some(_) => {
+                let target = if on_grid(b) { GRID_MEASURED_VALUES } else { WEIGHTED_MEASURED_VALUES };
+                step.div_ceil(4).max(values.len().div_ceil(target)).max(1)
+            }
+        };
         self.add(values, cols, importance, |c, row, w, i| match c {
-            Storage::Block(b) if !ranged(b) && i % step.max(1) != 0 => None,
+            Storage::Block(b) if !ranged(b) && i % every(b) != 0 => None,
             Storage::Block(b) if !ranged(b) => Some(measured(c, row, w)),
             Storage::Block(b) => Some(estimate(b, row).unwrap_or_else(|| measured(c, row, w))),
             Storage::Element(_) => Some(measured(c, row, w)),
@@ -119,10 +125,23 @@ impl StorageErrors {
     }
 }
 
+/// Values of a large unit of rows measured per block type with an importance matrix (about 25 ms
+/// of weighted K-quant encoding).
+pub const WEIGHTED_MEASURED_VALUES: usize = 1 << 16;
+
+/// The same for a grid type (IQ2, IQ3): their lattice search costs several times a K-quant's.
+pub const GRID_MEASURED_VALUES: usize = WEIGHTED_MEASURED_VALUES / 4;
+
 /// Whether `block`'s error can be estimated from its groups' ranges: not the IQ types, whose
 /// levels are not evenly spaced (IQ4) or lie on grids (IQ2, IQ3).
 fn has_range_estimate(block: BlockType) -> bool {
     !block.name().starts_with("iq")
+}
+
+/// Whether `block`'s values lie on a lattice of grid points (IQ2, IQ3), each group's searched.
+fn on_grid(block: BlockType) -> bool {
+    use BlockType as T;
+    matches!(block, T::IQ2_XXS | T::IQ2_XS | T::IQ2_S | T::IQ3_XXS | T::IQ3_S)
 }
 
 /// `Σ w_j · x_j²` (each weight 1 without an importance).

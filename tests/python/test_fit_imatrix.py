@@ -18,11 +18,11 @@ from test_gguf_imatrix import im, llama_quantize, synthetic_matrix  # noqa: F401
 
 FIXTURES = ["dense", "moe"]
 # llama-quantize's file types with a matrix, the name it takes: the sizes the budget must beat.
-FILE_TYPES = ["Q2_K", "Q3_K_M", "Q4_K_M"]
+FILE_TYPES = ["IQ2_XXS", "IQ2_M", "Q2_K", "IQ3_XXS", "Q3_K_M", "Q4_K_M"]
 # Where the plan lowers the largest ratio. Elsewhere on these small fixtures it ties: the tensor that
 # holds llama-quantize's largest ratio gets the same type (and bytes) in ours, since no reallocation
 # of the few tensors within the bytes left lowers it (q4_k_m's file leaves under 100 bytes).
-STRICT = {"dense": ["Q3_K_M"], "moe": ["Q2_K"]}
+STRICT = {"dense": ["IQ2_M", "Q2_K", "Q3_K_M"], "moe": ["IQ2_M", "Q2_K"]}
 
 
 def importance(matrix):

@@ -339,8 +339,13 @@ pub(super) enum Offered {
 /// 256-value blocks gets each K-quant's and `IQ4_XS`'s fallback instead, as llama-quantize gives
 /// it (`Q2_K`, `Q3_K` → `Q4_0`; `IQ4_XS` → `IQ4_NL`; `Q4_K` → `Q5_0`; …): the legacy 32-value
 /// types.
-pub(super) const FIT_TYPES: [(BlockType, Offered); 11] = [
+pub(super) const FIT_TYPES: [(BlockType, Offered); 16] = [
+    (BlockType::IQ2_XXS, Offered::WithImatrix),
+    (BlockType::IQ2_XS, Offered::WithImatrix),
+    (BlockType::IQ2_S, Offered::WithImatrix),
     (BlockType::Q2_K, Offered::Always),
+    (BlockType::IQ3_XXS, Offered::WithImatrix),
+    (BlockType::IQ3_S, Offered::WithImatrix),
     (BlockType::Q3_K, Offered::Always),
     (BlockType::IQ4_XS, Offered::Always),
     (BlockType::Q4_0, Offered::Always),
@@ -462,7 +467,12 @@ pub(super) fn file_type(ty: GgufType, tensors: &[OutputTensor]) -> u32 {
     let named = match most {
         Some(Storage::Element(Dtype::F16)) => GgufType::F16,
         Some(Storage::Block(BlockType::Q8_0)) => GgufType::Q8_0,
+        Some(Storage::Block(BlockType::IQ2_XXS)) => GgufType::IQ2_XXS,
+        Some(Storage::Block(BlockType::IQ2_XS)) => GgufType::IQ2_XS,
+        Some(Storage::Block(BlockType::IQ2_S)) => GgufType::IQ2_S,
         Some(Storage::Block(BlockType::Q2_K)) => GgufType::Q2_K,
+        Some(Storage::Block(BlockType::IQ3_XXS)) => GgufType::IQ3_XXS,
+        Some(Storage::Block(BlockType::IQ3_S)) => GgufType::IQ3_S,
         Some(Storage::Block(BlockType::Q3_K)) => GgufType::Q3_K_M,
         Some(Storage::Block(BlockType::IQ4_XS)) => GgufType::IQ4_XS,
         Some(Storage::Block(BlockType::Q4_K)) => GgufType::Q4_K_M,
@@ -487,9 +497,23 @@ const FIXED_RECIPES: [GgufType; 10] = [
     GgufType::Q6_K,
 ];
 
+/// The file types llama-quantize makes only with a matrix (most of their tensors need one): with
+/// `--imatrix`, yardsticks too.
+const IMATRIX_RECIPES: [GgufType; 9] = [
+    GgufType::IQ2_XXS,
+    GgufType::IQ2_XS,
+    GgufType::IQ2_S,
+    GgufType::IQ2_M,
+    GgufType::Q2_K_S,
+    GgufType::IQ3_XXS,
+    GgufType::IQ3_XS,
+    GgufType::IQ3_S,
+    GgufType::IQ3_M,
+];
+
 /// `--max-size`'s yardsticks: each `--gguf-type` that llama-quantize makes (its mixtures and the
-/// uniform K-quants) as it would type the menu's tensors (with `imatrix`, as it types them given
-/// one), an exact int8 table kept exact.
+/// uniform K-quants; with `imatrix` its low-bit IQ files too) as it would type the menu's tensors
+/// (with `imatrix`, as it types them given one), an exact int8 table kept exact.
 pub(super) fn fit_recipes(
     tensors: &[OutputTensor],
     menu: &[FitTensor],
@@ -498,7 +522,9 @@ pub(super) fn fit_recipes(
     imatrix: bool,
 ) -> Result<Vec<FitRecipe>> {
     let mut recipes = Vec::new();
-    for (ty, requant) in FIXED_RECIPES.into_iter().flat_map(|ty| [(ty, false), (ty, true)]) {
+    let low: &[GgufType] = if imatrix { &IMATRIX_RECIPES } else { &[] };
+    let types = FIXED_RECIPES.iter().chain(low).copied();
+    for (ty, requant) in types.flat_map(|ty| [(ty, false), (ty, true)]) {
         let rule = ty.quantize().expect("a type llama-quantize makes");
         let mut typed = tensors.to_vec();
         if requant {
@@ -531,8 +557,11 @@ mod tests {
 
     #[test]
     fn the_fit_menu_offers_the_low_bit_types_or_llama_quantize_s_fallbacks() {
-        // Whole 256-value blocks: every type as itself.
-        assert_eq!(fit_types(512, false), FIT_TYPES.map(|(t, _)| t).to_vec());
+        // Whole 256-value blocks: every type as itself, the IQ2 and IQ3 types only with a matrix.
+        assert_eq!(fit_types(512, true), FIT_TYPES.map(|(t, _)| t).to_vec());
+        let plain: Vec<BlockType> = FIT_TYPES.iter().filter(|(_, o)| *o == Offered::Always).map(|(t, _)| *t).collect();
+        assert_eq!(fit_types(512, false), plain);
+        assert!(!plain.iter().any(|t| t.name().starts_with("iq2") || t.name().starts_with("iq3")));
         // 32-value blocks only: Q2_K and Q3_K fall back to Q4_0, IQ4_XS to IQ4_NL, the other
         // K-quants to their legacy types; each once.
         assert_eq!(fit_types(128, false), [T::Q4_0, T::IQ4_NL, T::Q5_0, T::Q4_1, T::Q5_1, T::Q8_0]);
