@@ -2,18 +2,22 @@
 model, our file has a lower largest and no higher mean importance-weighted added error over the coded
 linears, both files read back with gguf-py's dequantizer and weighed here by the matrix (each input
 column's squared error times its importance), against the f32 GGUF of the same input; and the
-report says its ratios are weighted. Needs llama-quantize (ESCHA_LLAMA_BIN), as
+report says its ratios are weighted (llama-quantize's iq2_xxs size is no smaller than the floor: the
+run there must succeed); llama.cpp runs the file at our floor, IQ2_XXS where the rows allow. Needs
+llama-quantize (ESCHA_LLAMA_BIN), as
 test_gguf_imatrix.py, whose heavy-tailed synthetic matrix it uses.
 
 `ESCHA_CONVERT=target/debug/escha-convert .venv/bin/python -m pytest tests/python/test_fit_imatrix.py -q`.
 """
 
 import json
+import re
+import subprocess
 
 import numpy as np
 import pytest
 
-from test_gguf import raw, reader, run
+from test_gguf import llama_bin, logits, raw, reader, run  # noqa: F401 (fixture)
 from test_gguf_imatrix import im, llama_quantize, synthetic_matrix  # noqa: F401
 
 FIXTURES = ["dense", "moe"]
@@ -102,3 +106,24 @@ def test_the_budget_beats_llama_quantize_imatrix_at_its_size(im, fixture, qtype)
     same = [n for n in choices if ours_t[n].tensor_type == their_t[n].tensor_type]
     for n in same:
         assert np.array_equal(raw(ours_t[n]), raw(their_t[n])), f"{n} {ours_t[n].tensor_type.name}"
+
+
+@pytest.mark.parametrize("fixture", FIXTURES)
+def test_llama_cpp_evaluates_the_floor_in_iq_types(im, llama_bin, fixture, tmp_path):  # noqa: F811
+    """At the smallest size the budget reaches (named by its refusal of 1 byte), every tensor with
+    an entry whose rows are whole 256-value blocks takes IQ2_XXS, and llama.cpp runs the file to
+    finite logits."""
+    matrix = synthetic_matrix(im, fixture)
+    src = im.repo_root / "fixtures" / fixture
+    refused = subprocess.run([im.bin, src, tmp_path / "none", "--format", "gguf", "--max-size", "1",
+                              "--imatrix", matrix], capture_output=True, text=True)
+    assert refused.returncode == 1, refused.stderr
+    floor = int(re.search(r"can make is (\d+) bytes", refused.stderr).group(1))
+    out = tmp_path / "out"
+    r = run([im.bin, src, out, "--quiet", "--json", "--format", "gguf", "--max-size", str(floor),
+             "--imatrix", matrix], f"escha-convert --max-size {floor} --imatrix")
+    chosen = {c["gguf_type"] for c in json.loads(r.stdout)["width_choices"]}
+    assert "IQ2_XXS" in chosen, chosen
+    y = logits(llama_bin, out / "model.gguf", tmp_path)
+    assert not isinstance(y, str), y
+    assert np.isfinite(y).all(), f"{int(np.count_nonzero(~np.isfinite(y)))} logits not finite"
