@@ -291,6 +291,30 @@ mod tests {
     }
 
     #[test]
+    fn with_an_importance_a_large_unit_is_measured_on_fewer_rows_the_grid_types_on_fewest() {
+        // 128 rows of 5120 (a 27B linear's unit): every 10th row for the K-quants, every 40th for
+        // the grid types; each row's norm differs, so the norms say which rows were measured.
+        let (rows, cols) = (128, 5120);
+        let mut rng = SplitMix64(11);
+        let values: Vec<f32> = (0..rows * cols).map(|i| rng.gaussian() as f32 * (1 + i / cols) as f32).collect();
+        let w = vec![1.0f32; cols];
+        let of = |_: usize| w.as_slice();
+        let candidates = [Storage::Block(BlockType::Q4_K), Storage::Block(BlockType::IQ2_XXS)];
+        let mut e = StorageErrors::new(&candidates);
+        e.add_weighted(&values, cols, 16, Some(&of));
+        let norm_of =
+            |step: usize| (0..rows).step_by(step).map(|r| norm_sq(&values[r * cols..][..cols], None)).sum::<f64>();
+        assert_eq!(e.norms[0], norm_of(10));
+        assert_eq!(e.norms[1], norm_of(40));
+        // A small unit (a fixture's whole tensor) keeps every 4th row for both.
+        let small = &values[..64 * 256];
+        let mut e = StorageErrors::new(&candidates);
+        e.add_weighted(small, 256, 16, Some(&|_| &w[..256]));
+        let every_4th = (0..64).step_by(4).map(|r| norm_sq(&small[r * 256..][..256], None)).sum::<f64>();
+        assert_eq!((e.norms[0], e.norms[1]), (every_4th, every_4th));
+    }
+
+    #[test]
     fn tiny_and_huge_weights_are_measured_with_their_f16_scales() {
         let candidates: Vec<Storage> = [
             BlockType::Q2_K,

@@ -336,9 +336,9 @@ pub(super) enum Offered {
 }
 
 /// The types `--max-size` chooses among, narrowest first, one line each. A row that is not whole
-/// 256-value blocks gets each K-quant's and `IQ4_XS`'s fallback instead, as llama-quantize gives
-/// it (`Q2_K`, `Q3_K` → `Q4_0`; `IQ4_XS` → `IQ4_NL`; `Q4_K` → `Q5_0`; …): the legacy 32-value
-/// types.
+/// 256-value blocks gets each K-quant's and IQ type's fallback instead, as llama-quantize gives
+/// it (`Q2_K`, `Q3_K` → `Q4_0`; `IQ4_XS` and the IQ2/IQ3 types → `IQ4_NL`; `Q4_K` → `Q5_0`; …):
+/// the legacy 32-value types.
 pub(super) const FIT_TYPES: [(BlockType, Offered); 16] = [
     (BlockType::IQ2_XXS, Offered::WithImatrix),
     (BlockType::IQ2_XS, Offered::WithImatrix),

@@ -195,9 +195,21 @@ pub(super) fn quantize_q3_k_block(x: &[f32; QK_K]) -> [u8; Q3_K_BLOCK_BYTES] {
         scales[j] = make_q3_quants(4, &x[16 * j..16 * j + 16], &mut l[16 * j..]);
     }
     let (d, packed) = q3_k_header(&scales);
+    q3_k_from_scales(x, d, &packed, &mut l)
+}
+
+/// A `Q3_K` block whose header is fixed: every group's quants found again against its stored
+/// scale `d·sc` (a group whose stored scale is 0 keeps the quants it has), as ggml closes both
+/// the reference and the weighted encoder.
+pub(super) fn q3_k_from_scales(
+    x: &[f32; QK_K],
+    d: u16,
+    packed: &[u8; 12],
+    l: &mut [u8; QK_K],
+) -> [u8; Q3_K_BLOCK_BYTES] {
     let d_f = f16::from_bits(d).to_f32();
     for j in 0..16 {
-        let dj = d_f * q3_k_scale(j, &packed) as f32;
+        let dj = d_f * q3_k_scale(j, packed) as f32;
         if dj == 0.0 {
             continue;
         }
@@ -205,7 +217,7 @@ pub(super) fn quantize_q3_k_block(x: &[f32; QK_K]) -> [u8; Q3_K_BLOCK_BYTES] {
             l[i] = (nearest_int(x[i] / dj).clamp(-4, 3) + 4) as u8;
         }
     }
-    write_q3_k(d, &packed, &mut l)
+    write_q3_k(d, packed, l)
 }
 
 /// The super-scale `d` (f16 bits) and the 12 bytes of 6-bit group scales for the groups' fitted

@@ -4,13 +4,12 @@
 //! group scales are themselves fitted by weighted least squares (`make_qp_quants`,
 //! `make_qx_quants` with weights) instead of from the largest scale.
 
-use super::low::{q2_k_from_scales, q3_k_scale, write_q3_k};
+use super::low::{q2_k_from_scales, q3_k_from_scales};
 use super::reference::{
     fit_affine, q6_k_from_scales, requantize_scale_min, write_q4_k, write_q5_k, ErrorNorm, GridSearch,
 };
 use super::{nearest_int, to_f16_bits, QK_K};
 use crate::block_type::BlockType;
-use half::f16;
 
 /// The grids `make_qkx3_quants` tries in every weighted K-quant and legacy `_1` type.
 const QKX3: GridSearch = GridSearch { rmin: -0.9, rdelta: 0.05, nstep: 36 };
@@ -213,18 +212,7 @@ fn q3_k(x: &[f32; QK_K], qw: &[f32; QK_K]) -> [u8; BlockType::Q3_K.bytes()] {
         }
         packed[8 + j % 4] |= (q >> 4) << (2 * (j / 4));
     }
-    let d = to_f16_bits(d_block);
-    let d_f = f16::from_bits(d).to_f32();
-    for j in 0..16 {
-        let dj = d_f * q3_k_scale(j, &packed) as f32;
-        if dj == 0.0 {
-            continue;
-        }
-        for i in 16 * j..16 * j + 16 {
-            l[i] = (nearest_int(x[i] / dj).clamp(-4, 3) + 4) as u8;
-        }
-    }
-    write_q3_k(d, &packed, &mut l)
+    q3_k_from_scales(x, to_f16_bits(d_block), &packed, &mut l)
 }
 
 /// `Q4_K` and `Q5_K`: 8 groups of 32, their scales and mins fitted to 6 bits by `make_qp_quants`.
