@@ -60,7 +60,8 @@ pub struct ConvertArgs {
     pub gguf_vocab: Option<VocabArg>,
     /// An importance matrix (llama-imatrix's GGUF file or its legacy .dat) that weighs each column's
     /// error as llama-quantize --imatrix does: the types and bytes it writes (`--format gguf`, a
-    /// quantized --gguf-type).
+    /// quantized --gguf-type), and the widths or types --max-size and --fit-memory choose (`--format
+    /// gguf` or mlx).
     #[arg(long, value_name = "FILE")]
     pub imatrix: Option<PathBuf>,
     /// The MTP head (Hugging Face layout: `mtp.*` tensors in the main shards).
@@ -308,8 +309,19 @@ fn checked_format(a: &ConvertArgs) -> Result<OutputFormat, clap::Error> {
         FormatArg::Gguf if a.bits.is_some() || a.group_size.is_some() => {
             return Err(usage("--bits and --group-size apply to --format mlx only; GGUF types are --gguf-type".into()));
         }
-        f if f != FormatArg::Gguf && (a.gguf_type.is_some() || a.gguf_vocab.is_some() || a.imatrix.is_some()) => {
-            return Err(usage("--gguf-type, --gguf-vocab and --imatrix apply to --format gguf only".into()));
+        f if f != FormatArg::Gguf && (a.gguf_type.is_some() || a.gguf_vocab.is_some()) => {
+            return Err(usage("--gguf-type and --gguf-vocab apply to --format gguf only".into()));
+        }
+        f if f != FormatArg::Gguf && f != FormatArg::Mlx && a.imatrix.is_some() => {
+            return Err(usage("--imatrix applies to --format gguf and mlx only".into()));
+        }
+        FormatArg::Mlx if a.imatrix.is_some() && !fitted => {
+            return Err(usage(
+                "--imatrix with --format mlx weighs the errors the size budget chooses widths by (MLX's affine \
+                 quantization takes no matrix, and --bits, fixed or auto, chooses nothing by it): add --max-size SIZE \
+                 or --fit-memory M"
+                    .into(),
+            ));
         }
         FormatArg::Gguf
             if a.imatrix.is_some()

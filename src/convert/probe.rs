@@ -83,20 +83,26 @@ impl WeightProbe for Probe<'_> {
         )
     }
 
-    fn affine_errors_at(
+    fn affine_errors_at<'i>(
         &self,
         source: &RowSource,
         adjust: Adjust,
         group_sizes: &[usize],
         scale_dtype: Dtype,
+        importance: Option<&'i Importance>,
     ) -> Result<Vec<WidthErrors>> {
         self.fold_rows(
             source,
             adjust,
             || vec![WidthErrors::default(); group_sizes.len()],
-            |errors, values, span, _| {
+            |errors, values, span, (rows_per_lead, cols)| {
                 round_slice(values, scale_dtype);
-                WidthErrors::add_estimates_at(errors, values, span.cols.len(), group_sizes);
+                let of_row = |i: usize| {
+                    let importance = importance.expect("called with an importance only");
+                    importance.of_row(span.rows.start + i, rows_per_lead, cols, span.cols.clone())
+                };
+                let weights = importance.map(|_| &of_row as &dyn Fn(usize) -> &'i [f32]);
+                WidthErrors::add_estimates_at(errors, values, span.cols.len(), group_sizes, weights);
             },
             |a, b| a.into_iter().zip(b).map(|(x, y)| x.merge(y)).collect(),
         )

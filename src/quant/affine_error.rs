@@ -58,26 +58,50 @@ impl WidthErrors {
 
     /// Adds the estimates for `values` (`rows × cols`) at each group size of `group_sizes` (each a
     /// multiple of 32 that divides `cols`) into `errors`, one per group size: the ranges of the
-    /// 32-value runs are found once and joined for the wider groups.
-    pub fn add_estimates_at(errors: &mut [WidthErrors], values: &[f32], cols: usize, group_sizes: &[usize]) {
-        let mut runs: Vec<(f32, f32, usize)> = Vec::with_capacity(cols / 32);
-        for row in values.chunks_exact(cols).filter(|r| r.iter().any(|&v| v != 0.0)) {
-            let norm_sq = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>();
+    /// 32-value runs are found once and joined for the wider groups. With `importance` giving row
+    /// `r` of `values` its columns' (`--imatrix`), each value's error and square are weighed by its
+    /// column's importance (weights of 1 give the unweighted sums, bit for bit).
+    pub fn add_estimates_at<'w>(
+        errors: &mut [WidthErrors],
+        values: &[f32],
+        cols: usize,
+        group_sizes: &[usize],
+        importance: Option<&dyn Fn(usize) -> &'w [f32]>,
+    ) {
+        // Each run's range and its live values' weight (their count without an importance).
+        let mut runs: Vec<(f32, f32, f64)> = Vec::with_capacity(cols / 32);
+        for (r, row) in values.chunks_exact(cols).enumerate().filter(|(_, r)| r.iter().any(|&v| v != 0.0)) {
+            let w = importance.map(|of| of(r));
+            let norm_sq = match w {
+                None => row.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>(),
+                Some(w) => row.iter().zip(w).map(|(&v, &w)| f64::from(w) * f64::from(v) * f64::from(v)).sum::<f64>(),
+            };
             runs.clear();
-            runs.extend(row.chunks_exact(32).map(|g| {
+            runs.extend(row.chunks_exact(32).enumerate().map(|(j, g)| {
                 let (lo, hi) = g.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-                (lo, hi, g.iter().filter(|&&v| v != 0.0).count())
+                // Zeros (dead columns) sit on the grid: MLX aligns it so that zero is a code.
+                let live = match w {
+                    None => g.iter().filter(|&&v| v != 0.0).count() as f64,
+                    Some(w) => g
+                        .iter()
+                        .zip(&w[32 * j..32 * j + 32])
+                        .filter(|(&v, _)| v != 0.0)
+                        .map(|(_, &w)| f64::from(w))
+                        .sum(),
+                };
+                (lo, hi, live)
             }));
             for (e, &gs) in errors.iter_mut().zip(group_sizes) {
                 e.norm_sq += norm_sq;
                 for group in runs.chunks_exact(gs / 32) {
-                    let (lo, hi, live) = group.iter().fold((f32::INFINITY, f32::NEG_INFINITY, 0), |(lo, hi, n), r| {
-                        (lo.min(r.0), hi.max(r.1), n + r.2)
-                    });
+                    let (lo, hi, live) =
+                        group.iter().fold((f32::INFINITY, f32::NEG_INFINITY, 0.0), |(lo, hi, n), r| {
+                            (lo.min(r.0), hi.max(r.1), n + r.2)
+                        });
                     let range = f64::from(hi - lo);
                     for (sq, bits) in e.sq.iter_mut().zip(BITS) {
                         let step = range / f64::from((1u32 << bits) - 1);
-                        *sq += live as f64 * step * step / 12.0;
+                        *sq += live * step * step / 12.0;
                     }
                 }
             }
@@ -135,6 +159,56 @@ mod tests {
     }
 
     #[test]
+    fn weights_of_one_are_the_unweighted_estimate_bit_for_bit() {
+        let mut rng = SplitMix64(11);
+        let (rows, cols) = (6, 256);
+        let mut values: Vec<f32> = (0..rows * cols).map(|_| rng.gaussian() as f32 * 0.03).collect();
+        values[2 * cols..3 * cols].fill(0.0);
+        values[cols + 5] = 0.0;
+        let sizes = [32, 64, 128];
+        let ones = vec![1.0f32; cols];
+        let of = |_: usize| ones.as_slice();
+        let (mut plain, mut weighted) = ([WidthErrors::default(); 3], [WidthErrors::default(); 3]);
+        WidthErrors::add_estimates_at(&mut plain, &values, cols, &sizes, None);
+        WidthErrors::add_estimates_at(&mut weighted, &values, cols, &sizes, Some(&of));
+        for (p, w) in plain.iter().zip(&weighted) {
+            assert_eq!(p.norm_sq.to_bits(), w.norm_sq.to_bits());
+            assert_eq!(p.sq.map(f64::to_bits), w.sq.map(f64::to_bits));
+        }
+    }
+
+    #[test]
+    fn a_weight_on_one_column_moves_the_error_to_that_columns() {
+        let mut rng = SplitMix64(5);
+        let (rows, cols, gs) = (16, 128, 32);
+        // Column 70's group (64..96) is ten times as wide as the others.
+        let values: Vec<f32> = (0..rows * cols)
+            .map(|i| rng.gaussian() as f32 * if (64..96).contains(&(i % cols)) { 0.1 } else { 0.01 })
+            .collect();
+        let mut heavy = vec![1e-6f32; cols];
+        heavy[70] = 1e6;
+        let of = |_: usize| heavy.as_slice();
+        let (mut plain, mut weighted) = ([WidthErrors::default()], [WidthErrors::default()]);
+        WidthErrors::add_estimates_at(&mut plain, &values, cols, &[gs], None);
+        WidthErrors::add_estimates_at(&mut weighted, &values, cols, &[gs], Some(&of));
+        // Column 70 alone: its group's step²/12 over its own values' squares.
+        let (mut sq, mut norm) = (0.0f64, 0.0f64);
+        for row in values.chunks_exact(cols) {
+            let g = &row[64..96];
+            let range = f64::from(
+                g.iter().copied().fold(f32::NEG_INFINITY, f32::max) - g.iter().copied().fold(f32::INFINITY, f32::min),
+            );
+            let step = range / 15.0;
+            sq += step * step / 12.0;
+            norm += f64::from(row[70]).powi(2);
+        }
+        let alone = (sq / norm).sqrt();
+        let (p, w) = (plain[0].relative(4), weighted[0].relative(4));
+        assert!((w / alone - 1.0).abs() < 1e-3, "weighted {w} vs column 70's {alone}");
+        assert!((p / alone - 1.0).abs() > 0.1, "the plain estimate {p} is another number");
+    }
+
+    #[test]
     fn the_estimates_at_several_group_sizes_equal_one_estimate_each() {
         let mut rng = SplitMix64(3);
         let (rows, cols) = (8, 384);
@@ -142,7 +216,7 @@ mod tests {
         values[cols..cols + 40].fill(0.0);
         let sizes = [32, 64, 128];
         let mut at = [WidthErrors::default(); 3];
-        WidthErrors::add_estimates_at(&mut at, &values, cols, &sizes);
+        WidthErrors::add_estimates_at(&mut at, &values, cols, &sizes, None);
         for (e, gs) in at.iter().zip(sizes) {
             let mut one = WidthErrors::default();
             one.add_estimate(&values, cols, gs);
