@@ -3,7 +3,7 @@
 //! columns and experts, and what the report and the card say of the file.
 
 use crate::imatrix::Imatrix;
-use crate::layout::{Encoding, ImatrixKey, Importance, OutputTensor};
+use crate::layout::{Encoding, HeadOrder, ImatrixKey, Importance, OutputTensor};
 use crate::storage::Storage;
 use anyhow::{bail, Result};
 use serde::Serialize;
@@ -101,16 +101,7 @@ pub fn read(path: &Path, tensors: &[OutputTensor], keys: &[Option<ImatrixKey>]) 
         }
         let values = match key.cols {
             None => entry.values.clone(),
-            Some(order) if order.width() == cols => {
-                // llama.cpp's column i is this tensor's column `order.source(i)`.
-                let mut mine = vec![0.0f32; entry.values.len()];
-                for (lead, theirs) in entry.values.chunks_exact(cols).enumerate() {
-                    for (i, &v) in theirs.iter().enumerate() {
-                        mine[lead * cols + order.source(i)] = v;
-                    }
-                }
-                mine.into()
-            }
+            Some(order) if order.width() == cols => in_own_order(&entry.values, cols, order).into(),
             Some(order) => bail!(
                 "--imatrix {}: tensor {} has {cols} columns, but the linear-attention heads of config.json order {}",
                 path.display(),
@@ -121,6 +112,18 @@ pub fn read(path: &Path, tensors: &[OutputTensor], keys: &[Option<ImatrixKey>]) 
         of.insert(t.name.clone(), Importance(values));
     }
     Ok(Matrix { path: path.to_path_buf(), m, of })
+}
+
+/// `values` (per lead, `cols` columns in llama.cpp's `order`) in the tensor's own column order:
+/// llama.cpp's column i is the tensor's column `order.source(i)`.
+fn in_own_order(values: &[f32], cols: usize, order: HeadOrder) -> Vec<f32> {
+    let mut mine = vec![0.0f32; values.len()];
+    for (lead, theirs) in values.chunks_exact(cols).enumerate() {
+        for (i, &v) in theirs.iter().enumerate() {
+            mine[lead * cols + order.source(i)] = v;
+        }
+    }
+    mine
 }
 
 impl Matrix {
@@ -184,5 +187,32 @@ impl Matrix {
             weighted_tensors: weighted,
             steered_tensors: steered,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_in_tiled_v_head_order_is_taken_back_to_grouped() {
+        // Two key heads of two V heads of 3 columns: llama.cpp lays out k0v0 k1v0 k0v1 k1v1, the
+        // tensor k0v0 k0v1 k1v0 k1v1. Each value is its llama.cpp column (plus 100 for lead 1).
+        let (key_heads, per_key, head) = (2, 2, 3);
+        let order = HeadOrder { skip: 0, key_heads, per_key, head };
+        let cols = order.width();
+        let theirs: Vec<f32> = (0..2 * cols).map(|i| (i % cols + 100 * (i / cols)) as f32).collect();
+        let mine = in_own_order(&theirs, cols, order);
+        for lead in 0..2 {
+            for k in 0..key_heads {
+                for v in 0..per_key {
+                    for d in 0..head {
+                        let own = (k * per_key + v) * head + d;
+                        let llama = (v * key_heads + k) * head + d;
+                        assert_eq!(mine[lead * cols + own], (llama + 100 * lead) as f32, "k{k} v{v} d{d}");
+                    }
+                }
+            }
+        }
     }
 }

@@ -83,13 +83,13 @@ impl WeightProbe for Probe<'_> {
         )
     }
 
-    fn affine_errors_at<'i>(
+    fn affine_errors_at(
         &self,
         source: &RowSource,
         adjust: Adjust,
         group_sizes: &[usize],
         scale_dtype: Dtype,
-        importance: Option<&'i Importance>,
+        importance: Option<&Importance>,
     ) -> Result<Vec<WidthErrors>> {
         self.fold_rows(
             source,
@@ -97,12 +97,16 @@ impl WeightProbe for Probe<'_> {
             || vec![WidthErrors::default(); group_sizes.len()],
             |errors, values, span, (rows_per_lead, cols)| {
                 round_slice(values, scale_dtype);
-                let of_row = |i: usize| {
-                    let importance = importance.expect("called with an importance only");
-                    importance.of_row(span.rows.start + i, rows_per_lead, cols, span.cols.clone())
-                };
-                let weights = importance.map(|_| &of_row as &dyn Fn(usize) -> &'i [f32]);
-                WidthErrors::add_estimates_at(errors, values, span.cols.len(), group_sizes, weights);
+                let width = span.cols.len();
+                match importance {
+                    // The ranges do not see which values the importance falls on: measured.
+                    Some(importance) => {
+                        let of_row =
+                            |i: usize| importance.of_row(span.rows.start + i, rows_per_lead, cols, span.cols.clone());
+                        WidthErrors::add_measured_at(errors, values, width, group_sizes, scale_dtype, &of_row);
+                    }
+                    None => WidthErrors::add_estimates_at(errors, values, width, group_sizes),
+                }
             },
             |a, b| a.into_iter().zip(b).map(|(x, y)| x.merge(y)).collect(),
         )

@@ -55,7 +55,8 @@ pub trait WeightProbe {
 
     /// The estimated errors of affine quantization at each of `group_sizes`, from one read of the
     /// rows of `source` (after `adjust`, rounded to `scale_dtype`). With `importance`
-    /// (`--imatrix`) each value's error and square are weighed by its column's importance.
+    /// (`--imatrix`) each width is measured instead (quantized and dequantized as the output will
+    /// be), each value's error and square weighed by its column's importance.
     fn affine_errors_at(
         &self,
         source: &RowSource,

@@ -2,7 +2,7 @@
 //! each group's range (a step `s` rounds each non-zero value with a mean squared error of
 //! `s²/12`), or measured by quantizing and dequantizing exactly as the output will be.
 
-use super::affine::{dequantize_rows, quantize_rows, AffineOut, AffineSpec, BITS};
+use super::affine::{dequantize_rows, quantize_group, quantize_rows, round_to, AffineOut, AffineSpec, BITS};
 use safetensors::Dtype;
 
 /// Squared added error at each width of [`BITS`], and the squared norm of the weight, summed
@@ -58,50 +58,64 @@ impl WidthErrors {
 
     /// Adds the estimates for `values` (`rows × cols`) at each group size of `group_sizes` (each a
     /// multiple of 32 that divides `cols`) into `errors`, one per group size: the ranges of the
-    /// 32-value runs are found once and joined for the wider groups. With `importance` giving row
-    /// `r` of `values` its columns' (`--imatrix`), each value's error and square are weighed by its
-    /// column's importance (weights of 1 give the unweighted sums, bit for bit).
-    pub fn add_estimates_at<'w>(
-        errors: &mut [WidthErrors],
-        values: &[f32],
-        cols: usize,
-        group_sizes: &[usize],
-        importance: Option<&dyn Fn(usize) -> &'w [f32]>,
-    ) {
-        // Each run's range and its live values' weight (their count without an importance).
-        let mut runs: Vec<(f32, f32, f64)> = Vec::with_capacity(cols / 32);
-        for (r, row) in values.chunks_exact(cols).enumerate().filter(|(_, r)| r.iter().any(|&v| v != 0.0)) {
-            let w = importance.map(|of| of(r));
-            let norm_sq = match w {
-                None => row.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>(),
-                Some(w) => row.iter().zip(w).map(|(&v, &w)| f64::from(w) * f64::from(v) * f64::from(v)).sum::<f64>(),
-            };
+    /// 32-value runs are found once and joined for the wider groups.
+    pub fn add_estimates_at(errors: &mut [WidthErrors], values: &[f32], cols: usize, group_sizes: &[usize]) {
+        let mut runs: Vec<(f32, f32, usize)> = Vec::with_capacity(cols / 32);
+        for row in values.chunks_exact(cols).filter(|r| r.iter().any(|&v| v != 0.0)) {
+            let norm_sq = row.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>();
             runs.clear();
-            runs.extend(row.chunks_exact(32).enumerate().map(|(j, g)| {
+            runs.extend(row.chunks_exact(32).map(|g| {
                 let (lo, hi) = g.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &v| (lo.min(v), hi.max(v)));
-                // Zeros (dead columns) sit on the grid: MLX aligns it so that zero is a code.
-                let live = match w {
-                    None => g.iter().filter(|&&v| v != 0.0).count() as f64,
-                    Some(w) => g
-                        .iter()
-                        .zip(&w[32 * j..32 * j + 32])
-                        .filter(|(&v, _)| v != 0.0)
-                        .map(|(_, &w)| f64::from(w))
-                        .sum(),
-                };
-                (lo, hi, live)
+                (lo, hi, g.iter().filter(|&&v| v != 0.0).count())
             }));
             for (e, &gs) in errors.iter_mut().zip(group_sizes) {
                 e.norm_sq += norm_sq;
                 for group in runs.chunks_exact(gs / 32) {
-                    let (lo, hi, live) =
-                        group.iter().fold((f32::INFINITY, f32::NEG_INFINITY, 0.0), |(lo, hi, n), r| {
-                            (lo.min(r.0), hi.max(r.1), n + r.2)
-                        });
+                    let (lo, hi, live) = group.iter().fold((f32::INFINITY, f32::NEG_INFINITY, 0), |(lo, hi, n), r| {
+                        (lo.min(r.0), hi.max(r.1), n + r.2)
+                    });
                     let range = f64::from(hi - lo);
                     for (sq, bits) in e.sq.iter_mut().zip(BITS) {
                         let step = range / f64::from((1u32 << bits) - 1);
-                        *sq += live * step * step / 12.0;
+                        *sq += live as f64 * step * step / 12.0;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Adds the errors of `values` (`rows × cols`) at each group size of `group_sizes` (each
+    /// dividing `cols`), measured: each group quantized as `mx.quantize` does (its scale and bias
+    /// stored in `scale_dtype`) and dequantized, each value's error and square weighed by its
+    /// column's importance, `importance` giving row `r` of `values` its columns'.
+    pub fn add_measured_at<'w>(
+        errors: &mut [WidthErrors],
+        values: &[f32],
+        cols: usize,
+        group_sizes: &[usize],
+        scale_dtype: Dtype,
+        importance: &dyn Fn(usize) -> &'w [f32],
+    ) {
+        let mut codes = Vec::new();
+        for (r, row) in values.chunks_exact(cols).enumerate().filter(|(_, r)| r.iter().any(|&v| v != 0.0)) {
+            let w = &importance(r)[..cols];
+            let norm_sq = row.iter().zip(w).map(|(&v, &w)| f64::from(w) * f64::from(v) * f64::from(v)).sum::<f64>();
+            for (e, &gs) in errors.iter_mut().zip(group_sizes) {
+                e.norm_sq += norm_sq;
+                codes.resize(gs, 0);
+                for (g, w) in row.chunks_exact(gs).zip(w.chunks_exact(gs)) {
+                    for (sq, bits) in e.sq.iter_mut().zip(BITS) {
+                        let (scale, bias) = quantize_group(g, bits, &mut codes);
+                        let (scale, bias) = (round_to(scale, scale_dtype), round_to(bias, scale_dtype));
+                        *sq += g
+                            .iter()
+                            .zip(w)
+                            .zip(&codes)
+                            .map(|((&x, &w), &q)| {
+                                let back = scale * q as f32 + bias;
+                                f64::from(w) * (f64::from(back) - f64::from(x)).powi(2)
+                            })
+                            .sum::<f64>();
                     }
                 }
             }
@@ -159,53 +173,66 @@ mod tests {
     }
 
     #[test]
-    fn weights_of_one_are_the_unweighted_estimate_bit_for_bit() {
-        let mut rng = SplitMix64(11);
-        let (rows, cols) = (6, 256);
-        let mut values: Vec<f32> = (0..rows * cols).map(|_| rng.gaussian() as f32 * 0.03).collect();
-        values[2 * cols..3 * cols].fill(0.0);
-        values[cols + 5] = 0.0;
-        let sizes = [32, 64, 128];
+    fn the_measured_errors_are_those_of_the_bytes_written() {
+        let mut rng = SplitMix64(9);
+        let (rows, cols) = (5, 256);
+        let mut values: Vec<f32> = (0..rows * cols).map(|_| rng.gaussian() as f32 * 0.02).collect();
+        values[cols..2 * cols].fill(0.0);
+        super::super::affine::round_slice(&mut values, Dtype::BF16);
         let ones = vec![1.0f32; cols];
-        let of = |_: usize| ones.as_slice();
-        let (mut plain, mut weighted) = ([WidthErrors::default(); 3], [WidthErrors::default(); 3]);
-        WidthErrors::add_estimates_at(&mut plain, &values, cols, &sizes, None);
-        WidthErrors::add_estimates_at(&mut weighted, &values, cols, &sizes, Some(&of));
-        for (p, w) in plain.iter().zip(&weighted) {
-            assert_eq!(p.norm_sq.to_bits(), w.norm_sq.to_bits());
-            assert_eq!(p.sq.map(f64::to_bits), w.sq.map(f64::to_bits));
+        let mut at = [WidthErrors::default(); 2];
+        WidthErrors::add_measured_at(&mut at, &values, cols, &[32, 128], Dtype::BF16, &|_| ones.as_slice());
+        for (e, gs) in at.iter().zip([32, 128]) {
+            let mut exact = WidthErrors::default();
+            exact.add_exact(&values, cols, gs, Dtype::BF16);
+            assert!((e.norm_sq - exact.norm_sq).abs() < 1e-12 * exact.norm_sq);
+            for (a, b) in e.sq.iter().zip(exact.sq) {
+                assert!((a - b).abs() < 1e-9 * b, "group size {gs}: {a} vs {b}");
+            }
         }
+        // A column weighed double counts its error twice.
+        let mut twice = ones.clone();
+        twice[7] = 2.0;
+        let mut heavier = [WidthErrors::default()];
+        WidthErrors::add_measured_at(&mut heavier, &values, cols, &[32], Dtype::BF16, &|_| twice.as_slice());
+        let col: f64 = values.chunks_exact(cols).map(|r| f64::from(r[7]).powi(2)).sum();
+        assert!((heavier[0].norm_sq - at[0].norm_sq - col).abs() < 1e-9 * at[0].norm_sq);
+        assert!(heavier[0].sq.iter().zip(at[0].sq).all(|(h, a)| *h > a));
     }
 
     #[test]
     fn a_weight_on_one_column_moves_the_error_to_that_columns() {
         let mut rng = SplitMix64(5);
         let (rows, cols, gs) = (16, 128, 32);
-        // Column 70's group (64..96) is ten times as wide as the others.
-        let values: Vec<f32> = (0..rows * cols)
-            .map(|i| rng.gaussian() as f32 * if (64..96).contains(&(i % cols)) { 0.1 } else { 0.01 })
+        // Column 70's group (64..96) is ten times as wide as the others, but not column 70: its
+        // values are small for the step its group rounds them with.
+        let mut values: Vec<f32> = (0..rows * cols)
+            .map(|i| rng.gaussian() as f32 * if (64..96).contains(&(i % cols)) && i % cols != 70 { 0.1 } else { 0.01 })
             .collect();
+        super::super::affine::round_slice(&mut values, Dtype::BF16);
         let mut heavy = vec![1e-6f32; cols];
         heavy[70] = 1e6;
-        let of = |_: usize| heavy.as_slice();
-        let (mut plain, mut weighted) = ([WidthErrors::default()], [WidthErrors::default()]);
-        WidthErrors::add_estimates_at(&mut plain, &values, cols, &[gs], None);
-        WidthErrors::add_estimates_at(&mut weighted, &values, cols, &[gs], Some(&of));
-        // Column 70 alone: its group's step²/12 over its own values' squares.
-        let (mut sq, mut norm) = (0.0f64, 0.0f64);
-        for row in values.chunks_exact(cols) {
-            let g = &row[64..96];
-            let range = f64::from(
-                g.iter().copied().fold(f32::NEG_INFINITY, f32::max) - g.iter().copied().fold(f32::INFINITY, f32::min),
-            );
-            let step = range / 15.0;
-            sq += step * step / 12.0;
-            norm += f64::from(row[70]).powi(2);
-        }
-        let alone = (sq / norm).sqrt();
-        let (p, w) = (plain[0].relative(4), weighted[0].relative(4));
+        let (mut plain, mut weighted) = (WidthErrors::default(), [WidthErrors::default()]);
+        plain.add_exact(&values, cols, gs, Dtype::BF16);
+        WidthErrors::add_measured_at(&mut weighted, &values, cols, &[gs], Dtype::BF16, &|_| heavy.as_slice());
+        // Column 70 alone, through the bytes: its values' error over their squares.
+        let spec = AffineSpec { bits: 4, group_size: gs };
+        let (mut packed, mut scales, mut biases, mut back) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        quantize_rows(
+            &values,
+            cols,
+            spec,
+            Dtype::BF16,
+            &mut AffineOut { packed: &mut packed, scales: &mut scales, biases: &mut biases },
+        );
+        dequantize_rows(&packed, &scales, &biases, cols, spec, Dtype::BF16, &mut back);
+        let column = |v: &[f32]| v.chunks_exact(cols).map(|r| f64::from(r[70])).collect::<Vec<_>>();
+        let (x, y) = (column(&values), column(&back));
+        let sq: f64 = x.iter().zip(&y).map(|(a, b)| (a - b).powi(2)).sum();
+        let alone = (sq / x.iter().map(|a| a * a).sum::<f64>()).sqrt();
+        let (p, w) = (plain.relative(4), weighted[0].relative(4));
         assert!((w / alone - 1.0).abs() < 1e-3, "weighted {w} vs column 70's {alone}");
-        assert!((p / alone - 1.0).abs() > 0.1, "the plain estimate {p} is another number");
+        assert!(p < 0.5 * alone, "the plain error {p} is another number");
     }
 
     #[test]
@@ -216,7 +243,7 @@ mod tests {
         values[cols..cols + 40].fill(0.0);
         let sizes = [32, 64, 128];
         let mut at = [WidthErrors::default(); 3];
-        WidthErrors::add_estimates_at(&mut at, &values, cols, &sizes, None);
+        WidthErrors::add_estimates_at(&mut at, &values, cols, &sizes);
         for (e, gs) in at.iter().zip(sizes) {
             let mut one = WidthErrors::default();
             one.add_estimate(&values, cols, gs);
