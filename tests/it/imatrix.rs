@@ -109,6 +109,7 @@ fn a_matrix_of_this_model_is_taken_and_recorded() {
     );
     assert_eq!(m["datasets"][0], "calibration.txt");
     assert!(m["weighted_tensors"].as_u64().unwrap() > 5, "{m}");
+    assert_eq!(m["steered_tensors"], 0, "a fixed type: nothing chosen by the matrix");
 }
 
 #[test]
@@ -200,6 +201,7 @@ fn a_size_budget_weighs_its_errors_by_the_matrix() {
     assert_eq!(weighted["budget"]["weighted_by_imatrix"], true);
     assert!(weighted["budget"]["bytes"].as_u64().unwrap() <= 720_000);
     assert!(weighted["imatrix"]["weighted_tensors"].as_u64().unwrap() > 5, "{}", weighted["imatrix"]);
+    assert!(weighted["imatrix"]["steered_tensors"].as_u64().unwrap() > 5, "{}", weighted["imatrix"]);
     // The ratios reported are the weighted ones: not those of the plain run.
     let ratios = |r: &serde_json::Value| -> Vec<f64> {
         r["width_choices"].as_array().unwrap().iter().map(|c| c["ratio"].as_f64().unwrap()).collect()
