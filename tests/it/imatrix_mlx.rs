@@ -53,6 +53,26 @@ fn a_matrix_steers_the_widths_of_an_mlx_size_budget() {
         assert_eq!(m["weighted_tensors"], 0, "{name}: {m}");
         // On a heavy-tailed matrix the weighted plan is another plan.
         assert_ne!(widths(&plain), widths(&weighted), "{name}");
+        // --fit-memory is a size budget too.
+        let memory = convert_json(
+            &fixture(name),
+            &dir.path().join(format!("{name}-memory")),
+            &[
+                "--format",
+                "mlx",
+                "--fit-memory",
+                "3000000",
+                "--context",
+                "16",
+                "--reserve",
+                "0",
+                "--dry-run",
+                "--imatrix",
+                matrix.to_str().unwrap(),
+            ],
+        );
+        assert_eq!(memory["budget"]["weighted_by_imatrix"], true, "{name}");
+        assert_eq!(memory["imatrix"]["steered_tensors"], m["steered_tensors"], "{name}");
         let card = std::fs::read_to_string(dir.path().join(format!("{name}-weighted")).join("README.md")).unwrap();
         assert!(card.contains("weighted by the importance matrix") && card.contains("no tensor is encoded with it"));
     }
