@@ -170,7 +170,8 @@ def test_convert_with_an_imatrix_validates(escha_convert, tmp_path, model):
     assert p.returncode == 0, p.stderr
     validate(doc, "convert")
     m = doc["imatrix"]
-    assert (m["entries"], m["weighted_tensors"], m["steered_tensors"], doc["budget"]["weighted_by_imatrix"]) == (1, 0, 1, True)
+    steered = (m["entries"], m["weighted_tensors"], m["steered_tensors"], doc["budget"]["weighted_by_imatrix"])
+    assert steered == (1, 0, 1, True)
 
 
 @pytest.mark.parametrize("model", ["dense", "moe"])

@@ -160,6 +160,9 @@ def test_the_matrix_lowers_the_weighted_error_at_the_same_size(binary, run, tmp_
     print(f"{name} at {size} bytes: --imatrix {largest:.3f} / {mean:.3f}, plain {plain_largest:.3f} / {plain_mean:.3f}")
     assert largest <= plain_largest * (1 + 1e-9), (largest, plain_largest)
     assert mean <= plain_mean * (1 + 1e-9), (mean, plain_mean)
+    # Not the same plan: on both fixtures the matrix lowers the largest (dense 1.396 against 1.504,
+    # MoE 1.418 against 1.462).
+    assert largest < plain_largest * 0.99, (largest, plain_largest)
     # The ratios reported are the weighted ones, as measured here (the matrix found its tensors and
     # its columns: a wrong map or V-head order would not agree). The fixtures' blocks are all sampled.
     for p, c in choices.items():
