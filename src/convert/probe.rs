@@ -13,6 +13,9 @@ use anyhow::Result;
 use rayon::prelude::*;
 use safetensors::Dtype;
 
+/// Rows of a tensor per row its weighted affine errors are measured on (at most every 4th).
+const MEASURED_ROWS: usize = 1024;
+
 pub struct Probe<'a> {
     pub reader: &'a Reader<'a>,
     /// Look at this many evenly spread blocks per tensor only (an estimate of the whole).
@@ -91,6 +94,11 @@ impl WeightProbe for Probe<'_> {
         scale_dtype: Dtype,
         importance: Option<&Importance>,
     ) -> Result<Vec<WidthErrors>> {
+        // Weighted, every row of a tensor of up to 2047 rows is measured (a small tensor's few
+        // rows are all the measure has), of a larger one every 2nd … 4th sampled row, as GGUF's
+        // weighted types are measured on every 4th.
+        let (leads, rows, _) = dims(source, self.reader.ck, self.reader.cat)?;
+        let step = (leads * rows / MEASURED_ROWS).clamp(1, self.measured_row_step.div_ceil(4));
         self.fold_rows(
             source,
             adjust,
@@ -103,7 +111,7 @@ impl WeightProbe for Probe<'_> {
                     Some(importance) => {
                         let of_row =
                             |i: usize| importance.of_row(span.rows.start + i, rows_per_lead, cols, span.cols.clone());
-                        WidthErrors::add_measured_at(errors, values, width, group_sizes, scale_dtype, &of_row);
+                        WidthErrors::add_measured_at(errors, values, width, group_sizes, scale_dtype, step, &of_row);
                     }
                     None => WidthErrors::add_estimates_at(errors, values, width, group_sizes),
                 }

@@ -2,7 +2,7 @@
 //! each group's range (a step `s` rounds each non-zero value with a mean squared error of
 //! `s²/12`), or measured by quantizing and dequantizing exactly as the output will be.
 
-use super::affine::{dequantize_rows, quantize_group, quantize_rows, round_to, AffineOut, AffineSpec, BITS};
+use super::affine::{dequantize_rows, level, quantize_rows, round_to, scale_and_bias, AffineOut, AffineSpec, BITS};
 use safetensors::Dtype;
 
 /// Squared added error at each width of [`BITS`], and the squared norm of the weight, summed
@@ -85,37 +85,42 @@ impl WidthErrors {
     }
 
     /// Adds the errors of `values` (`rows × cols`) at each group size of `group_sizes` (each
-    /// dividing `cols`), measured: each group quantized as `mx.quantize` does (its scale and bias
-    /// stored in `scale_dtype`) and dequantized, each value's error and square weighed by its
-    /// column's importance, `importance` giving row `r` of `values` its columns'.
+    /// dividing `cols`), measured on every `step`-th live row (the first included): each group
+    /// quantized as `mx.quantize` does (its scale and bias stored in `scale_dtype`) and
+    /// dequantized, each value's error and square weighed by its column's importance,
+    /// `importance` giving row `r` of `values` its columns'.
     pub fn add_measured_at<'w>(
         errors: &mut [WidthErrors],
         values: &[f32],
         cols: usize,
         group_sizes: &[usize],
         scale_dtype: Dtype,
+        step: usize,
         importance: &dyn Fn(usize) -> &'w [f32],
     ) {
-        let mut codes = Vec::new();
-        for (r, row) in values.chunks_exact(cols).enumerate().filter(|(_, r)| r.iter().any(|&v| v != 0.0)) {
+        let live = values.chunks_exact(cols).enumerate().filter(|(_, r)| r.iter().any(|&v| v != 0.0));
+        for (r, row) in live.step_by(step.max(1)) {
             let w = &importance(r)[..cols];
             let norm_sq = row.iter().zip(w).map(|(&v, &w)| f64::from(w) * f64::from(v) * f64::from(v)).sum::<f64>();
             for (e, &gs) in errors.iter_mut().zip(group_sizes) {
                 e.norm_sq += norm_sq;
-                codes.resize(gs, 0);
                 for (g, w) in row.chunks_exact(gs).zip(w.chunks_exact(gs)) {
+                    let (lo, hi) =
+                        g.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
                     for (sq, bits) in e.sq.iter_mut().zip(BITS) {
-                        let (scale, bias) = quantize_group(g, bits, &mut codes);
-                        let (scale, bias) = (round_to(scale, scale_dtype), round_to(bias, scale_dtype));
-                        *sq += g
+                        // The codes from the f32 scale and bias, the values from the stored ones.
+                        let (scale, bias) = scale_and_bias(lo, hi, bits);
+                        let (stored_scale, stored_bias) = (round_to(scale, scale_dtype), round_to(bias, scale_dtype));
+                        let n_bins = ((1u32 << bits) - 1) as f32;
+                        let group_sq: f32 = g
                             .iter()
                             .zip(w)
-                            .zip(&codes)
-                            .map(|((&x, &w), &q)| {
-                                let back = scale * q as f32 + bias;
-                                f64::from(w) * (f64::from(back) - f64::from(x)).powi(2)
+                            .map(|(&x, &w)| {
+                                let back = stored_scale * level(x, scale, bias, n_bins) + stored_bias;
+                                w * (back - x) * (back - x)
                             })
-                            .sum::<f64>();
+                            .sum();
+                        *sq += f64::from(group_sq);
                     }
                 }
             }
@@ -181,20 +186,29 @@ mod tests {
         super::super::affine::round_slice(&mut values, Dtype::BF16);
         let ones = vec![1.0f32; cols];
         let mut at = [WidthErrors::default(); 2];
-        WidthErrors::add_measured_at(&mut at, &values, cols, &[32, 128], Dtype::BF16, &|_| ones.as_slice());
+        WidthErrors::add_measured_at(&mut at, &values, cols, &[32, 128], Dtype::BF16, 1, &|_| ones.as_slice());
         for (e, gs) in at.iter().zip([32, 128]) {
             let mut exact = WidthErrors::default();
             exact.add_exact(&values, cols, gs, Dtype::BF16);
             assert!((e.norm_sq - exact.norm_sq).abs() < 1e-12 * exact.norm_sq);
+            // Each group's error is summed in f32.
             for (a, b) in e.sq.iter().zip(exact.sq) {
-                assert!((a - b).abs() < 1e-9 * b, "group size {gs}: {a} vs {b}");
+                assert!((a - b).abs() < 1e-6 * b, "group size {gs}: {a} vs {b}");
             }
         }
+        // Every 2nd live row: rows 0, 3 (row 1 is pruned, so not counted).
+        let mut thinned = [WidthErrors::default()];
+        WidthErrors::add_measured_at(&mut thinned, &values, cols, &[32], Dtype::BF16, 2, &|_| ones.as_slice());
+        let picked: Vec<f32> = [0, 3].iter().flat_map(|&r| values[r * cols..(r + 1) * cols].to_vec()).collect();
+        let mut those = [WidthErrors::default()];
+        WidthErrors::add_measured_at(&mut those, &picked, cols, &[32], Dtype::BF16, 1, &|_| ones.as_slice());
+        assert_eq!(thinned[0].sq.map(f64::to_bits), those[0].sq.map(f64::to_bits));
+        assert_eq!(thinned[0].norm_sq.to_bits(), those[0].norm_sq.to_bits());
         // A column weighed double counts its error twice.
         let mut twice = ones.clone();
         twice[7] = 2.0;
         let mut heavier = [WidthErrors::default()];
-        WidthErrors::add_measured_at(&mut heavier, &values, cols, &[32], Dtype::BF16, &|_| twice.as_slice());
+        WidthErrors::add_measured_at(&mut heavier, &values, cols, &[32], Dtype::BF16, 1, &|_| twice.as_slice());
         let col: f64 = values.chunks_exact(cols).map(|r| f64::from(r[7]).powi(2)).sum();
         assert!((heavier[0].norm_sq - at[0].norm_sq - col).abs() < 1e-9 * at[0].norm_sq);
         assert!(heavier[0].sq.iter().zip(at[0].sq).all(|(h, a)| *h > a));
@@ -214,7 +228,7 @@ mod tests {
         heavy[70] = 1e6;
         let (mut plain, mut weighted) = (WidthErrors::default(), [WidthErrors::default()]);
         plain.add_exact(&values, cols, gs, Dtype::BF16);
-        WidthErrors::add_measured_at(&mut weighted, &values, cols, &[gs], Dtype::BF16, &|_| heavy.as_slice());
+        WidthErrors::add_measured_at(&mut weighted, &values, cols, &[gs], Dtype::BF16, 1, &|_| heavy.as_slice());
         // Column 70 alone, through the bytes: its values' error over their squares.
         let spec = AffineSpec { bits: 4, group_size: gs };
         let (mut packed, mut scales, mut biases, mut back) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
