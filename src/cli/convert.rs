@@ -569,9 +569,10 @@ mod tests {
             verify,
             proptest::option::of(1u64..=1 << 53),
             proptest::option::of(fit_memory()),
+            any::<bool>(),
         )
             .prop_map(
-                |(input, format, bias, max_shard_size, only, checksums, verify, max_size, fit_memory)| {
+                |(input, format, bias, max_shard_size, only, checksums, verify, max_size, fit_memory, weighed)| {
                     let base = verify.as_ref().map(|(base, _)| base.clone());
                     // --max-size (or else --fit-memory) chooses every width (MLX) or type (GGUF) itself.
                     let fit_memory = fit_memory.filter(|_| max_size.is_none());
@@ -598,6 +599,10 @@ mod tests {
                     // Recorded by its file name, which names it again here.
                     let imatrix = match format {
                         OutputFormat::Gguf(GgufOptions { imatrix: true, .. }) => Some(PathBuf::from("matrix 'x'.gguf")),
+                        // An MLX size budget weighs its widths by one.
+                        OutputFormat::Mlx(MlxOptions { fitted: true, .. }) if weighed => {
+                            Some(PathBuf::from("matrix 'x'.gguf"))
+                        }
                         _ => None,
                     };
                     let options = ConvertOptions {
