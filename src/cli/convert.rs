@@ -60,7 +60,8 @@ pub struct ConvertArgs {
     pub gguf_vocab: Option<VocabArg>,
     /// An importance matrix (llama-imatrix's GGUF file or its legacy .dat) that weighs each column's
     /// error as llama-quantize --imatrix does: the types and bytes it writes (`--format gguf`, a
-    /// quantized --gguf-type).
+    /// quantized --gguf-type), and the widths or types --max-size and --fit-memory choose (`--format
+    /// gguf` or mlx).
     #[arg(long, value_name = "FILE")]
     pub imatrix: Option<PathBuf>,
     /// The MTP head (Hugging Face layout: `mtp.*` tensors in the main shards).
@@ -308,8 +309,19 @@ fn checked_format(a: &ConvertArgs) -> Result<OutputFormat, clap::Error> {
         FormatArg::Gguf if a.bits.is_some() || a.group_size.is_some() => {
             return Err(usage("--bits and --group-size apply to --format mlx only; GGUF types are --gguf-type".into()));
         }
-        f if f != FormatArg::Gguf && (a.gguf_type.is_some() || a.gguf_vocab.is_some() || a.imatrix.is_some()) => {
-            return Err(usage("--gguf-type, --gguf-vocab and --imatrix apply to --format gguf only".into()));
+        f if f != FormatArg::Gguf && (a.gguf_type.is_some() || a.gguf_vocab.is_some()) => {
+            return Err(usage("--gguf-type and --gguf-vocab apply to --format gguf only".into()));
+        }
+        f if f != FormatArg::Gguf && f != FormatArg::Mlx && a.imatrix.is_some() => {
+            return Err(usage("--imatrix applies to --format gguf and mlx only".into()));
+        }
+        FormatArg::Mlx if a.imatrix.is_some() && !fitted => {
+            return Err(usage(
+                "--imatrix with --format mlx weighs the errors the size budget chooses widths by (MLX's affine \
+                 quantization takes no matrix, and --bits, fixed or auto, chooses nothing by it): add --max-size SIZE \
+                 or --fit-memory M"
+                    .into(),
+            ));
         }
         FormatArg::Gguf
             if a.imatrix.is_some()
@@ -557,9 +569,10 @@ mod tests {
             verify,
             proptest::option::of(1u64..=1 << 53),
             proptest::option::of(fit_memory()),
+            any::<bool>(),
         )
             .prop_map(
-                |(input, format, bias, max_shard_size, only, checksums, verify, max_size, fit_memory)| {
+                |(input, format, bias, max_shard_size, only, checksums, verify, max_size, fit_memory, weighed)| {
                     let base = verify.as_ref().map(|(base, _)| base.clone());
                     // --max-size (or else --fit-memory) chooses every width (MLX) or type (GGUF) itself.
                     let fit_memory = fit_memory.filter(|_| max_size.is_none());
@@ -586,6 +599,10 @@ mod tests {
                     // Recorded by its file name, which names it again here.
                     let imatrix = match format {
                         OutputFormat::Gguf(GgufOptions { imatrix: true, .. }) => Some(PathBuf::from("matrix 'x'.gguf")),
+                        // An MLX size budget weighs its widths by one.
+                        OutputFormat::Mlx(MlxOptions { fitted: true, .. }) if weighed => {
+                            Some(PathBuf::from("matrix 'x'.gguf"))
+                        }
                         _ => None,
                     };
                     let options = ConvertOptions {

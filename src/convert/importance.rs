@@ -1,13 +1,13 @@
-//! `--imatrix`: an importance matrix mapped onto the output tensors by their names (the format's
-//! own names are llama.cpp's, which the matrix uses), each entry held to its tensor's columns and
-//! experts, and what the report and the card say of the file.
+//! `--imatrix`: an importance matrix mapped onto the output tensors through the format's map of
+//! its tensors to llama.cpp's names (which the matrix uses), each entry held to its tensor's
+//! columns and experts, and what the report and the card say of the file.
 
 use crate::imatrix::Imatrix;
-use crate::layout::{Encoding, Importance, OutputTensor};
+use crate::layout::{Encoding, HeadOrder, ImatrixKey, Importance, OutputTensor};
 use crate::storage::Storage;
 use anyhow::{bail, Result};
 use serde::Serialize;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::path::Path;
 
 /// What `--json` and the card record of the matrix.
@@ -27,6 +27,8 @@ pub struct ImatrixReport {
     /// Its entries, and how many output tensors are encoded with one.
     pub entries: usize,
     pub weighted_tensors: usize,
+    /// Output tensors whose storage the size budget chose with their errors weighed by an entry.
+    pub steered_tensors: usize,
 }
 
 impl ImatrixReport {
@@ -34,10 +36,17 @@ impl ImatrixReport {
     pub fn words(&self) -> String {
         let datasets = if self.datasets.is_empty() { "unnamed text".to_string() } else { self.datasets.join(", ") };
         let size = self.chunk_size.map_or_else(String::new, |n| format!(" of {n} tokens"));
+        let steered = match self.steered_tensors {
+            0 => String::new(),
+            n => format!("the size budget chose the storage of {n} tensors with their errors weighted by it; "),
+        };
+        let encoded = match self.weighted_tensors {
+            0 if self.steered_tensors > 0 => "no tensor is encoded with it (the encoding takes none)".to_string(),
+            n => format!("{n} tensors encoded with it, as llama-quantize --imatrix encodes them"),
+        };
         format!(
-            "`{}` ({} format, sha256 `{}`): {} entries from {} chunks{size} of {datasets}; {} tensors encoded with it, \
-             as llama-quantize --imatrix encodes them",
-            self.file, self.format, self.sha256, self.entries, self.chunk_count, self.weighted_tensors
+            "`{}` ({} format, sha256 `{}`): {} entries from {} chunks{size} of {datasets}; {steered}{encoded}",
+            self.file, self.format, self.sha256, self.entries, self.chunk_count
         )
     }
 }
@@ -52,37 +61,69 @@ fn weighs(storage: Storage, encoding: &Encoding) -> bool {
 pub struct Matrix {
     path: std::path::PathBuf,
     m: Imatrix,
+    /// Each output tensor's entry, by its name, in its own order of columns.
+    of: HashMap<String, Importance>,
 }
 
-/// Reads `path` and checks it against `tensors` (every tensor of the model, before `--only`). An
-/// entry naming no tensor of the model, or holding other than its columns times its experts, is a
-/// matrix of another model: refused, naming the first. A tensor without an entry is encoded
-/// without one, as llama-quantize does.
-pub fn read(path: &Path, tensors: &[OutputTensor]) -> Result<Matrix> {
+/// Reads `path` and checks it against `tensors` (every tensor of the model, before `--only`),
+/// whose entries `keys` name (the format's map to llama.cpp's names). An entry naming no tensor of
+/// the model, or holding other than its tensor's columns times its experts, is a matrix of
+/// another model: refused, naming the first. A tensor without an entry is encoded without one, as
+/// llama-quantize does.
+pub fn read(path: &Path, tensors: &[OutputTensor], keys: &[Option<ImatrixKey>]) -> Result<Matrix> {
     let m = Imatrix::read(path)?;
-    let names: HashSet<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
-    if let Some(stray) = m.entries.keys().find(|n| !names.contains(n.as_str())) {
+    let held: HashMap<&str, &OutputTensor> =
+        tensors.iter().zip(keys).filter_map(|(t, k)| Some((k.as_ref()?.name.as_str(), t))).collect();
+    if let Some(stray) = m.entries.keys().find(|n| !held.contains_key(n.as_str())) {
         bail!(
             "--imatrix {}: entry {stray} names no tensor of this model: a matrix of another model (make one with \
              llama-imatrix from a GGUF of this model)",
             path.display()
         );
     }
-    for t in tensors {
-        let Some(entry) = m.entries.get(&t.name) else { continue };
-        let cols = t.shape.last().copied().unwrap_or(1);
+    let mut of = HashMap::new();
+    for (t, key) in tensors.iter().zip(keys) {
+        let Some(key) = key else { continue };
+        let Some(entry) = m.entries.get(&key.name) else { continue };
+        // The logical columns (an affine weight's last dimension packs them into words).
+        let cols = t.columns();
         let leads: usize = t.shape.iter().rev().skip(2).product();
+        let tensor = if key.name == t.name { String::new() } else { format!(" (tensor {})", t.name) };
         if entry.values.len() != cols * leads {
             bail!(
-                "--imatrix {}: entry {} holds {} values, but the tensor has {cols} columns{}: a matrix of another model",
+                "--imatrix {}: entry {}{tensor} holds {} values, but the tensor has {cols} columns{}: a matrix of another \
+                 model",
                 path.display(),
-                t.name,
+                key.name,
                 entry.values.len(),
                 if leads > 1 { format!(" × {leads} experts") } else { String::new() }
             );
         }
+        let values = match key.cols {
+            None => entry.values.clone(),
+            Some(order) if order.width() == cols => in_own_order(&entry.values, cols, order).into(),
+            Some(order) => bail!(
+                "--imatrix {}: tensor {} has {cols} columns, but the linear-attention heads of config.json order {}",
+                path.display(),
+                t.name,
+                order.width()
+            ),
+        };
+        of.insert(t.name.clone(), Importance(values));
     }
-    Ok(Matrix { path: path.to_path_buf(), m })
+    Ok(Matrix { path: path.to_path_buf(), m, of })
+}
+
+/// `values` (per lead, `cols` columns in llama.cpp's `order`) in the tensor's own column order:
+/// llama.cpp's column i is the tensor's column `order.source(i)`.
+fn in_own_order(values: &[f32], cols: usize, order: HeadOrder) -> Vec<f32> {
+    let mut mine = vec![0.0f32; values.len()];
+    for (lead, theirs) in values.chunks_exact(cols).enumerate() {
+        for (i, &v) in theirs.iter().enumerate() {
+            mine[lead * cols + order.source(i)] = v;
+        }
+    }
+    mine
 }
 
 impl Matrix {
@@ -91,19 +132,25 @@ impl Matrix {
     /// copied.
     pub fn measure_with(&self, tensors: &mut [OutputTensor]) {
         for t in tensors.iter_mut() {
-            if let (Some(entry), Some(r)) = (self.m.entries.get(&t.name), t.recipe.as_mut()) {
-                r.importance = Some(Importance(entry.values.clone()));
+            if let (Some(importance), Some(r)) = (self.of.get(&t.name), t.recipe.as_mut()) {
+                r.importance = Some(importance.clone());
             }
         }
     }
 
     /// Gives each tensor that a block type encodes from float rows the entry of its name (and
-    /// takes it from every other), and says what was weighed. A tensor without an entry whose type
-    /// `needs` one is refused, naming it (llama-quantize aborts there).
-    pub fn attach(self, tensors: &mut [OutputTensor], needs: &dyn Fn(&OutputTensor) -> bool) -> Result<ImatrixReport> {
+    /// takes it from every other), and says what was weighed (`steered`: the tensors the size
+    /// budget chose for with weighted errors). A tensor without an entry whose type `needs` one is
+    /// refused, naming it (llama-quantize aborts there).
+    pub fn attach(
+        self,
+        tensors: &mut [OutputTensor],
+        needs: &dyn Fn(&OutputTensor) -> bool,
+        steered: usize,
+    ) -> Result<ImatrixReport> {
         let mut weighted = 0;
         for t in tensors.iter_mut() {
-            if !self.m.entries.contains_key(&t.name) && needs(t) {
+            if !self.of.contains_key(&t.name) && needs(t) {
                 bail!(
                     "--imatrix {}: no entry for tensor {}, whose type {} needs one (llama-quantize stops there too){}",
                     self.path.display(),
@@ -118,10 +165,10 @@ impl Matrix {
             }
             let storage = t.storage;
             let Some(r) = t.recipe.as_mut() else { continue };
-            r.importance = match self.m.entries.get(&t.name) {
-                Some(entry) if weighs(storage, &r.encoding) => {
+            r.importance = match self.of.get(&t.name) {
+                Some(importance) if weighs(storage, &r.encoding) => {
                     weighted += 1;
-                    Some(Importance(entry.values.clone()))
+                    Some(importance.clone())
                 }
                 _ => None,
             };
@@ -138,6 +185,34 @@ impl Matrix {
             chunk_size: m.chunk_size,
             entries: m.entries.len(),
             weighted_tensors: weighted,
+            steered_tensors: steered,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entry_in_tiled_v_head_order_is_taken_back_to_grouped() {
+        // Two key heads of two V heads of 3 columns: llama.cpp lays out k0v0 k1v0 k0v1 k1v1, the
+        // tensor k0v0 k0v1 k1v0 k1v1. Each value is its llama.cpp column (plus 100 for lead 1).
+        let (key_heads, per_key, head) = (2, 2, 3);
+        let order = HeadOrder { skip: 0, key_heads, per_key, head };
+        let cols = order.width();
+        let theirs: Vec<f32> = (0..2 * cols).map(|i| (i % cols + 100 * (i / cols)) as f32).collect();
+        let mine = in_own_order(&theirs, cols, order);
+        for lead in 0..2 {
+            for k in 0..key_heads {
+                for v in 0..per_key {
+                    for d in 0..head {
+                        let own = (k * per_key + v) * head + d;
+                        let llama = (v * key_heads + k) * head + d;
+                        assert_eq!(mine[lead * cols + own], (llama + 100 * lead) as f32, "k{k} v{v} d{d}");
+                    }
+                }
+            }
+        }
     }
 }

@@ -98,7 +98,12 @@ impl Job {
         ready(&ck)?;
         let reader = Reader { ck: &ck, cat: &cat, decoder };
         let max_shard_size = opts.max_shard_size.unwrap_or_else(|| layout.default_max_shard_size());
-        let matrix = opts.imatrix.as_deref().map(|path| super::importance::read(path, &all)).transpose()?;
+        let matrix = match opts.imatrix.as_deref() {
+            Some(path) => Some(super::importance::read(path, &all, &layout.imatrix_keys(&ck, &all)?)?),
+            None => None,
+        };
+        // The tensors whose storage the size budget chose with their errors weighed by the matrix.
+        let mut steered = 0;
         let (widths, budget) = match max_size {
             Some(max_size) => {
                 if let Some(m) = &matrix {
@@ -111,6 +116,8 @@ impl Job {
                 };
                 let mut menu = layout.fit_menu(&ck, &all, &cat, &probe)?;
                 menu.retain(|t| !t.options.is_empty());
+                let weighed = |t: &FitTensor| all[t.index].recipe.as_ref().is_some_and(|r| r.importance.is_some());
+                steered = menu.iter().filter(|t| weighed(t)).count();
                 let container = layout.container();
                 // The model files exactly as the plan will lay them out (for the whole model,
                 // whatever `--only` or `--part` leave to other runs).
@@ -150,7 +157,7 @@ impl Job {
             OutputFormat::Gguf(g) => g.ty.requires_imatrix(&t.name, t.storage),
             _ => false,
         };
-        let imatrix = matrix.map(|m| m.attach(&mut all, &needs)).transpose()?;
+        let imatrix = matrix.map(|m| m.attach(&mut all, &needs, steered)).transpose()?;
         let config = ck.config.as_ref().and_then(|c| layout.config(c, &all));
         let extra_files = match &ck.config {
             Some(c) => layout.extra_files(c, &all),

@@ -26,7 +26,8 @@ pub struct ConvertOptions {
     pub max_size: Option<u64>,
     /// `--fit-memory`: `max_size` from a machine's memory, less the client's caches and a reserve.
     pub fit_memory: Option<FitMemory>,
-    /// `--imatrix`: the importance matrix the block types weigh each column's error by.
+    /// `--imatrix`: the importance matrix the block types, and the size budget's choice, weigh each
+    /// column's error by.
     pub imatrix: Option<PathBuf>,
     /// `--only` globs over output names (empty: everything).
     pub only: Vec<String>,

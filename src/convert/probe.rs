@@ -13,6 +13,9 @@ use anyhow::Result;
 use rayon::prelude::*;
 use safetensors::Dtype;
 
+/// Rows of a tensor per row its weighted affine errors are measured on (at most every 4th).
+const MEASURED_ROWS: usize = 1024;
+
 pub struct Probe<'a> {
     pub reader: &'a Reader<'a>,
     /// Look at this many evenly spread blocks per tensor only (an estimate of the whole).
@@ -89,14 +92,29 @@ impl WeightProbe for Probe<'_> {
         adjust: Adjust,
         group_sizes: &[usize],
         scale_dtype: Dtype,
+        importance: Option<&Importance>,
     ) -> Result<Vec<WidthErrors>> {
+        // Weighted, every row of a tensor of up to 2047 rows is measured (a small tensor's few
+        // rows are all the measure has), of a larger one every 2nd … 4th sampled row, as GGUF's
+        // weighted types are measured on every 4th.
+        let (leads, rows, _) = dims(source, self.reader.ck, self.reader.cat)?;
+        let step = (leads * rows / MEASURED_ROWS).clamp(1, self.measured_row_step.div_ceil(4));
         self.fold_rows(
             source,
             adjust,
             || vec![WidthErrors::default(); group_sizes.len()],
-            |errors, values, span, _| {
+            |errors, values, span, (rows_per_lead, cols)| {
                 round_slice(values, scale_dtype);
-                WidthErrors::add_estimates_at(errors, values, span.cols.len(), group_sizes);
+                let width = span.cols.len();
+                match importance {
+                    // The ranges do not see which values the importance falls on: measured.
+                    Some(importance) => {
+                        let of_row =
+                            |i: usize| importance.of_row(span.rows.start + i, rows_per_lead, cols, span.cols.clone());
+                        WidthErrors::add_measured_at(errors, values, width, group_sizes, scale_dtype, step, &of_row);
+                    }
+                    None => WidthErrors::add_estimates_at(errors, values, width, group_sizes),
+                }
             },
             |a, b| a.into_iter().zip(b).map(|(x, y)| x.merge(y)).collect(),
         )

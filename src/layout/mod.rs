@@ -33,7 +33,8 @@ pub use names::{natural_key, norm_kind, NormKind};
 pub use options::{AutoBits, BiasMode, Int8Mode};
 pub use policy::{tensors_only_note, FormatCard, Layout, WeightProbe};
 pub use tensor::{
-    check_unique_names, Adjust, AffineParams, Encoding, HeadOrder, Importance, Kind, OutputTensor, Recipe, RowSource,
+    check_unique_names, Adjust, AffineParams, Encoding, HeadOrder, ImatrixKey, Importance, Kind, OutputTensor, Recipe,
+    RowSource,
 };
 
 /// What the conversion writes.

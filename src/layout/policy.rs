@@ -6,7 +6,7 @@ use super::fit::{FitRecipe, FitTensor};
 use super::flags::FlagWords;
 use super::mtp::is_mtp;
 use super::options::BiasMode;
-use super::tensor::{Adjust, Importance, OutputTensor, RowSource};
+use super::tensor::{Adjust, ImatrixKey, Importance, OutputTensor, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint};
 use crate::container::{Container, MetaValue, Metadata, Safetensors};
 use crate::quant::affine_error::WidthErrors;
@@ -54,13 +54,16 @@ pub trait WeightProbe {
     ) -> Result<(StorageErrors, Option<StorageErrors>)>;
 
     /// The estimated errors of affine quantization at each of `group_sizes`, from one read of the
-    /// rows of `source` (after `adjust`, rounded to `scale_dtype`).
+    /// rows of `source` (after `adjust`, rounded to `scale_dtype`). With `importance`
+    /// (`--imatrix`) each width is measured instead (quantized and dequantized as the output will
+    /// be), each value's error and square weighed by its column's importance.
     fn affine_errors_at(
         &self,
         source: &RowSource,
         adjust: Adjust,
         group_sizes: &[usize],
         scale_dtype: Dtype,
+        importance: Option<&Importance>,
     ) -> Result<Vec<WidthErrors>>;
 }
 
@@ -105,6 +108,13 @@ pub trait Layout: Sync {
         _probe: &dyn WeightProbe,
     ) -> Result<Vec<WidthChoice>> {
         Ok(Vec::new())
+    }
+
+    /// `--imatrix`: for each of `tensors` (the whole model), the entry of an importance matrix that
+    /// weighs its columns, in llama.cpp's GGUF names, which the matrix uses; `None` for a tensor
+    /// no entry can weigh. By default a tensor's own name (the format names tensors as llama.cpp).
+    fn imatrix_keys(&self, _ck: &Checkpoint, tensors: &[OutputTensor]) -> Result<Vec<Option<ImatrixKey>>> {
+        Ok(tensors.iter().map(|t| Some(ImatrixKey { name: t.name.clone(), cols: None })).collect())
     }
 
     /// `--max-size`: every tensor whose encoding the size budget chooses, with the options the

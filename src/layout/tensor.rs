@@ -196,6 +196,15 @@ impl Importance {
     }
 }
 
+/// Where a tensor's importance comes from (`--imatrix`): the llama.cpp name of the matrix's entry
+/// for it, and, where llama.cpp orders its input columns otherwise, that order (`GGUF column i is
+/// column cols.source(i)` of the tensor).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImatrixKey {
+    pub name: String,
+    pub cols: Option<HeadOrder>,
+}
+
 impl PartialEq for Importance {
     fn eq(&self, other: &Self) -> bool {
         self.0.len() == other.0.len() && self.0.iter().zip(other.0.iter()).all(|(a, b)| a.to_bits() == b.to_bits())
@@ -308,6 +317,16 @@ impl OutputTensor {
             Some(Encoding::Affine { spec, .. }) => n * 32 / spec.bits as u64,
             Some(Encoding::Int8Affine { .. }) => n * 4,
             Some(Encoding::Float | Encoding::Bytes | Encoding::Int8Blocks) => n,
+        }
+    }
+
+    /// The input columns of each row: the last dimension, unpacked where affine words pack it.
+    pub fn columns(&self) -> usize {
+        let last = self.shape.last().copied().unwrap_or(1);
+        match self.recipe.as_ref().map(|r| &r.encoding) {
+            Some(Encoding::Affine { spec, .. }) => last * 32 / spec.bits as usize,
+            Some(Encoding::Int8Affine { .. }) => last * 4,
+            _ => last,
         }
     }
 }

@@ -85,8 +85,6 @@ impl AffineSpec {
 /// the signs of a zero maximum or minimum, so neither do they on the order the lanes are folded in.
 pub fn quantize_group(group: &[f32], bits: u32, codes: &mut [u32]) -> (f32, f32) {
     debug_assert_eq!(group.len(), codes.len());
-    let n_bins = ((1u32 << bits) - 1) as f32;
-    let eps = 1e-7f32;
     // std::max(w_max, x) / std::min(w_min, x) as MLX writes them, in eight independent lanes
     // (max and min of finite values do not depend on the order).
     let (mut his, mut los) = ([f32::NEG_INFINITY; 8], [f32::INFINITY; 8]);
@@ -103,6 +101,17 @@ pub fn quantize_group(group: &[f32], bits: u32, codes: &mut [u32]) -> (f32, f32)
     }
     let hi = his.iter().fold(f32::NEG_INFINITY, |m, &x| if m < x { x } else { m });
     let lo = los.iter().fold(f32::INFINITY, |m, &x| if x < m { x } else { m });
+    let (scale, bias) = scale_and_bias(lo, hi, bits);
+    for (c, &x) in codes.iter_mut().zip(group) {
+        *c = code(x, scale, bias, bits);
+    }
+    (scale, bias)
+}
+
+/// The f32 scale and bias MLX computes for a group whose smallest value is `lo` and largest `hi`.
+pub(crate) fn scale_and_bias(lo: f32, hi: f32, bits: u32) -> (f32, f32) {
+    let n_bins = ((1u32 << bits) - 1) as f32;
+    let eps = 1e-7f32;
     let use_min = lo.abs() > hi.abs();
     let mut scale = ((hi - lo) / n_bins).max(eps);
     if !use_min {
@@ -115,12 +124,20 @@ pub fn quantize_group(group: &[f32], bits: u32, codes: &mut [u32]) -> (f32, f32)
         scale = edge / q0;
         bias = edge;
     }
-    for (c, &x) in codes.iter_mut().zip(group) {
-        let q = rint_clamped((x - bias) / scale);
-        // Clamped to [0, n_bins] first, so the integer conversion is exact.
-        *c = q.max(0.0).min(n_bins) as i32 as u32;
-    }
     (scale, bias)
+}
+
+/// The code of `x` in a group of `scale` and `bias` at `bits`.
+#[inline]
+fn code(x: f32, scale: f32, bias: f32, bits: u32) -> u32 {
+    // Clamped to [0, n_bins] first, so the integer conversion is exact.
+    level(x, scale, bias, ((1u32 << bits) - 1) as f32) as i32 as u32
+}
+
+/// The code of `x` in a group of `scale` and `bias` with `n_bins` steps, as a float.
+#[inline]
+pub(crate) fn level(x: f32, scale: f32, bias: f32, n_bins: f32) -> f32 {
+    rint_clamped((x - bias) / scale).max(0.0).min(n_bins)
 }
 
 /// `rint(v)` (ties to even) for every value the code clamp can tell apart: adding and removing

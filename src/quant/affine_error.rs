@@ -2,7 +2,7 @@
 //! each group's range (a step `s` rounds each non-zero value with a mean squared error of
 //! `s²/12`), or measured by quantizing and dequantizing exactly as the output will be.
 
-use super::affine::{dequantize_rows, quantize_rows, AffineOut, AffineSpec, BITS};
+use super::affine::{dequantize_rows, level, quantize_rows, round_to, scale_and_bias, AffineOut, AffineSpec, BITS};
 use safetensors::Dtype;
 
 /// Squared added error at each width of [`BITS`], and the squared norm of the weight, summed
@@ -84,6 +84,49 @@ impl WidthErrors {
         }
     }
 
+    /// Adds the errors of `values` (`rows × cols`) at each group size of `group_sizes` (each
+    /// dividing `cols`), measured on every `step`-th live row (the first included): each group
+    /// quantized as `mx.quantize` does (its scale and bias stored in `scale_dtype`) and
+    /// dequantized, each value's error and square weighed by its column's importance,
+    /// `importance` giving row `r` of `values` its columns'.
+    pub fn add_measured_at<'w>(
+        errors: &mut [WidthErrors],
+        values: &[f32],
+        cols: usize,
+        group_sizes: &[usize],
+        scale_dtype: Dtype,
+        step: usize,
+        importance: &dyn Fn(usize) -> &'w [f32],
+    ) {
+        let live = values.chunks_exact(cols).enumerate().filter(|(_, r)| r.iter().any(|&v| v != 0.0));
+        for (r, row) in live.step_by(step.max(1)) {
+            let w = &importance(r)[..cols];
+            let norm_sq = row.iter().zip(w).map(|(&v, &w)| f64::from(w) * f64::from(v) * f64::from(v)).sum::<f64>();
+            for (e, &gs) in errors.iter_mut().zip(group_sizes) {
+                e.norm_sq += norm_sq;
+                for (g, w) in row.chunks_exact(gs).zip(w.chunks_exact(gs)) {
+                    let (lo, hi) =
+                        g.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &x| (lo.min(x), hi.max(x)));
+                    for (sq, bits) in e.sq.iter_mut().zip(BITS) {
+                        // The codes from the f32 scale and bias, the values from the stored ones.
+                        let (scale, bias) = scale_and_bias(lo, hi, bits);
+                        let (stored_scale, stored_bias) = (round_to(scale, scale_dtype), round_to(bias, scale_dtype));
+                        let n_bins = ((1u32 << bits) - 1) as f32;
+                        let group_sq: f32 = g
+                            .iter()
+                            .zip(w)
+                            .map(|(&x, &w)| {
+                                let back = stored_scale * level(x, scale, bias, n_bins) + stored_bias;
+                                w * (back - x) * (back - x)
+                            })
+                            .sum();
+                        *sq += f64::from(group_sq);
+                    }
+                }
+            }
+        }
+    }
+
     /// Adds the exact errors for `values`: quantized as the output will be (scales stored in
     /// `scale_dtype`) and dequantized.
     pub fn add_exact(&mut self, values: &[f32], cols: usize, gs: usize, scale_dtype: Dtype) {
@@ -132,6 +175,78 @@ mod tests {
         assert!((0.35..0.55).contains(&exact.relative(2)) && (0.07..0.11).contains(&exact.relative(4)));
         assert_eq!(exact.narrowest_within(0.5 * 0.25), 4);
         assert_eq!(exact.narrowest_within(0.5 * 0.125), 5);
+    }
+
+    #[test]
+    fn the_measured_errors_are_those_of_the_bytes_written() {
+        let mut rng = SplitMix64(9);
+        let (rows, cols) = (5, 256);
+        let mut values: Vec<f32> = (0..rows * cols).map(|_| rng.gaussian() as f32 * 0.02).collect();
+        values[cols..2 * cols].fill(0.0);
+        super::super::affine::round_slice(&mut values, Dtype::BF16);
+        let ones = vec![1.0f32; cols];
+        let mut at = [WidthErrors::default(); 2];
+        WidthErrors::add_measured_at(&mut at, &values, cols, &[32, 128], Dtype::BF16, 1, &|_| ones.as_slice());
+        for (e, gs) in at.iter().zip([32, 128]) {
+            let mut exact = WidthErrors::default();
+            exact.add_exact(&values, cols, gs, Dtype::BF16);
+            assert!((e.norm_sq - exact.norm_sq).abs() < 1e-12 * exact.norm_sq);
+            // Each group's error is summed in f32.
+            for (a, b) in e.sq.iter().zip(exact.sq) {
+                assert!((a - b).abs() < 1e-6 * b, "group size {gs}: {a} vs {b}");
+            }
+        }
+        // Every 2nd live row: rows 0, 3 (row 1 is pruned, so not counted).
+        let mut thinned = [WidthErrors::default()];
+        WidthErrors::add_measured_at(&mut thinned, &values, cols, &[32], Dtype::BF16, 2, &|_| ones.as_slice());
+        let picked: Vec<f32> = [0, 3].iter().flat_map(|&r| values[r * cols..(r + 1) * cols].to_vec()).collect();
+        let mut those = [WidthErrors::default()];
+        WidthErrors::add_measured_at(&mut those, &picked, cols, &[32], Dtype::BF16, 1, &|_| ones.as_slice());
+        assert_eq!(thinned[0].sq.map(f64::to_bits), those[0].sq.map(f64::to_bits));
+        assert_eq!(thinned[0].norm_sq.to_bits(), those[0].norm_sq.to_bits());
+        // A column weighed double counts its error twice.
+        let mut twice = ones.clone();
+        twice[7] = 2.0;
+        let mut heavier = [WidthErrors::default()];
+        WidthErrors::add_measured_at(&mut heavier, &values, cols, &[32], Dtype::BF16, 1, &|_| twice.as_slice());
+        let col: f64 = values.chunks_exact(cols).map(|r| f64::from(r[7]).powi(2)).sum();
+        assert!((heavier[0].norm_sq - at[0].norm_sq - col).abs() < 1e-9 * at[0].norm_sq);
+        assert!(heavier[0].sq.iter().zip(at[0].sq).all(|(h, a)| *h > a));
+    }
+
+    #[test]
+    fn a_weight_on_one_column_moves_the_error_to_that_columns() {
+        let mut rng = SplitMix64(5);
+        let (rows, cols, gs) = (16, 128, 32);
+        // Column 70's group (64..96) is ten times as wide as the others, but not column 70: its
+        // values are small for the step its group rounds them with.
+        let mut values: Vec<f32> = (0..rows * cols)
+            .map(|i| rng.gaussian() as f32 * if (64..96).contains(&(i % cols)) && i % cols != 70 { 0.1 } else { 0.01 })
+            .collect();
+        super::super::affine::round_slice(&mut values, Dtype::BF16);
+        let mut heavy = vec![1e-6f32; cols];
+        heavy[70] = 1e6;
+        let (mut plain, mut weighted) = (WidthErrors::default(), [WidthErrors::default()]);
+        plain.add_exact(&values, cols, gs, Dtype::BF16);
+        WidthErrors::add_measured_at(&mut weighted, &values, cols, &[gs], Dtype::BF16, 1, &|_| heavy.as_slice());
+        // Column 70 alone, through the bytes: its values' error over their squares.
+        let spec = AffineSpec { bits: 4, group_size: gs };
+        let (mut packed, mut scales, mut biases, mut back) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        quantize_rows(
+            &values,
+            cols,
+            spec,
+            Dtype::BF16,
+            &mut AffineOut { packed: &mut packed, scales: &mut scales, biases: &mut biases },
+        );
+        dequantize_rows(&packed, &scales, &biases, cols, spec, Dtype::BF16, &mut back);
+        let column = |v: &[f32]| v.chunks_exact(cols).map(|r| f64::from(r[70])).collect::<Vec<_>>();
+        let (x, y) = (column(&values), column(&back));
+        let sq: f64 = x.iter().zip(&y).map(|(a, b)| (a - b).powi(2)).sum();
+        let alone = (sq / x.iter().map(|a| a * a).sum::<f64>()).sqrt();
+        let (p, w) = (plain.relative(4), weighted[0].relative(4));
+        assert!((w / alone - 1.0).abs() < 1e-3, "weighted {w} vs column 70's {alone}");
+        assert!(p < 0.5 * alone, "the plain error {p} is another number");
     }
 
     #[test]

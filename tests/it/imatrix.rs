@@ -10,7 +10,7 @@ use std::path::Path;
 
 /// A GGUF importance matrix as llama-imatrix writes it: per entry `<name>.in_sum2` (`[cols, experts]`)
 /// and `<name>.counts` (`[1, experts]`), and the three `imatrix.*` keys.
-fn write_gguf(path: &Path, entries: &[(String, Vec<f32>, usize)]) {
+pub(crate) fn write_gguf(path: &Path, entries: &[(String, Vec<f32>, usize)]) {
     let mut b = b"GGUF".to_vec();
     b.extend(3u32.to_le_bytes());
     b.extend((entries.len() as u64 * 2).to_le_bytes());
@@ -53,8 +53,14 @@ fn write_gguf(path: &Path, entries: &[(String, Vec<f32>, usize)]) {
 
 /// One entry per quantized matrix of the dense fixture's `q4_k_m` GGUF: (name, sums, experts).
 fn entries(dir: &Path) -> Vec<(String, Vec<f32>, usize)> {
-    let plan =
-        convert_json(&fixture("dense"), &dir.join("plan"), &["--format", "gguf", "--gguf-type", "q4_k_m", "--dry-run"]);
+    entries_of(dir, "dense", &[])
+}
+
+/// One entry per quantized matrix of `name`'s `q4_k_m` GGUF made with `extra` flags.
+pub(crate) fn entries_of(dir: &Path, name: &str, extra: &[&str]) -> Vec<(String, Vec<f32>, usize)> {
+    let mut args = vec!["--format", "gguf", "--gguf-type", "q4_k_m", "--dry-run"];
+    args.extend(extra);
+    let plan = convert_json(&fixture(name), &dir.join(format!("plan-{name}")), &args);
     let mut out = Vec::new();
     for t in plan["tensors"].as_array().unwrap() {
         let shape: Vec<usize> = t["shape"].as_array().unwrap().iter().map(|d| d.as_u64().unwrap() as usize).collect();
@@ -103,6 +109,7 @@ fn a_matrix_of_this_model_is_taken_and_recorded() {
     );
     assert_eq!(m["datasets"][0], "calibration.txt");
     assert!(m["weighted_tensors"].as_u64().unwrap() > 5, "{m}");
+    assert_eq!(m["steered_tensors"], 0, "a fixed type: nothing chosen by the matrix");
 }
 
 #[test]
@@ -167,7 +174,7 @@ fn the_flag_applies_to_the_types_llama_quantize_weighs() {
         .arg(&path)
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(2), "--format mlx: a usage error");
+    assert_eq!(o.status.code(), Some(2), "--format mlx without a size budget: a usage error");
 }
 
 #[test]
@@ -194,20 +201,12 @@ fn a_size_budget_weighs_its_errors_by_the_matrix() {
     assert_eq!(weighted["budget"]["weighted_by_imatrix"], true);
     assert!(weighted["budget"]["bytes"].as_u64().unwrap() <= 720_000);
     assert!(weighted["imatrix"]["weighted_tensors"].as_u64().unwrap() > 5, "{}", weighted["imatrix"]);
+    assert!(weighted["imatrix"]["steered_tensors"].as_u64().unwrap() > 5, "{}", weighted["imatrix"]);
     // The ratios reported are the weighted ones: not those of the plain run.
     let ratios = |r: &serde_json::Value| -> Vec<f64> {
         r["width_choices"].as_array().unwrap().iter().map(|c| c["ratio"].as_f64().unwrap()).collect()
     };
     assert_ne!(ratios(&plain), ratios(&weighted));
-    // MLX does not take a matrix yet: a usage error, as without --max-size.
-    let o = escha_convert()
-        .arg(fixture("dense"))
-        .arg(dir.path().join("mlx"))
-        .args(["--format", "mlx", "--max-size", "720000", "--imatrix"])
-        .arg(&matrix)
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2), "--format mlx --max-size --imatrix: a usage error");
 }
 
 #[test]

@@ -28,6 +28,7 @@ mod gguf_vocab;
 mod golden;
 mod hub;
 mod imatrix;
+mod imatrix_mlx;
 mod inspect;
 mod interrupts;
 mod iq_ref;

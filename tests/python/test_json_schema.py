@@ -162,6 +162,16 @@ def test_convert_with_an_imatrix_validates(escha_convert, tmp_path, model):
     validate(doc, "convert")
     m = doc["imatrix"]
     assert (m["file"], m["format"], m["chunk_size"], m["entries"], m["weighted_tensors"]) == ("m.dat", "dat", None, 1, 1)
+    assert m["steered_tensors"] == 0
+    # The same entry steers an MLX size budget (the MLX tensor found under llama.cpp's name); it
+    # encodes nothing there.
+    p, doc = run(escha_convert, FIXTURES / model, tmp_path / "mlx", "--json", "--format", "mlx", "--max-size", "900000",
+                 "--imatrix", dat)
+    assert p.returncode == 0, p.stderr
+    validate(doc, "convert")
+    m = doc["imatrix"]
+    steered = (m["entries"], m["weighted_tensors"], m["steered_tensors"], doc["budget"]["weighted_by_imatrix"])
+    assert steered == (1, 0, 1, True)
 
 
 @pytest.mark.parametrize("model", ["dense", "moe"])

@@ -23,7 +23,7 @@ use super::hf::{self, DenseDtype};
 use super::mtp::{self, MtpMode};
 use super::options::{AutoBits, BiasMode, Int8Mode};
 use super::policy::{FormatCard, Layout, WeightProbe};
-use super::tensor::{OutputTensor, RowSource};
+use super::tensor::{ImatrixKey, OutputTensor, RowSource};
 use crate::checkpoint::{Catalog, Checkpoint};
 use crate::container::{Container, Gguf, MetaValue, Metadata};
 use anyhow::{bail, Context, Result};
@@ -113,6 +113,34 @@ impl GgufLayout {
         let mut out = OutputTensor::new(mapped.name, storage, shape, t.kind, source, encoding);
         out.adjust(mapped.adjust);
         Ok(out)
+    }
+}
+
+/// llama.cpp's names for another format's tensors, for `--imatrix`: the GGUF name of a Hugging Face
+/// tensor (the entry of llama-imatrix's matrix for it) and the order llama.cpp gives its input
+/// columns (the tiled V heads of `out_proj`).
+pub struct LlamaNames {
+    layers: u64,
+    heads: Option<LinearHeads>,
+}
+
+impl LlamaNames {
+    pub fn new(config: Option<&Value>) -> Result<LlamaNames> {
+        let hp = Hparams::new(config)?;
+        Ok(LlamaNames { layers: u64::from(hp.layers()?), heads: LinearHeads::new(&hp)? })
+    }
+
+    /// The entry for HF tensor `hf_name` (stacked experts as `mlp.experts.{gate,up,down}_proj`,
+    /// the halves llama.cpp splits a fused `gate_up_proj` into), or `None` where llama.cpp has
+    /// no place for it.
+    pub fn imatrix_key(&self, hf_name: &str) -> Option<ImatrixKey> {
+        let mapped = names::map(hf_name, self.layers)?;
+        let leaf = hf_name.split_once("layers.").and_then(|(_, rest)| rest.split_once('.')).map(|(_, leaf)| leaf);
+        let cols = match self.heads.zip(leaf).and_then(|(heads, leaf)| heads.reorder(leaf)) {
+            Some(Reorder::Cols(order)) => Some(order),
+            _ => None,
+        };
+        Some(ImatrixKey { name: mapped.name, cols })
     }
 }
 

@@ -36,15 +36,16 @@ pub use tensors::{family, is_offset_norm, mlx_name, model_dtype, tensors, Droppe
 use super::choice::WidthChoice;
 use super::fit::{FitRecipe, FitTensor};
 use super::flags::FlagWords;
+use super::gguf::LlamaNames;
 use super::mtp;
 use super::options::BiasMode;
 use super::policy::{FormatCard, Layout, WeightProbe};
-use super::tensor::OutputTensor;
+use super::tensor::{ImatrixKey, OutputTensor};
 use crate::checkpoint::{Catalog, Checkpoint};
 use crate::container::{MetaValue, Metadata};
 use crate::select::selected;
 use crate::warning::{Warning, WarningCode};
-use anyhow::Result;
+use anyhow::{bail, Result};
 use config::{config_fragment, QUANTIZATION_FILE, TENSORS_ONLY_STEP};
 use serde_json::{Map, Value};
 use std::collections::BTreeSet;
@@ -110,6 +111,24 @@ impl Layout for MlxLayout {
     /// `--bits auto`: the width of every coded linear, from its decoded rows.
     fn refine(&self, tensors: &mut [OutputTensor], cat: &Catalog, probe: &dyn WeightProbe) -> Result<Vec<WidthChoice>> {
         widths::refine(self.opts, tensors, cat, probe)
+    }
+
+    /// `--imatrix`: each weight's entry under llama.cpp's name for it (a stacked `switch_mlp` weight
+    /// as the GGUF expert tensor), with llama.cpp's order of its input columns.
+    fn imatrix_keys(&self, ck: &Checkpoint, tensors: &[OutputTensor]) -> Result<Vec<Option<ImatrixKey>>> {
+        if ck.config.is_none() {
+            bail!(
+                "--imatrix: {} is a single .safetensors file without config.json, which maps the matrix's \
+                 llama.cpp names onto MLX's: put the file in a directory with the model's config.json",
+                ck.root.display()
+            );
+        }
+        let names = LlamaNames::new(ck.config.as_ref())?;
+        let family = family(ck)?;
+        Ok(tensors
+            .iter()
+            .map(|t| t.recipe.as_ref().and_then(|_| names.imatrix_key(&tensors::hf_name(family, &t.name))))
+            .collect())
     }
 
     /// `--max-size`: every affine tensor but the routers (mlx-lm fixes theirs) at each width and

@@ -77,6 +77,16 @@ pub fn mlx_name(family: Family, name: &str) -> String {
     }
 }
 
+/// The Hugging Face name of MLX tensor `name`, as llama.cpp's names are mapped from: [`mlx_name`]'s
+/// prefix taken off, a stacked `switch_mlp` weight named as HF's stacked experts.
+pub(super) fn hf_name(family: Family, name: &str) -> String {
+    let name = match family {
+        Family::Qwen35 => name.strip_prefix("language_model.").unwrap_or(name),
+        Family::Qwen3Next => name,
+    };
+    name.replacen(".switch_mlp.", ".experts.", 1)
+}
+
 /// mlx-lm's suffixes of the zero-centred norms (`sanitize`), matched on MLX names.
 const OFFSET_NORMS: &[&str] = &[
     ".input_layernorm.weight",
@@ -380,6 +390,20 @@ mod tests {
         assert_eq!(mlx_name(Family::Qwen35, "lm_head.weight"), "language_model.lm_head.weight");
         assert_eq!(mlx_name(Family::Qwen35, "language_model.lm_head.weight"), "language_model.lm_head.weight");
         assert_eq!(mlx_name(Family::Qwen3Next, "model.layers.0.mlp.gate.weight"), "model.layers.0.mlp.gate.weight");
+    }
+
+    #[test]
+    fn names_back_to_hugging_face() {
+        let l = "language_model.model.layers.1";
+        assert_eq!(
+            hf_name(Family::Qwen35, &format!("{l}.mlp.switch_mlp.up_proj.weight")),
+            "model.layers.1.mlp.experts.up_proj.weight"
+        );
+        assert_eq!(hf_name(Family::Qwen35, "language_model.lm_head.weight"), "lm_head.weight");
+        assert_eq!(
+            hf_name(Family::Qwen3Next, "model.layers.0.self_attn.q_proj.weight"),
+            "model.layers.0.self_attn.q_proj.weight"
+        );
     }
 
     #[test]

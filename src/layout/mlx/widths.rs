@@ -100,7 +100,8 @@ pub(super) fn fit_menu(
             });
         }
         let sizes: Vec<usize> = GROUP_SIZES.iter().copied().filter(|g| cols % g == 0).collect();
-        let errors = probe.affine_errors_at(&recipe.source, recipe.adjust, &sizes, dtype)?;
+        let errors =
+            probe.affine_errors_at(&recipe.source, recipe.adjust, &sizes, dtype, recipe.importance.as_ref())?;
         for (e, &group_size) in errors.iter().zip(&sizes) {
             for bits in BITS {
                 let spec = AffineSpec { bits, group_size };
