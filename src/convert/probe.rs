@@ -7,7 +7,7 @@ use super::units::{bulk_input, dims, spans, Span};
 use crate::layout::{Adjust, Importance, RowSource, WeightProbe};
 use crate::quant::affine::round_slice;
 use crate::quant::affine_error::WidthErrors;
-use crate::quant::block_error::StorageErrors;
+use crate::quant::block_error::{StorageErrors, WEIGHTED_MEASURED_VALUES};
 use crate::storage::Storage;
 use anyhow::Result;
 use rayon::prelude::*;
@@ -96,7 +96,8 @@ impl WeightProbe for Probe<'_> {
     ) -> Result<Vec<WidthErrors>> {
         // Weighted, every row of a tensor of up to 2047 rows is measured (a small tensor's few
         // rows are all the measure has), of a larger one every 2nd … 4th sampled row, as GGUF's
-        // weighted types are measured on every 4th.
+        // weighted types are measured on every 4th; and of a large unit, rows holding about
+        // WEIGHTED_MEASURED_VALUES values, as theirs.
         let (leads, rows, _) = dims(source, self.reader.ck, self.reader.cat)?;
         let step = (leads * rows / MEASURED_ROWS).clamp(1, self.measured_row_step.div_ceil(4));
         self.fold_rows(
@@ -111,6 +112,7 @@ impl WeightProbe for Probe<'_> {
                     Some(importance) => {
                         let of_row =
                             |i: usize| importance.of_row(span.rows.start + i, rows_per_lead, cols, span.cols.clone());
+                        let step = step.max(values.len().div_ceil(WEIGHTED_MEASURED_VALUES));
                         WidthErrors::add_measured_at(errors, values, width, group_sizes, scale_dtype, step, &of_row);
                     }
                     None => WidthErrors::add_estimates_at(errors, values, width, group_sizes),
