@@ -1,8 +1,8 @@
 """A heavy-tailed importance matrix in llama-imatrix's GGUF format for every weight matrix of a
-checkpoint's GGUF conversion (the tensors `escha-convert IN - --format gguf --dry-run --json` lists,
-the embedding aside, as llama-imatrix records none for it): each input column's mean squared
-activation log-normal (sigma 2.5), as real matrices' few loud columns are. For benchmarks on the
-synthetic checkpoints, which no text has run through.
+checkpoint's GGUF conversion (the tensors `escha-convert IN - --format gguf --dry-run --json`
+lists, but the embedding and the convolutions, which llama-imatrix records no entry for): each
+input column's mean squared activation log-normal (sigma 2.5), as real matrices' few loud columns
+are. For benchmarks on the synthetic checkpoints, which no text has run through.
 
     .venv/bin/python scripts/synthetic_imatrix.py IN OUT.imatrix.gguf [ESCHA_CONVERT]
 """
@@ -28,7 +28,10 @@ def main(src, out, binary="target/release/escha-convert"):
     w.add_uint32("imatrix.chunk_size", 512)
     for t in json.loads(plan.stdout)["tensors"]:
         shape = t["shape"]
-        if len(shape) < 2 or not t["name"].endswith(".weight") or t["name"] == "token_embd.weight":
+        # llama-imatrix records the matrix multiplications' weights: not the embedding (a row
+        # lookup) nor the linear-attention convolution.
+        name = t["name"]
+        if len(shape) < 2 or not name.endswith(".weight") or name == "token_embd.weight" or ".ssm_conv1d." in name:
             continue
         cols, mats = shape[-1], (shape[0] if len(shape) == 3 else 1)
         counts = np.full(mats, 51200.0)

@@ -13,7 +13,7 @@ import pytest
 
 from testenv import require
 from test_gguf import llama_bin, logits  # noqa: F401
-from test_mlx_output import FIXTURES, _cpu, binary, fixture_dir, load_dir, reference_weight, run, spec_of  # noqa: F401
+from test_mlx_output import FIXTURES, _cpu, binary, fixture_dir, load_dir, mlx_dequantized, reference_weight, run  # noqa: F401
 
 mx = require("mlx.core")
 mlx_lm_utils = require("mlx_lm.utils")
@@ -48,11 +48,8 @@ def mlx_ratios(out, hf, ks):
     cfg = json.loads((out / "config.json").read_text())
     got = {}
     for path, k in ks.items():
-        bits, gs = spec_of(cfg, path)
-        back = mx.dequantize(ours[f"{path}.weight"], ours[f"{path}.scales"], ours[f"{path}.biases"],
-                             group_size=gs, bits=bits)
         w = reference_weight(hf, path)
-        err = relative(np.array(back.astype(mx.float32)), np.array(w.astype(mx.float32)))
+        err = relative(mlx_dequantized(ours, cfg, path), np.array(w.astype(mx.float32)))
         got[path] = (err / 2.0 ** -k, w.size)
     return got
 

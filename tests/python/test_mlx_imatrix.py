@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from testenv import require
-from test_mlx_output import FIXTURES, _cpu, binary, fixture_dir, load_dir, reference_weight, run, spec_of  # noqa: F401
+from test_mlx_output import FIXTURES, _cpu, binary, fixture_dir, load_dir, mlx_dequantized, reference_weight, run  # noqa: F401
 
 mx = require("mlx.core")
 mlx_lm_utils = require("mlx_lm.utils")
@@ -113,10 +113,7 @@ def weighted_ratios(out, hf, ks, means, text):
     cfg = json.loads((out / "config.json").read_text())
     got = {}
     for path, k in ks.items():
-        bits, gs = spec_of(cfg, path)
-        y = mx.dequantize(ours[f"{path}.weight"], ours[f"{path}.scales"], ours[f"{path}.biases"],
-                          group_size=gs, bits=bits)
-        y = np.array(y.astype(mx.float32), dtype=np.float64)
+        y = mlx_dequantized(ours, cfg, path).astype(np.float64)
         x = np.array(reference_weight(hf, path).astype(mx.float32), dtype=np.float64)
         w = column_weights(means, path, text)
         x, y = x.reshape(w.shape[0], -1, x.shape[-1]), y.reshape(w.shape[0], -1, x.shape[-1])

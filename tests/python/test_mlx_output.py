@@ -164,6 +164,15 @@ def spec_of(cfg, path):
     return e.get("bits", q["bits"]), e.get("group_size", q["group_size"])
 
 
+def mlx_dequantized(ours, cfg, path):
+    """Module `path`'s weight of an MLX output (its tensors `ours`, its config `cfg`), as f32 numpy:
+    `mx.dequantize` at the width and group size config.json gives it."""
+    bits, gs = spec_of(cfg, path)
+    back = mx.dequantize(ours[f"{path}.weight"], ours[f"{path}.scales"], ours[f"{path}.biases"],
+                         group_size=gs, bits=bits)
+    return np.array(back.astype(mx.float32))
+
+
 # ---------------------------------------------------------------------------------------------
 # Bytes
 
