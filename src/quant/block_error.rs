@@ -75,12 +75,12 @@ impl StorageErrors {
         importance: Option<&dyn Fn(usize) -> &'w [f32]>,
     ) {
         let ranged = |b: BlockType| importance.is_none() && has_range_estimate(b);
-        let every = |b: BlockType| match importance {
-            None => step.max(1),
-            Some(_) => {
-                let target = if on_grid(b) { GRID_MEASURED_VALUES } else { WEIGHTED_MEASURED_VALUES };
-                step.div_ceil(4).max(values.len().div_ceil(target)).max(1)
+        let every = |b: BlockType| {
+            if importance.is_none() {
+                return step.max(1);
             }
+            let target = if on_grid(b) { GRID_MEASURED_VALUES } else { WEIGHTED_MEASURED_VALUES };
+            step.div_ceil(4).max(values.len().div_ceil(target)).max(1)
         };
         self.add(values, cols, importance, |c, row, w, i| match c {
             Storage::Block(b) if !ranged(b) && i % every(b) != 0 => None,
