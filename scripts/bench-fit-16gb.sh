@@ -74,8 +74,8 @@ done
 python3 - "$DIR" "$ROWS" <<'PY'
 import json, sys
 d, rows = sys.argv[1], sys.argv[2]
-print("| format | asked | matrix | model files | wall (CPU) | peak RSS | largest / mean ratio |")
-print("|---|---|---|---|---|---|---|")
+print("| format | asked | matrix | model files | wall (CPU) | peak RSS | largest / mean ratio | largest table ratio |")
+print("|---|---|---|---|---|---|---|---|")
 for line in open(rows):
     name, fmt, matrix, ask, wall, user, sys_, rss = line.rstrip("\n").split("\t")[:8]
     b = json.load(open(f"{d}/{name}.json"))["budget"]
@@ -86,5 +86,6 @@ for line in open(rows):
     cpu = float(user) + float(sys_)
     kind = "weighted" if b.get("weighted_by_imatrix") else "plain"
     print(f"| {fmt} | `{ask}` | {matrix} | {b['bytes']:,} B | {float(wall):.0f} s ({cpu:.0f} s) | "
-          f"{int(rss) / 1024:.0f} MiB | {b['max_added_error_ratio']:.2f} / {b['mean_added_error_ratio']:.2f} ({kind}) |")
+          f"{int(rss) / 1024:.0f} MiB | {b['max_added_error_ratio']:.2f} / {b['mean_added_error_ratio']:.2f} ({kind}) | "
+          f"{b['max_table_ratio']:.1f} |")
 PY
