@@ -77,12 +77,12 @@ pub(super) fn fit_menu(
     let mut menu = Vec::new();
     for (index, t) in tensors.iter().enumerate() {
         let Some(recipe) = &t.recipe else { continue };
-        let last = t.shape.last().copied().unwrap_or(0);
-        let (cols, repack) = match &recipe.encoding {
-            Encoding::Affine { spec, .. } => (last * 32 / spec.bits as usize, None),
-            Encoding::Int8Affine { group_size, .. } => (last * 4, Some(*group_size)),
+        let repack = match &recipe.encoding {
+            Encoding::Affine { .. } => None,
+            Encoding::Int8Affine { group_size, .. } => Some(*group_size),
             _ => continue,
         };
+        let (cols, last) = (t.columns(), t.shape.last().copied().unwrap_or(0));
         if cols == 0 || (moe && t.name.strip_suffix(".weight").is_some_and(is_router)) {
             continue;
         }
@@ -143,11 +143,10 @@ pub(super) fn fit_apply(tensors: &mut [OutputTensor], fit: &FitTensor, option: u
     let o = &fit.options[option];
     let (Chosen::Bits(bits), Some(group_size)) = (&o.chosen, o.group_size) else { return };
     let t = &mut tensors[fit.index];
+    let cols = t.columns();
     let Some(recipe) = t.recipe.as_mut() else { return };
-    let last = t.shape.last().copied().unwrap_or(0);
-    let (cols, params) = match &recipe.encoding {
-        Encoding::Affine { spec, params } => (last * 32 / spec.bits as usize, params.clone()),
-        Encoding::Int8Affine { params, .. } => (last * 4, params.clone()),
+    let params = match &recipe.encoding {
+        Encoding::Affine { params, .. } | Encoding::Int8Affine { params, .. } => params.clone(),
         _ => return,
     };
     let spec = AffineSpec { bits: *bits, group_size };
