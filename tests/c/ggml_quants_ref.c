@@ -5,10 +5,13 @@
 // types as llama-quantize encodes them without an importance matrix (quantize_iq4_nl, whose 7
 // trial scales the _ref function leaves out, and quantize_row_iq4_xs_ref).
 //
-// stdin:  u32 type (2 = Q4_0, 3 = Q4_1, 6 = Q5_0, 7 = Q5_1, 8 = Q8_0, 10 = Q2_K, 11 = Q3_K,
+// One process serves any number of requests, one after another, until stdin ends (one spawn per test:
+// forking from a multi-threaded test binary under qemu-user can hang, so the tests fork rarely).
+//
+// request:  u32 type (2 = Q4_0, 3 = Q4_1, 6 = Q5_0, 7 = Q5_1, 8 = Q8_0, 10 = Q2_K, 11 = Q3_K,
 //         12 = Q4_K, 13 = Q5_K, 14 = Q6_K, 20 = IQ4_NL, 23 = IQ4_XS),
 //         u32 n (a multiple of the type's block length), then n f32; all little-endian.
-// stdout: the blocks as ggml lays them out in memory.
+// response: u64 length of what follows, then the blocks as ggml lays them out in memory.
 //
 // With 512 added to the type, the values are followed by u32 n_per_row and n_per_row f32
 // importance weights, and the rows are encoded as llama-quantize encodes them with an importance
@@ -16,10 +19,10 @@
 // The IQ2/IQ3 types (16 = IQ2_XXS, 17 = IQ2_XS, 18 = IQ3_XXS, 21 = IQ3_S, 22 = IQ2_S) always go
 // through llama-quantize's entry points quantize_iq*(src, dst, nrow, n_per_row, imatrix), the
 // imatrix NULL without 512 (IQ2_XXS and IQ2_XS need one). With 1024 added, the run is timed too:
-// stdout gets the u64 nanoseconds of encoding (after the grids' one-time set-up), then the blocks.
+// the response starts with the u64 nanoseconds of encoding (after the grids' one-time set-up).
 //
-// With 256 added to the type, stdin holds the blocks of n values instead of the f32 values and
-// stdout gets the n f32 that ggml's dequantize_row_<type> makes of them (little-endian).
+// With 256 added to the type, the request holds the blocks of n values instead of the f32 values and
+// the response the n f32 that ggml's dequantize_row_<type> makes of them (little-endian).
 //
 // Built together with ggml/src/ggml-quants.c alone (from the llama.cpp directory):
 //   cc -O2 -ffp-contract=off -std=c11 -DNDEBUG -Iggml/include -Iggml/src
@@ -128,12 +131,15 @@ static int write_all(const void * buf, size_t len) {
 #define WEIGHTED 512u
 #define TIMED 1024u
 
-int main(void) {
-    unsigned char header[8];
-    if (!read_exact(header, sizeof header)) {
-        fprintf(stderr, "ggml_quants_ref: short header\n");
-        return 2;
-    }
+static int write_length(uint64_t len) {
+    unsigned char b[8];
+    put_le_u32(b, (uint32_t) len);
+    put_le_u32(b + 4, (uint32_t) (len >> 32));
+    return fwrite(b, 1, sizeof b, stdout) == sizeof b;
+}
+
+// Serves the request whose header was read; 0 on success, 2 (after saying why) otherwise.
+static int serve(const unsigned char header[8]) {
     const uint32_t mode = le_u32(header);
     const uint32_t n = le_u32(header + 4);
     const uint32_t type = mode & ~(DECODE | WEIGHTED | TIMED);
@@ -190,7 +196,7 @@ int main(void) {
             memcpy(&bits, &values[i], sizeof bits);
             put_le_u32(raw + 4 * i, bits);
         }
-        if (!write_all(raw, (size_t) n * 4)) {
+        if (!write_length((uint64_t) n * 4) || !write_all(raw, (size_t) n * 4)) {
             fprintf(stderr, "ggml_quants_ref: write failed\n");
             return 2;
         }
@@ -273,17 +279,9 @@ int main(void) {
             default: break;
         }
         clock_gettime(CLOCK_MONOTONIC, &t1);
-        if (timed) {
-            const uint64_t ns = (uint64_t) (t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t) t1.tv_nsec - (uint64_t) t0.tv_nsec;
-            unsigned char b[8];
-            put_le_u32(b, (uint32_t) ns);
-            put_le_u32(b + 4, (uint32_t) (ns >> 32));
-            if (!write_all(b, sizeof b)) {
-                fprintf(stderr, "ggml_quants_ref: write failed\n");
-                return 2;
-            }
-        }
-        if (!write_all(blocks, n_blocks * block_size)) {
+        const uint64_t ns = (uint64_t) (t1.tv_sec - t0.tv_sec) * 1000000000u + (uint64_t) t1.tv_nsec - (uint64_t) t0.tv_nsec;
+        const size_t n_bytes = n_blocks * block_size;
+        if (!write_length(n_bytes + (timed ? 8 : 0)) || (timed && !write_length(ns)) || !write_all(blocks, n_bytes)) {
             fprintf(stderr, "ggml_quants_ref: write failed\n");
             return 2;
         }
@@ -293,4 +291,22 @@ int main(void) {
     free(importance);
     free(values);
     return 0;
+}
+
+int main(void) {
+    unsigned char header[8];
+    for (;;) {
+        const size_t got = fread(header, 1, sizeof header, stdin);
+        if (got == 0 && feof(stdin)) {
+            return 0;
+        }
+        if (got != sizeof header) {
+            fprintf(stderr, "ggml_quants_ref: short header\n");
+            return 2;
+        }
+        const int status = serve(header);
+        if (status != 0) {
+            return status;
+        }
+    }
 }

@@ -13,9 +13,10 @@ use escha_convert::block_type::BlockType;
 use escha_convert::quant::kquants::{self, QK_K};
 use escha_convert::quant::legacy::{self, QK};
 use escha_convert::quant::{blocks, iq4, q8_0};
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Mutex;
 
 /// The harness's "decode instead" flag, added to the type.
 pub(crate) const DECODE: u32 = 256;
@@ -61,10 +62,18 @@ pub(crate) fn llama_cpp_dir() -> Option<PathBuf> {
     }
 }
 
-/// The compiled C harness, in a temporary directory that lives as long as this.
+/// The compiled C harness, one process serving every request of a test (forking from the
+/// multi-threaded test binary under qemu-user can hang, so a test forks once), in a temporary
+/// directory that lives as long as this.
 pub(crate) struct Harness {
     _dir: tempfile::TempDir,
-    exe: PathBuf,
+    server: Mutex<Server>,
+}
+
+struct Server {
+    child: Child,
+    requests: ChildStdin,
+    responses: ChildStdout,
 }
 
 impl Harness {
@@ -89,27 +98,34 @@ impl Harness {
             .output()
             .expect("running cc");
         assert!(out.status.success(), "building the ggml harness failed:\n{}", String::from_utf8_lossy(&out.stderr));
-        Harness { _dir: dir, exe }
+        let mut child =
+            Command::new(&exe).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+        let requests = child.stdin.take().unwrap();
+        let responses = child.stdout.take().unwrap();
+        Harness { _dir: dir, server: Mutex::new(Server { child, requests, responses }) }
     }
 
+    /// The harness's answer to one request. It reads a whole request before it answers, so
+    /// writing all of it and then reading cannot block on a full pipe.
     pub(crate) fn run(&self, mode: u32, n_values: usize, payload: &[u8]) -> Vec<u8> {
-        let mut child = Command::new(&self.exe)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
-        let mut input = Vec::with_capacity(8 + payload.len());
-        input.extend_from_slice(&mode.to_le_bytes());
-        input.extend_from_slice(&u32::try_from(n_values).unwrap().to_le_bytes());
-        input.extend_from_slice(payload);
-        // A writer thread, so that neither side can block on a full pipe.
-        let writer = std::thread::spawn(move || stdin.write_all(&input));
-        let out = child.wait_with_output().unwrap();
-        writer.join().unwrap().unwrap();
-        assert!(out.status.success(), "ggml harness (mode {mode}) failed: {}", String::from_utf8_lossy(&out.stderr));
-        out.stdout
+        let mut server = self.server.lock().unwrap();
+        let mut request = Vec::with_capacity(8 + payload.len());
+        request.extend_from_slice(&mode.to_le_bytes());
+        request.extend_from_slice(&u32::try_from(n_values).unwrap().to_le_bytes());
+        request.extend_from_slice(payload);
+        let answered = server.requests.write_all(&request).and_then(|()| server.requests.flush()).and_then(|()| {
+            let mut length = [0u8; 8];
+            server.responses.read_exact(&mut length)?;
+            let mut out = vec![0u8; usize::try_from(u64::from_le_bytes(length)).unwrap()];
+            server.responses.read_exact(&mut out)?;
+            Ok(out)
+        });
+        answered.unwrap_or_else(|e| {
+            let mut why = String::new();
+            let _ = server.child.kill();
+            let _ = server.child.stderr.take().map(|mut err| err.read_to_string(&mut why));
+            panic!("ggml harness (mode {mode}) failed ({e}): {why}")
+        })
     }
 
     fn quantize(&self, kind: BlockType, values: &[f32]) -> Vec<u8> {
@@ -124,6 +140,14 @@ impl Harness {
         let out = self.run(kind.ggml_type() + DECODE, n, blocks);
         assert_eq!(out.len(), n * 4);
         out.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        let server = self.server.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let _ = server.child.kill();
+        let _ = server.child.wait();
     }
 }
 
