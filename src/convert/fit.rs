@@ -117,9 +117,25 @@ fn at_level(menu: &[FitTensor], level: f64, tables: Option<&[usize]>) -> Option<
             (found, _) if t.coded() => found,
             (_, Some(tables)) => Some(tables[n]),
             (Some(i), None) => Some(i),
-            (None, None) => (0..t.options.len()).min_by(|&a, &b| t.options[a].error.total_cmp(&t.options[b].error)),
+            (None, None) => Some(most_exact(t)),
         })
         .collect()
+}
+
+/// Each table's cheapest option within `level`, its most exact where none is (a coded linear's
+/// entry is left 0: [`at_level`] chooses those).
+fn tables_at(menu: &[FitTensor], level: f64) -> Vec<usize> {
+    menu.iter()
+        .map(|t| match best_within(t, level) {
+            _ if t.coded() => 0,
+            Some(i) => i,
+            None => most_exact(t),
+        })
+        .collect()
+}
+
+fn most_exact(t: &FitTensor) -> usize {
+    (0..t.options.len()).min_by(|&a, &b| t.options[a].error.total_cmp(&t.options[b].error)).expect("a menu entry has options")
 }
 
 fn bytes(menu: &[FitTensor], choice: &[usize]) -> u64 {
@@ -163,8 +179,9 @@ pub fn largest_table_ratio(menu: &[FitTensor], choice: &[usize]) -> f64 {
 /// recipes whose files fit the same size): a lower largest ratio, and a mean no higher. Where the smallest
 /// largest ratio costs more mean than such a recipe, the largest ratio is let rise (never to the
 /// recipe's) until the mean is low enough; where the recipe reaches its size by squeezing the
-/// tables (which the plan holds to the layers' ratio), the plan gives the tables what the recipe
-/// gives them; failing both, the recipe itself is the start and the bytes it leaves are spent.
+/// tables (which the plan holds to the layers' ratio), the plan
+/// gives up table bytes too, as few as beating it takes, then the recipe's own tables; failing
+/// all, the recipe itself is the start and the bytes it leaves are spent.
 pub fn choose(menu: &[FitTensor], allowance: u64, rivals: &[FitRecipe]) -> Option<Vec<usize>> {
     // The tables' ratios are levels too: past the coded linears' narrowest, the largest ratio
     // rises through them until the tables fit.
@@ -191,7 +208,9 @@ pub fn choose(menu: &[FitTensor], allowance: u64, rivals: &[FitRecipe]) -> Optio
     };
     let mean_of = |c: &[usize]| mean_ratio(menu, c);
     let best_mean = rivals.iter().min_by(|a, b| mean_of(&a.choice).total_cmp(&mean_of(&b.choice)))?;
-    let rival_mean = mean_of(&best_mean.choice);
+    // Both means are estimates from sampled rows, and the promise is about the measured ones: the
+    // plan's is held a margin under the rival's.
+    let rival_mean = mean_of(&best_mean.choice) * (1.0 - MEAN_MARGIN);
     let beats = |c: &[usize]| largest_ratio(menu, c) < rival_largest && mean_of(c) <= rival_mean;
     if let Some(own) = own.filter(|c| beats(c)) {
         return Some(own);
@@ -211,7 +230,20 @@ pub fn choose(menu: &[FitTensor], allowance: u64, rivals: &[FitRecipe]) -> Optio
         }
         levels[..below].get(lo).map(|&level| plan(level, tables)).filter(|c| beats(c))
     };
-    search(None).or_else(|| search(Some(&best_mean.choice))).or_else(|| {
+    // Failing that, the tables give up bytes too, as few as beating the rivals takes: the least
+    // table level at which a plan beats them (a higher one leaves the layers more bytes), so that a
+    // table is not squeezed harder than beating the recipe needs.
+    let squeezed_tables = || {
+        let mut table_levels: Vec<f64> =
+            menu.iter().filter(|t| !t.coded()).flat_map(|t| (0..t.options.len()).map(|i| t.ratio(i))).collect();
+        table_levels.retain(|r| r.is_finite());
+        table_levels.sort_by(f64::total_cmp);
+        table_levels.dedup();
+        let beaten_at = |level: f64| search(Some(&tables_at(menu, level)));
+        let first = table_levels.partition_point(|&level| beaten_at(level).is_none());
+        table_levels.get(first).and_then(|&level| beaten_at(level))
+    };
+    search(None).or_else(squeezed_tables).or_else(|| search(Some(&best_mean.choice))).or_else(|| {
         // The recipe's files fit; its tensors' bytes may still pass the allowance, which takes the
         // plan's own headers off SIZE.
         let mut choice = best_mean.choice.clone();
@@ -221,6 +253,9 @@ pub fn choose(menu: &[FitTensor], allowance: u64, rivals: &[FitRecipe]) -> Optio
         Some(choice)
     })
 }
+
+/// How far under a rival's estimated mean ratio a plan's must be to count as beating it.
+const MEAN_MARGIN: f64 = 0.01;
 
 /// Spends the bytes left on the upgrades that lower `Σ weights · ratio` most per byte.
 fn spend(menu: &[FitTensor], choice: &mut [usize], allowance: u64) {
@@ -428,5 +463,21 @@ mod tests {
         assert_eq!(choose(&menu, 45, &[]), Some(vec![1, 0, 1]));
         // Beside the recipe (largest ratio 0.9), the plan squeezes the table as it does: 0.85.
         assert_eq!(choose(&menu, 45, &[recipe(&[1, 2, 0])]), Some(vec![1, 1, 0]));
+    }
+
+    #[test]
+    fn tables_give_up_no_more_bytes_than_beating_a_squeezing_recipe_takes() {
+        // Two K=2 linears (ratios over 0.25) and two tables (over 2^-8) whose narrow options are
+        // 5.12 and 7.68; the recipe squeezes both, and B takes the worse of two 20-byte options.
+        let menu = [
+            entry(Some(2), 1000, &[(10, 0.5), (20, 0.2), (25, 0.1)]),
+            entry(Some(2), 1000, &[(10, 0.5), (20, 0.2125), (20, 0.225)]),
+            entry(None, 10, &[(3, 0.02), (8, 0.0)]),
+            entry(None, 10, &[(3, 0.03), (8, 0.0)]),
+        ];
+        // Both tables exact leave 35 bytes: one linear stays at 2.0, above the recipe's 0.9.
+        // Squeezing the first table alone beats the recipe (0.85 largest, 0.825 mean against 0.9
+        // and 0.85); copying the recipe's tables would have spent the second's bytes on A.
+        assert_eq!(choose(&menu, 51, &[recipe(&[1, 2, 0, 0])]), Some(vec![1, 1, 0, 1]));
     }
 }

@@ -295,9 +295,9 @@ fn gguf_chooses_among_the_low_bit_types_and_their_fallbacks() {
     };
     assert!(wide(&at_least).iter().all(|t| t == "Q2_K"), "{at_least:?}");
     assert!(at_least.iter().filter(|(_, cols)| cols % 256 != 0).all(|(ty, _)| ty == "IQ4_NL"), "{at_least:?}");
-    // At the size of llama-quantize's Q2_K the 256-value rows take Q3_K (and Q2_K where the
-    // bytes run short): the tables squeezed as that recipe types them from float (`--int8
-    // requant`), its MTP block matched.
+    // At the size of llama-quantize's Q2_K the 256-value rows take Q3_K (Q2_K where the bytes run
+    // short, IQ4_XS where one pays most): the tables squeezed no more than beating that recipe
+    // (which types them from float, `--int8 requant`) takes, its MTP block matched.
     let tmp = tempfile::tempdir().unwrap();
     let q2_k = tmp.path().join("q2_k");
     let made = escha_convert()
@@ -310,8 +310,8 @@ fn gguf_chooses_among_the_low_bit_types_and_their_fallbacks() {
     let q2_k = model_bytes(&q2_k);
     let at_least = chosen(q2_k);
     let narrow = wide(&at_least);
-    assert!(narrow.iter().all(|t| t == "Q2_K" || t == "Q3_K"), "{narrow:?}");
-    assert!(narrow.iter().any(|t| t == "Q3_K"), "{narrow:?}");
+    assert!(narrow.iter().all(|t| ["Q2_K", "Q3_K", "IQ4_XS"].contains(&t.as_str())), "{narrow:?}");
+    assert!(narrow.iter().filter(|t| *t == "Q3_K").count() > narrow.len() / 2, "{narrow:?}");
     assert!(at_least.iter().filter(|(_, cols)| cols % 256 != 0).all(|(ty, _)| ty == "IQ4_NL"), "{at_least:?}");
     // A little more room buys IQ4_XS for some 256-value rows.
     let tmp = tempfile::tempdir().unwrap();

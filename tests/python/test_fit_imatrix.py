@@ -26,7 +26,8 @@ FILE_TYPES = ["IQ2_XXS", "IQ2_M", "Q2_K", "IQ3_XXS", "Q3_K_M", "Q4_K_M"]
 # Where the plan lowers the largest ratio. Elsewhere on these small fixtures it ties: the tensor that
 # holds llama-quantize's largest ratio gets the same type (and bytes) in ours, since no reallocation
 # of the few tensors within the bytes left lowers it (q4_k_m's file leaves under 100 bytes).
-STRICT = {"dense": ["IQ2_M", "Q2_K", "Q3_K_M"], "moe": ["IQ2_M", "Q2_K"]}
+STRICT = {"dense": ["IQ2_XXS", "IQ2_M", "Q2_K", "IQ3_XXS", "Q3_K_M"],
+          "moe": ["IQ2_XXS", "IQ2_M", "Q2_K", "IQ3_XXS", "Q4_K_M"]}
 
 
 def importance(matrix):
@@ -93,8 +94,8 @@ def test_the_budget_beats_llama_quantize_imatrix_at_its_size(im, fixture, qtype)
     weights = importance(matrix)
     largest, mean = summary(weighted_ratios(files[0], reference, choices, weights))
     their_largest, their_mean = summary(weighted_ratios(theirs, reference, choices, weights))
-    print(f"{fixture} {qtype} at {size} bytes: ours {largest:.3f} / {mean:.3f}, "
-          f"llama-quantize --imatrix {their_largest:.3f} / {their_mean:.3f}")
+    print(f"{fixture} {qtype} at {size} bytes: ours {largest:.5f} / {mean:.5f}, "
+          f"llama-quantize --imatrix {their_largest:.5f} / {their_mean:.5f}")
     assert largest <= their_largest * (1 + 1e-9), (largest, their_largest)
     assert mean <= their_mean * (1 + 1e-9), (mean, their_mean)
     if qtype in STRICT.get(fixture, ()):
