@@ -135,7 +135,9 @@ fn tables_at(menu: &[FitTensor], level: f64) -> Vec<usize> {
 }
 
 fn most_exact(t: &FitTensor) -> usize {
-    (0..t.options.len()).min_by(|&a, &b| t.options[a].error.total_cmp(&t.options[b].error)).expect("a menu entry has options")
+    (0..t.options.len())
+        .min_by(|&a, &b| t.options[a].error.total_cmp(&t.options[b].error))
+        .expect("a menu entry has options")
 }
 
 fn bytes(menu: &[FitTensor], choice: &[usize]) -> u64 {

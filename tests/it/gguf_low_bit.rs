@@ -5,7 +5,8 @@
 //! llama-quantize itself.)
 
 use crate::common::fixture;
-use crate::gguf::{check_layout, convert, TensorInfo, Val};
+use crate::gguf::convert;
+use crate::gguf_reader::{check_layout, TensorInfo, Val};
 use std::collections::BTreeSet;
 
 /// `--gguf-type`, `general.file_type` (llama.cpp's `LLAMA_FTYPE_MOSTLY_*`), the type of a 256-wide

@@ -5,7 +5,9 @@
 //! file without a vocabulary says so and gives the vocabulary's size.
 
 use crate::common::{escha_convert, fixture};
-use crate::gguf::{all_refused, check_layout, convert, edited, fails, failure, run_bounded, stderr, text, Val};
+use crate::gguf::{convert, edited, fails, failure, run_bounded, stderr, text};
+use crate::gguf_reader::{check_layout, Val};
+use crate::gguf_refusals::all_refused;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 

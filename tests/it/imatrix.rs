@@ -267,7 +267,8 @@ const LOW_BIT: [(&str, i128, &str); 9] = [
 
 #[test]
 fn the_low_bit_types_write_loadable_files_of_their_file_type() {
-    use crate::gguf::{check_layout, convert, Val};
+    use crate::gguf::convert;
+    use crate::gguf_reader::{check_layout, Val};
     let dir = tempfile::tempdir().unwrap();
     let matrix = dir.path().join("m.imatrix.gguf");
     write_gguf(&matrix, &entries(dir.path()));

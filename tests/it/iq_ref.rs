@@ -7,12 +7,10 @@
 //! `iqlow::dequantize_row` bit for bit.
 
 use crate::common::Rng;
-use crate::kquants_ref::{llama_cpp_dir, random_block, Harness, DECODE};
+use crate::ggml_harness::{llama_cpp_dir, Harness, DECODE, TIMED, WEIGHTED};
+use crate::kquants_ref::random_block;
 use escha_convert::block_type::BlockType;
 use escha_convert::quant::iqlow::{self, QK_K};
-
-/// The harness's "weighted" flag, added to the type: a row length and its importances follow the values.
-const WEIGHTED: u32 = 512;
 
 fn ggml_encode(h: &Harness, kind: BlockType, x: &[f32], w: Option<&[f32]>) -> Vec<u8> {
     let mut payload: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
@@ -196,9 +194,6 @@ fn iq_decoders_match_ggml_on_every_grid_point() {
         assert!(bits(&ours) == bits(&theirs), "{}: decoding differs from ggml's", kind.name());
     }
 }
-
-/// The harness's "time the encoding" flag, added to the type.
-const TIMED: u32 = 1024;
 
 /// ns per weight of ggml's C (`-O2`, as the harness builds it) and of ours (this test binary's
 /// profile) on the same 16 rows of 5120 with a heavy-tailed per-column importance; the best of 3.

@@ -4,7 +4,7 @@
 //! client would not run is refused for that client's format only, naming it.
 
 use crate::common::{copy_tree, escha_convert, fixture};
-use crate::gguf::{check_layout, Val};
+use crate::gguf_reader::{check_layout, Val};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 

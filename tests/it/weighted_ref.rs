@@ -5,12 +5,10 @@
 //! under heavy-tailed importance rows with zeros, and for several rows of one importance row.
 
 use crate::common::Rng;
-use crate::kquants_ref::{llama_cpp_dir, random_block, Harness};
+use crate::ggml_harness::{llama_cpp_dir, Harness, WEIGHTED};
+use crate::kquants_ref::random_block;
 use escha_convert::block_type::BlockType;
 use escha_convert::quant::blocks;
-
-/// The harness's "weighted" flag, added to the type.
-const WEIGHTED: u32 = 512;
 
 fn ggml_weighted(harness: &Harness, kind: BlockType, values: &[f32], importance: &[f32]) -> Vec<u8> {
     let mut payload: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
