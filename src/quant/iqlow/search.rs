@@ -6,6 +6,7 @@
 //! `iq2_find_best_neighbour`, `make_qp_quants`), so the chosen bytes are ggml's.
 
 use super::tables::{Lookup, Table};
+use crate::cpu::Kernel;
 use crate::quant::kquants::nearest_int;
 
 /// ggml's `GROUP_MAX_EPS`: below it a group's largest magnitude counts as zero.
@@ -137,17 +138,10 @@ pub(super) fn make_qp_scale(nmax: i32, x: &[f32], w: &[f32]) -> f32 {
     }
 }
 
-/// `iq2_find_best_neighbour` / `iq3_find_best_neighbour`: the listed grid point nearest to `xval`
-/// at `scale` under `weight` (the first of equals), its levels written to `l`. `None` where no
-/// distance is below `f32::MAX` (ggml aborts there).
-fn best_neighbour(
-    table: &Table,
-    list: &[u16],
-    xval: &[f32],
-    weight: &[f32],
-    scale: f32,
-    l: &mut [i8],
-) -> Option<usize> {
+/// `iq2_find_best_neighbour` / `iq3_find_best_neighbour`, the reference for `lanes.rs`: the
+/// grid point of `list` nearest to `xval` at `scale` under `weight` (the first of equals). `None`
+/// where no distance is below `f32::MAX` (ggml aborts there).
+pub(super) fn nearest_reference(table: &Table, list: &[u16], xval: &[f32], weight: &[f32], scale: f32) -> Option<usize> {
     let mut best_d2 = f32::MAX;
     let mut best = None;
     for &j in list {
@@ -161,24 +155,41 @@ fn best_neighbour(
             best = Some(usize::from(j));
         }
     }
-    let j = best?;
-    for (v, &p) in l.iter_mut().zip(table.point(j)) {
-        *v = (p - 1) / 2;
-    }
-    Some(j)
+    best
 }
 
 /// Rounds the cell `xval` at the inverse scale `id` to levels in `l`; if those are not a grid
-/// point, moves them to the nearest listed one at `scale`. Returns whether they were on the grid,
-/// or `None` where no neighbour could be chosen.
-fn place(table: &Table, xval: &[f32], waux: &[f32], id: f32, scale: f32, l: &mut [i8]) -> Option<bool> {
+/// point, moves them to the nearest listed one at `scale` (found by `kernel`, every one choosing
+/// the same). Returns whether they were on the grid, or `None` where no neighbour could be chosen.
+fn place(
+    kernel: Kernel,
+    table: &Table,
+    xval: &[f32],
+    waux: &[f32],
+    id: f32,
+    scale: f32,
+    l: &mut [i8],
+) -> Option<bool> {
     for (v, &x) in l.iter_mut().zip(xval) {
         *v = nearest_int(0.5 * (id * x - 1.0)).clamp(0, table.levels - 1) as i8;
     }
-    match table.lookup(l) {
-        Lookup::On(_) => Some(true),
-        Lookup::Off(list) => best_neighbour(table, list, xval, waux, scale, l).map(|_| false),
+    let n = match table.lookup(l) {
+        Lookup::On(_) => return Some(true),
+        Lookup::Off(n) => n,
+    };
+    let j = match kernel {
+        Kernel::Reference => nearest_reference(table, n.list, xval, waux, scale),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the token proves AVX2.
+        Kernel::Avx2(lanes) => unsafe { super::lanes::nearest_avx2(lanes, n, xval, waux, scale) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: the token proves NEON.
+        Kernel::Neon(lanes) => unsafe { super::lanes::nearest_neon(lanes, n, xval, waux, scale) },
+    }?;
+    for (v, &p) in l.iter_mut().zip(table.point(j)) {
+        *v = (p - 1) / 2;
     }
+    Some(false)
 }
 
 /// How a type places the cells again once the trials have chosen a scale.
@@ -194,6 +205,8 @@ pub(super) enum Replace {
 
 /// One type's search parameters.
 pub(super) struct Search {
+    /// Which implementation finds the nearest listed points.
+    pub kernel: Kernel,
     pub table: &'static Table,
     /// Trials `−tries..=tries`, at `(2·kmax − 1 + is·step) / max`.
     pub tries: i32,
@@ -227,7 +240,7 @@ pub(super) fn search(
         let this_scale = 1.0 / id;
         for (k, on) in on_grid_aux[..n / cell].iter_mut().enumerate() {
             let r = k * cell..(k + 1) * cell;
-            match place(t, &xval[r.clone()], &waux[r.clone()], id, this_scale, &mut aux[r]) {
+            match place(s.kernel, t, &xval[r.clone()], &waux[r.clone()], id, this_scale, &mut aux[r]) {
                 Some(placed) => *on = placed,
                 None => return f32::NAN,
             }
@@ -252,7 +265,7 @@ pub(super) fn search(
                 continue;
             }
             let r = k * cell..(k + 1) * cell;
-            if place(t, &xval[r.clone()], &waux[r.clone()], id, scale, &mut l[r]).is_none() {
+            if place(s.kernel, t, &xval[r.clone()], &waux[r.clone()], id, scale, &mut l[r]).is_none() {
                 return f32::NAN;
             }
         }
