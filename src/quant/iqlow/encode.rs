@@ -35,7 +35,9 @@ fn spec(kind: BlockType, kernel: Kernel) -> Spec {
         BlockType::IQ2_XXS => Search { kernel, table: tables::iq2_xxs(), tries: 6, step: 0.1, replace: Replace::All },
         BlockType::IQ2_XS => Search { kernel, table: tables::iq2_xs(), tries: 9, step: 0.1, replace: Replace::Moved },
         BlockType::IQ2_S => Search { kernel, table: tables::iq2_s(), tries: 9, step: 0.1, replace: Replace::Moved },
-        BlockType::IQ3_XXS => Search { kernel, table: tables::iq3_xxs(), tries: 15, step: 0.2, replace: Replace::Moved },
+        BlockType::IQ3_XXS => {
+            Search { kernel, table: tables::iq3_xxs(), tries: 15, step: 0.2, replace: Replace::Moved }
+        }
         _ => Search { kernel, table: tables::iq3_s(), tries: 9, step: 0.2, replace: Replace::AllIfMoved },
     };
     Spec { group, even, eps, twice, fudge, search }

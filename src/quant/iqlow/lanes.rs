@@ -1,5 +1,5 @@
-//! The nearest-neighbour scan of `search.rs` eight candidates at a time, compiled for each CPU by
-//! one `#[target_feature]` entry ([`nearest_avx2`], [`nearest_neon`]).
+//! The nearest-neighbour scan of `search.rs` eight candidates at a time, compiled for each CPU
+//! inside the search's `#[target_feature]` entries (`search_avx2`, `search_neon`).
 //!
 //! The scan is where the encoders spend their time: every trial scale of every group moves each
 //! cell off the grid to the nearest of tens of listed points. Here lane `k` of eight f32 lanes
@@ -7,35 +7,17 @@
 //! same order, each product and sum a separate operation (Rust never fuses them), so every lane is
 //! bit for bit the reference's distance; the candidates' values come from the table's columns,
 //! eight bytes for one value of eight points. Then the eight distances are taken in list order
-//! with the reference's strict `<`, skipped whole when none is below the best so far. Plain
-//! arrays the compiler puts in vectors (two NEON vectors, one AVX2 one): no intrinsics, so the
-//! same operations on every CPU.
+//! with the reference's strict `<`, skipped whole when none is below the best so far (a branchless
+//! choice of the least lane measured slower). Plain arrays the compiler puts in vectors (two
+//! NEON vectors, one AVX2 one): no intrinsics, so the same operations on every CPU.
 
 use super::tables::{Neighbours, COLUMN};
-#[cfg(target_arch = "x86_64")]
-use crate::simd::Avx2;
-#[cfg(target_arch = "aarch64")]
-use crate::simd::Neon;
 
 /// The listed point nearest to the cell `xval` (of 8 or 4 values) at `scale` under `weight`, the
 /// first of equal distances: its grid index, or `None` where no distance is below `f32::MAX`;
-/// what `search::nearest_reference` returns. [`scan`] compiled for AVX2.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-pub(super) fn nearest_avx2(_: Avx2, n: Neighbours, xval: &[f32], weight: &[f32], scale: f32) -> Option<usize> {
-    by_cell(n, xval, weight, scale)
-}
-
-/// [`nearest_avx2`] compiled for NEON.
-#[cfg(target_arch = "aarch64")]
-#[target_feature(enable = "neon")]
-pub(super) fn nearest_neon(_: Neon, n: Neighbours, xval: &[f32], weight: &[f32], scale: f32) -> Option<usize> {
-    by_cell(n, xval, weight, scale)
-}
-
-/// [`scan`] for the cell size at hand, so that its loops have constant bounds.
+/// what `search::nearest_reference` returns. Inlined into the search's `#[target_feature]` entries.
 #[inline(always)]
-fn by_cell(n: Neighbours, xval: &[f32], weight: &[f32], scale: f32) -> Option<usize> {
+pub(super) fn nearest(n: Neighbours, xval: &[f32], weight: &[f32], scale: f32) -> Option<usize> {
     match xval.len() {
         8 => scan::<8>(n, xval, weight, scale),
         4 => scan::<4>(n, xval, weight, scale),
@@ -57,8 +39,11 @@ fn scan<const CELL: usize>(n: Neighbours, xval: &[f32], weight: &[f32], scale: f
                 d2[k] += weight[i] * diff * diff;
             }
         }
-        // The padding lanes repeat the last point: they may open the scan, never win it.
-        if d2.iter().fold(false, |any, &d| any | (d < best_d2)) {
+        // The padding lanes repeat the last point: they may open the scan, never win it. (`|`,
+        // not `||`: one vector compare for the eight.)
+        #[allow(clippy::needless_bitwise_bool)]
+        let any_below = d2.iter().fold(false, |any, &d| any | (d < best_d2));
+        if any_below {
             for (&d, &j) in d2.iter().zip(ids) {
                 if d < best_d2 {
                     best_d2 = d;

@@ -8,6 +8,10 @@
 use super::tables::{Lookup, Table};
 use crate::cpu::Kernel;
 use crate::quant::kquants::nearest_int;
+#[cfg(target_arch = "x86_64")]
+use crate::simd::Avx2;
+#[cfg(target_arch = "aarch64")]
+use crate::simd::Neon;
 
 /// ggml's `GROUP_MAX_EPS`: below it a group's largest magnitude counts as zero.
 pub(super) const EPS: f32 = 1e-15;
@@ -141,7 +145,13 @@ pub(super) fn make_qp_scale(nmax: i32, x: &[f32], w: &[f32]) -> f32 {
 /// `iq2_find_best_neighbour` / `iq3_find_best_neighbour`, the reference for `lanes.rs`: the
 /// grid point of `list` nearest to `xval` at `scale` under `weight` (the first of equals). `None`
 /// where no distance is below `f32::MAX` (ggml aborts there).
-pub(super) fn nearest_reference(table: &Table, list: &[u16], xval: &[f32], weight: &[f32], scale: f32) -> Option<usize> {
+pub(super) fn nearest_reference(
+    table: &Table,
+    list: &[u16],
+    xval: &[f32],
+    weight: &[f32],
+    scale: f32,
+) -> Option<usize> {
     let mut best_d2 = f32::MAX;
     let mut best = None;
     for &j in list {
@@ -159,10 +169,11 @@ pub(super) fn nearest_reference(table: &Table, list: &[u16], xval: &[f32], weigh
 }
 
 /// Rounds the cell `xval` at the inverse scale `id` to levels in `l`; if those are not a grid
-/// point, moves them to the nearest listed one at `scale` (found by `kernel`, every one choosing
-/// the same). Returns whether they were on the grid, or `None` where no neighbour could be chosen.
-fn place(
-    kernel: Kernel,
+/// point, moves them to the nearest listed one at `scale` (with `LANES`, found by `lanes.rs`, which
+/// chooses the same). Returns whether they were on the grid, or `None` where no neighbour could be
+/// chosen.
+#[inline(always)]
+fn place<const LANES: bool>(
     table: &Table,
     xval: &[f32],
     waux: &[f32],
@@ -177,14 +188,10 @@ fn place(
         Lookup::On(_) => return Some(true),
         Lookup::Off(n) => n,
     };
-    let j = match kernel {
-        Kernel::Reference => nearest_reference(table, n.list, xval, waux, scale),
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: the token proves AVX2.
-        Kernel::Avx2(lanes) => unsafe { super::lanes::nearest_avx2(lanes, n, xval, waux, scale) },
-        #[cfg(target_arch = "aarch64")]
-        // SAFETY: the token proves NEON.
-        Kernel::Neon(lanes) => unsafe { super::lanes::nearest_neon(lanes, n, xval, waux, scale) },
+    let j = if LANES {
+        super::lanes::nearest(n, xval, waux, scale)
+    } else {
+        nearest_reference(table, n.list, xval, waux, scale)
     }?;
     for (v, &p) in l.iter_mut().zip(table.point(j)) {
         *v = (p - 1) / 2;
@@ -217,8 +224,64 @@ pub(super) struct Search {
 /// The search of one group: `xval` its folded values, `weight` and `waux` (the square roots) its
 /// weights, `max` the largest value the trials divide by, `scale` the first guess. Writes the
 /// levels to `l`; returns the scale, negative where the signs must be flipped, NaN where ggml
-/// would abort (`scale >= 0` fails, or no neighbour was found).
+/// would abort (`scale >= 0` fails, or no neighbour was found). Runs `s.kernel`: every kernel
+/// gives the same levels and scale.
 pub(super) fn search(
+    s: &Search,
+    xval: &[f32],
+    weight: &[f32],
+    waux: &[f32],
+    max: f32,
+    scale: f32,
+    l: &mut [i8],
+) -> f32 {
+    match s.kernel {
+        Kernel::Reference => search_with::<false>(s, xval, weight, waux, max, scale, l),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the token proves AVX2.
+        Kernel::Avx2(lanes) => unsafe { search_avx2(lanes, s, xval, weight, waux, max, scale, l) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: the token proves NEON.
+        Kernel::Neon(lanes) => unsafe { search_neon(lanes, s, xval, weight, waux, max, scale, l) },
+    }
+}
+
+/// [`search`] with the lane-wise scan, compiled for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+fn search_avx2(
+    _: Avx2,
+    s: &Search,
+    xval: &[f32],
+    weight: &[f32],
+    waux: &[f32],
+    max: f32,
+    scale: f32,
+    l: &mut [i8],
+) -> f32 {
+    search_with::<true>(s, xval, weight, waux, max, scale, l)
+}
+
+/// [`search`] with the lane-wise scan, compiled for NEON.
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+#[allow(clippy::too_many_arguments)]
+fn search_neon(
+    _: Neon,
+    s: &Search,
+    xval: &[f32],
+    weight: &[f32],
+    waux: &[f32],
+    max: f32,
+    scale: f32,
+    l: &mut [i8],
+) -> f32 {
+    search_with::<true>(s, xval, weight, waux, max, scale, l)
+}
+
+#[inline(always)]
+fn search_with<const LANES: bool>(
     s: &Search,
     xval: &[f32],
     weight: &[f32],
@@ -240,7 +303,7 @@ pub(super) fn search(
         let this_scale = 1.0 / id;
         for (k, on) in on_grid_aux[..n / cell].iter_mut().enumerate() {
             let r = k * cell..(k + 1) * cell;
-            match place(s.kernel, t, &xval[r.clone()], &waux[r.clone()], id, this_scale, &mut aux[r]) {
+            match place::<LANES>(t, &xval[r.clone()], &waux[r.clone()], id, this_scale, &mut aux[r]) {
                 Some(placed) => *on = placed,
                 None => return f32::NAN,
             }
@@ -265,7 +328,7 @@ pub(super) fn search(
                 continue;
             }
             let r = k * cell..(k + 1) * cell;
-            if place(s.kernel, t, &xval[r.clone()], &waux[r.clone()], id, scale, &mut l[r]).is_none() {
+            if place::<LANES>(t, &xval[r.clone()], &waux[r.clone()], id, scale, &mut l[r]).is_none() {
                 return f32::NAN;
             }
         }

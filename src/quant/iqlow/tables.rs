@@ -23,8 +23,9 @@ pub(super) struct Table {
     /// neighbours, or [`UNREACHABLE`] for an index with a level beyond `levels − 1` (ggml lists
     /// those too; no encoder can look them up).
     map: Vec<i32>,
-    /// Per list: where it starts in `neighbours` (its count, then its grid indexes) and in `columns`.
-    lists: Vec<(u32, u32)>,
+    /// Per list: where its grid indexes start in `neighbours` (after their count), that count, and
+    /// where its runs start in `columns`.
+    lists: Vec<(u32, u32, u32)>,
     neighbours: Vec<u16>,
     /// Per list, per run of [`COLUMN`] of its points (the last run padded with its last point):
     /// value `i` of the run's points at `cell·COLUMN·run + COLUMN·i..`, as `2l + 1`.
@@ -80,7 +81,6 @@ impl Table {
                     .sum();
             }
             *entry = -(lists.len() as i32 + 1);
-            lists.push((neighbours.len() as u32, columns.len() as u32));
             let start = neighbours.len();
             neighbours.push(0);
             // The `want` smallest distances in increasing order, each one's points by index.
@@ -91,6 +91,7 @@ impl Table {
                 floor = next;
             }
             neighbours[start] = (neighbours.len() - start - 1) as u16;
+            lists.push((start as u32 + 1, u32::from(neighbours[start]), columns.len() as u32));
             for run in neighbours[start + 1..].chunks(COLUMN) {
                 for i in 0..cell {
                     columns.extend((0..COLUMN).map(|k| points[cell * usize::from(run[k.min(run.len() - 1)]) + i]));
@@ -106,17 +107,17 @@ impl Table {
     }
 
     /// Where the point of levels `l` (each in `0..levels`) lies.
+    #[inline]
     pub fn lookup(&self, l: &[i8]) -> Lookup<'_> {
         let index = l.iter().enumerate().fold(0usize, |u, (k, &v)| u | (v as usize) << (self.bits as usize * k));
         match self.map.get(index) {
             Some(&j) if j >= 0 => Lookup::On(j as usize),
             Some(&m) if m != UNREACHABLE => {
-                let (at, column) = self.lists[(-(m + 1)) as usize];
-                let (at, column) = (at as usize, column as usize);
-                let n = usize::from(self.neighbours[at]);
+                let (at, n, column) = self.lists[(-(m + 1)) as usize];
+                let (at, n, column) = (at as usize, n as usize, column as usize);
                 let runs = n.div_ceil(COLUMN);
                 Lookup::Off(Neighbours {
-                    list: &self.neighbours[at + 1..at + 1 + n],
+                    list: &self.neighbours[at..at + n],
                     columns: &self.columns[column..column + runs * COLUMN * self.cell],
                 })
             }
