@@ -3,7 +3,9 @@
 //! moved to the nearest grid point when its levels are not one; the trial whose least-squares
 //! scale explains most of the weighted energy wins, and the cells off the grid are placed again at
 //! that scale. The C code's operations in its order (`quantize_row_iq2_xxs_impl` and its siblings,
-//! `iq2_find_best_neighbour`, `make_qp_quants`), so the chosen bytes are ggml's.
+//! `iq2_find_best_neighbour`, `make_qp_quants`), so the chosen bytes are ggml's. The search is
+//! one body compiled twice: with the scalar scan of the neighbours (the reference) and, in one
+//! `#[target_feature]` entry per CPU, with `lanes.rs`'s scan of eight at a time inlined.
 
 use super::tables::{Lookup, Table};
 use crate::cpu::Kernel;
