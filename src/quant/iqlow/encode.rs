@@ -4,6 +4,7 @@
 use super::search::{fold_signs, make_qp_scale, max_of, scale_code, search, Replace, Search, EPS, EPS_COARSE};
 use super::{tables, QK_K};
 use crate::block_type::BlockType;
+use crate::cpu::Kernel;
 use crate::quant::kquants::to_f16_bits;
 
 /// What differs between the five encoders, besides the layout.
@@ -21,7 +22,7 @@ struct Spec {
     search: Search,
 }
 
-fn spec(kind: BlockType) -> Spec {
+fn spec(kind: BlockType, kernel: Kernel) -> Spec {
     let (group, even, eps, twice, fudge) = match kind {
         BlockType::IQ2_XXS => (32, true, Some(EPS), false, None),
         BlockType::IQ2_XS => (16, true, Some(EPS), false, None),
@@ -31,11 +32,13 @@ fn spec(kind: BlockType) -> Spec {
         other => unreachable!("{} is not an IQ2/IQ3 type", other.name()),
     };
     let search = match kind {
-        BlockType::IQ2_XXS => Search { table: tables::iq2_xxs(), tries: 6, step: 0.1, replace: Replace::All },
-        BlockType::IQ2_XS => Search { table: tables::iq2_xs(), tries: 9, step: 0.1, replace: Replace::Moved },
-        BlockType::IQ2_S => Search { table: tables::iq2_s(), tries: 9, step: 0.1, replace: Replace::Moved },
-        BlockType::IQ3_XXS => Search { table: tables::iq3_xxs(), tries: 15, step: 0.2, replace: Replace::Moved },
-        _ => Search { table: tables::iq3_s(), tries: 9, step: 0.2, replace: Replace::AllIfMoved },
+        BlockType::IQ2_XXS => Search { kernel, table: tables::iq2_xxs(), tries: 6, step: 0.1, replace: Replace::All },
+        BlockType::IQ2_XS => Search { kernel, table: tables::iq2_xs(), tries: 9, step: 0.1, replace: Replace::Moved },
+        BlockType::IQ2_S => Search { kernel, table: tables::iq2_s(), tries: 9, step: 0.1, replace: Replace::Moved },
+        BlockType::IQ3_XXS => {
+            Search { kernel, table: tables::iq3_xxs(), tries: 15, step: 0.2, replace: Replace::Moved }
+        }
+        _ => Search { kernel, table: tables::iq3_s(), tries: 9, step: 0.2, replace: Replace::AllIfMoved },
     };
     Spec { group, even, eps, twice, fudge, search }
 }
@@ -48,9 +51,9 @@ struct Group {
 }
 
 /// Encodes the super-block `x` with importance `qw` (`None`: the type's own weights) into `out`
-/// (exactly one block's bytes).
-pub(super) fn block(kind: BlockType, x: &[f32], qw: Option<&[f32]>, out: &mut [u8]) {
-    let s = spec(kind);
+/// (exactly one block's bytes), the nearest grid points found by `kernel`.
+pub(super) fn block(kernel: Kernel, kind: BlockType, x: &[f32], qw: Option<&[f32]>, out: &mut [u8]) {
+    let s = spec(kind, kernel);
     let sumx2 = x.iter().fold(0.0f32, |acc, &v| acc + v * v);
     let sigma2 = if s.twice { 2.0 * sumx2 / QK_K as f32 } else { sumx2 / QK_K as f32 };
     let groups: Vec<Group> =

@@ -5,18 +5,24 @@
 //! row and its importance, and ggml's dequantization.
 //!
 //! `grids.rs` holds the grids (format constants), `tables.rs` the neighbour tables ggml builds
-//! from them (once, on first use), `search.rs` the scale search the five share, `encode.rs` each
-//! type's weights and layout, `decode.rs` the decoders. Everything is scalar, the C code's
-//! operations in its order (see `quant::kquants` on bit-exactness); `tests/it/iq_ref.rs` checks
-//! both directions against ggml's C.
+//! from them (once, on first use), `search.rs` the scale search the five share, `lanes.rs` its
+//! nearest-neighbour scan eight candidates at a time, `encode.rs` each type's weights and layout,
+//! `decode.rs` the decoders. The C code's operations in its order (see `quant::kquants` on
+//! bit-exactness): the scalar [`Kernel::Reference`] throughout, the vector kernels lane by lane
+//! the same operations, so every kernel writes the same bytes; `tests/it/iq_ref.rs` checks both
+//! directions against ggml's C.
 
 mod decode;
 mod encode;
 mod grids;
+#[cfg(test)]
+mod kernel_tests;
+mod lanes;
 mod search;
 mod tables;
 
 use crate::block_type::BlockType;
+pub use crate::cpu::Kernel;
 
 /// Values per super-block.
 pub const QK_K: usize = 256;
@@ -40,11 +46,28 @@ pub fn requires_importance(kind: BlockType) -> bool {
 /// ggml); where ggml would abort (a scale search that comes out NaN, from sums that overflow with
 /// huge importances), the group is stored as zero.
 ///
+/// Runs [`Kernel::best`].
+///
 /// # Panics
 ///
 /// If `kind` is not one of [`TYPES`], `values` is not whole super-blocks, or `importance` is not
 /// one per value.
 pub fn quantize_row(kind: BlockType, values: &[f32], importance: Option<&[f32]>, out: &mut Vec<u8>) {
+    quantize_row_with(Kernel::best(), kind, values, importance, out);
+}
+
+/// [`quantize_row`] on a given kernel; every kernel appends the same bytes.
+///
+/// # Panics
+///
+/// As [`quantize_row`].
+pub fn quantize_row_with(
+    kernel: Kernel,
+    kind: BlockType,
+    values: &[f32],
+    importance: Option<&[f32]>,
+    out: &mut Vec<u8>,
+) {
     assert!(TYPES.contains(&kind), "{} is not an IQ2/IQ3 type", kind.name());
     assert_eq!(values.len() % QK_K, 0, "whole super-blocks");
     if let Some(w) = importance {
@@ -54,7 +77,7 @@ pub fn quantize_row(kind: BlockType, values: &[f32], importance: Option<&[f32]>,
     let start = out.len();
     out.resize(start + values.len() / QK_K * size, 0);
     for (b, (x, o)) in values.chunks_exact(QK_K).zip(out[start..].chunks_exact_mut(size)).enumerate() {
-        encode::block(kind, x, importance.map(|w| &w[b * QK_K..(b + 1) * QK_K]), o);
+        encode::block(kernel, kind, x, importance.map(|w| &w[b * QK_K..(b + 1) * QK_K]), o);
     }
 }
 

@@ -3,10 +3,17 @@
 //! moved to the nearest grid point when its levels are not one; the trial whose least-squares
 //! scale explains most of the weighted energy wins, and the cells off the grid are placed again at
 //! that scale. The C code's operations in its order (`quantize_row_iq2_xxs_impl` and its siblings,
-//! `iq2_find_best_neighbour`, `make_qp_quants`), so the chosen bytes are ggml's.
+//! `iq2_find_best_neighbour`, `make_qp_quants`), so the chosen bytes are ggml's. The search is
+//! one body compiled twice: with the scalar scan of the neighbours (the reference) and, in one
+//! `#[target_feature]` entry per CPU, with `lanes.rs`'s scan of eight at a time inlined.
 
 use super::tables::{Lookup, Table};
+use crate::cpu::Kernel;
 use crate::quant::kquants::nearest_int;
+#[cfg(target_arch = "x86_64")]
+use crate::simd::Avx2;
+#[cfg(target_arch = "aarch64")]
+use crate::simd::Neon;
 
 /// ggml's `GROUP_MAX_EPS`: below it a group's largest magnitude counts as zero.
 pub(super) const EPS: f32 = 1e-15;
@@ -137,16 +144,15 @@ pub(super) fn make_qp_scale(nmax: i32, x: &[f32], w: &[f32]) -> f32 {
     }
 }
 
-/// `iq2_find_best_neighbour` / `iq3_find_best_neighbour`: the listed grid point nearest to `xval`
-/// at `scale` under `weight` (the first of equals), its levels written to `l`. `None` where no
-/// distance is below `f32::MAX` (ggml aborts there).
-fn best_neighbour(
+/// `iq2_find_best_neighbour` / `iq3_find_best_neighbour`, the reference for `lanes.rs`: the
+/// grid point of `list` nearest to `xval` at `scale` under `weight` (the first of equals). `None`
+/// where no distance is below `f32::MAX` (ggml aborts there).
+pub(super) fn nearest_reference(
     table: &Table,
     list: &[u16],
     xval: &[f32],
     weight: &[f32],
     scale: f32,
-    l: &mut [i8],
 ) -> Option<usize> {
     let mut best_d2 = f32::MAX;
     let mut best = None;
@@ -161,24 +167,38 @@ fn best_neighbour(
             best = Some(usize::from(j));
         }
     }
-    let j = best?;
-    for (v, &p) in l.iter_mut().zip(table.point(j)) {
-        *v = (p - 1) / 2;
-    }
-    Some(j)
+    best
 }
 
 /// Rounds the cell `xval` at the inverse scale `id` to levels in `l`; if those are not a grid
-/// point, moves them to the nearest listed one at `scale`. Returns whether they were on the grid,
-/// or `None` where no neighbour could be chosen.
-fn place(table: &Table, xval: &[f32], waux: &[f32], id: f32, scale: f32, l: &mut [i8]) -> Option<bool> {
+/// point, moves them to the nearest listed one at `scale` (with `LANES`, found by `lanes.rs`, which
+/// chooses the same). Returns whether they were on the grid, or `None` where no neighbour could be
+/// chosen.
+#[inline(always)]
+fn place<const LANES: bool>(
+    table: &Table,
+    xval: &[f32],
+    waux: &[f32],
+    id: f32,
+    scale: f32,
+    l: &mut [i8],
+) -> Option<bool> {
     for (v, &x) in l.iter_mut().zip(xval) {
         *v = nearest_int(0.5 * (id * x - 1.0)).clamp(0, table.levels - 1) as i8;
     }
-    match table.lookup(l) {
-        Lookup::On(_) => Some(true),
-        Lookup::Off(list) => best_neighbour(table, list, xval, waux, scale, l).map(|_| false),
+    let n = match table.lookup(l) {
+        Lookup::On(_) => return Some(true),
+        Lookup::Off(n) => n,
+    };
+    let j = if LANES {
+        super::lanes::nearest(n, xval, waux, scale)
+    } else {
+        nearest_reference(table, n.list, xval, waux, scale)
+    }?;
+    for (v, &p) in l.iter_mut().zip(table.point(j)) {
+        *v = (p - 1) / 2;
     }
+    Some(false)
 }
 
 /// How a type places the cells again once the trials have chosen a scale.
@@ -194,6 +214,8 @@ pub(super) enum Replace {
 
 /// One type's search parameters.
 pub(super) struct Search {
+    /// Which implementation finds the nearest listed points.
+    pub kernel: Kernel,
     pub table: &'static Table,
     /// Trials `−tries..=tries`, at `(2·kmax − 1 + is·step) / max`.
     pub tries: i32,
@@ -204,8 +226,64 @@ pub(super) struct Search {
 /// The search of one group: `xval` its folded values, `weight` and `waux` (the square roots) its
 /// weights, `max` the largest value the trials divide by, `scale` the first guess. Writes the
 /// levels to `l`; returns the scale, negative where the signs must be flipped, NaN where ggml
-/// would abort (`scale >= 0` fails, or no neighbour was found).
+/// would abort (`scale >= 0` fails, or no neighbour was found). Runs `s.kernel`: every kernel
+/// gives the same levels and scale.
 pub(super) fn search(
+    s: &Search,
+    xval: &[f32],
+    weight: &[f32],
+    waux: &[f32],
+    max: f32,
+    scale: f32,
+    l: &mut [i8],
+) -> f32 {
+    match s.kernel {
+        Kernel::Reference => search_with::<false>(s, xval, weight, waux, max, scale, l),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: the token proves AVX2.
+        Kernel::Avx2(lanes) => unsafe { search_avx2(lanes, s, xval, weight, waux, max, scale, l) },
+        #[cfg(target_arch = "aarch64")]
+        // SAFETY: the token proves NEON.
+        Kernel::Neon(lanes) => unsafe { search_neon(lanes, s, xval, weight, waux, max, scale, l) },
+    }
+}
+
+/// [`search`] with the lane-wise scan, compiled for AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[allow(clippy::too_many_arguments)]
+fn search_avx2(
+    _: Avx2,
+    s: &Search,
+    xval: &[f32],
+    weight: &[f32],
+    waux: &[f32],
+    max: f32,
+    scale: f32,
+    l: &mut [i8],
+) -> f32 {
+    search_with::<true>(s, xval, weight, waux, max, scale, l)
+}
+
+/// [`search`] with the lane-wise scan, compiled for NEON.
+#[cfg(target_arch = "aarch64")]
+#[target_feature(enable = "neon")]
+#[allow(clippy::too_many_arguments)]
+fn search_neon(
+    _: Neon,
+    s: &Search,
+    xval: &[f32],
+    weight: &[f32],
+    waux: &[f32],
+    max: f32,
+    scale: f32,
+    l: &mut [i8],
+) -> f32 {
+    search_with::<true>(s, xval, weight, waux, max, scale, l)
+}
+
+#[inline(always)]
+fn search_with<const LANES: bool>(
     s: &Search,
     xval: &[f32],
     weight: &[f32],
@@ -227,7 +305,7 @@ pub(super) fn search(
         let this_scale = 1.0 / id;
         for (k, on) in on_grid_aux[..n / cell].iter_mut().enumerate() {
             let r = k * cell..(k + 1) * cell;
-            match place(t, &xval[r.clone()], &waux[r.clone()], id, this_scale, &mut aux[r]) {
+            match place::<LANES>(t, &xval[r.clone()], &waux[r.clone()], id, this_scale, &mut aux[r]) {
                 Some(placed) => *on = placed,
                 None => return f32::NAN,
             }
@@ -252,7 +330,7 @@ pub(super) fn search(
                 continue;
             }
             let r = k * cell..(k + 1) * cell;
-            if place(t, &xval[r.clone()], &waux[r.clone()], id, scale, &mut l[r]).is_none() {
+            if place::<LANES>(t, &xval[r.clone()], &waux[r.clone()], id, scale, &mut l[r]).is_none() {
                 return f32::NAN;
             }
         }

@@ -3,6 +3,8 @@
 //! for every point of the lattice the encoders can reach, either its index in the grid or the list
 //! of grid points nearest to it (those at the `want` smallest squared distances, by distance and
 //! then by index, the order ggml's sort leaves them in and so the order its search breaks ties in).
+//! Each list is also held as its points' values column by column, [`COLUMN`] points at a time, so
+//! that the lane-wise search (`lanes.rs`) loads one value of 8 candidates as 8 consecutive bytes.
 
 use super::grids::{IQ2_S_GRID, IQ2_XS_GRID, IQ2_XXS_GRID, IQ3_S_GRID, IQ3_XXS_GRID};
 use std::sync::OnceLock;
@@ -17,12 +19,21 @@ pub(super) struct Table {
     pub levels: i32,
     /// Grid point `j`'s values as `2l + 1`, at `cell·j..cell·(j + 1)`.
     points: Vec<i8>,
-    /// Per lattice index: the grid index (≥ 0), `-(offset + 1)` where `neighbours[offset]` is the
-    /// count of the list that follows, or [`UNREACHABLE`] for an index with a level beyond
-    /// `levels − 1` (ggml lists those too; no encoder can look them up).
+    /// Per lattice index: the grid index (≥ 0), `-(k + 1)` where `lists[k]` is its list of
+    /// neighbours, or [`UNREACHABLE`] for an index with a level beyond `levels − 1` (ggml lists
+    /// those too; no encoder can look them up).
     map: Vec<i32>,
+    /// Per list: where its grid indexes start in `neighbours` (after their count), that count, and
+    /// where its runs start in `columns`.
+    lists: Vec<(u32, u32, u32)>,
     neighbours: Vec<u16>,
+    /// Per list, per run of [`COLUMN`] of its points (the last run padded with its last point):
+    /// value `i` of the run's points at `cell·COLUMN·run + COLUMN·i..`, as `2l + 1`.
+    columns: Vec<i8>,
 }
+
+/// Points per run of [`Neighbours::columns`]: one per f32 lane of the lane-wise search.
+pub(super) const COLUMN: usize = 8;
 
 /// The map entry of a lattice index no encoder can form.
 const UNREACHABLE: i32 = i32::MIN;
@@ -30,7 +41,16 @@ const UNREACHABLE: i32 = i32::MIN;
 /// Where a lattice point lies: on the grid, or off it with the grid points to try.
 pub(super) enum Lookup<'a> {
     On(usize),
-    Off(&'a [u16]),
+    Off(Neighbours<'a>),
+}
+
+/// The grid points to try for a point off the grid, nearest first.
+#[derive(Clone, Copy)]
+pub(super) struct Neighbours<'a> {
+    /// Their grid indexes.
+    pub list: &'a [u16],
+    /// Their values, [`COLUMN`] points at a time, as the table's `columns`.
+    pub columns: &'a [i8],
 }
 
 impl Table {
@@ -45,7 +65,7 @@ impl Table {
         for (j, &g) in grid.iter().enumerate() {
             map[usize::from(g)] = j as i32;
         }
-        let mut neighbours = Vec::new();
+        let (mut lists, mut neighbours, mut columns) = (Vec::new(), Vec::new(), Vec::new());
         let mut d2 = vec![0i32; grid.len()];
         for (index, entry) in map.iter_mut().enumerate() {
             let digits: Vec<u32> = (0..cell).map(|k| (index as u32 >> (bits * k as u32)) & mask).collect();
@@ -60,7 +80,7 @@ impl Table {
                     })
                     .sum();
             }
-            *entry = -(neighbours.len() as i32 + 1);
+            *entry = -(lists.len() as i32 + 1);
             let start = neighbours.len();
             neighbours.push(0);
             // The `want` smallest distances in increasing order, each one's points by index.
@@ -71,8 +91,14 @@ impl Table {
                 floor = next;
             }
             neighbours[start] = (neighbours.len() - start - 1) as u16;
+            lists.push((start as u32 + 1, u32::from(neighbours[start]), columns.len() as u32));
+            for run in neighbours[start + 1..].chunks(COLUMN) {
+                for i in 0..cell {
+                    columns.extend((0..COLUMN).map(|k| points[cell * usize::from(run[k.min(run.len() - 1)]) + i]));
+                }
+            }
         }
-        Table { cell, bits, levels, points, map, neighbours }
+        Table { cell, bits, levels, points, map, lists, neighbours, columns }
     }
 
     /// Grid point `j`'s values as odd levels `2l + 1`.
@@ -81,16 +107,21 @@ impl Table {
     }
 
     /// Where the point of levels `l` (each in `0..levels`) lies.
+    #[inline]
     pub fn lookup(&self, l: &[i8]) -> Lookup<'_> {
         let index = l.iter().enumerate().fold(0usize, |u, (k, &v)| u | (v as usize) << (self.bits as usize * k));
         match self.map.get(index) {
             Some(&j) if j >= 0 => Lookup::On(j as usize),
             Some(&m) if m != UNREACHABLE => {
-                let at = (-(m + 1)) as usize;
-                let n = usize::from(self.neighbours[at]);
-                Lookup::Off(&self.neighbours[at + 1..at + 1 + n])
+                let (at, n, column) = self.lists[(-(m + 1)) as usize];
+                let (at, n, column) = (at as usize, n as usize, column as usize);
+                let runs = n.div_ceil(COLUMN);
+                Lookup::Off(Neighbours {
+                    list: &self.neighbours[at..at + n],
+                    columns: &self.columns[column..column + runs * COLUMN * self.cell],
+                })
             }
-            _ => Lookup::Off(&[]),
+            _ => Lookup::Off(Neighbours { list: &[], columns: &[] }),
         }
     }
 
@@ -150,8 +181,17 @@ mod tests {
                     assert_eq!(t.map[index], UNREACHABLE);
                     continue;
                 }
-                let Lookup::Off(list) = t.lookup(&l) else { continue };
+                let Lookup::Off(Neighbours { list, columns }) = t.lookup(&l) else { continue };
                 off += 1;
+                // The columns hold the list's points, the last repeated to fill its run.
+                assert_eq!(columns.len(), list.len().div_ceil(COLUMN) * COLUMN * t.cell);
+                for (r, run) in columns.chunks_exact(COLUMN * t.cell).enumerate() {
+                    for k in 0..COLUMN {
+                        let j = list[(COLUMN * r + k).min(list.len() - 1)];
+                        let column: Vec<i8> = (0..t.cell).map(|i| run[COLUMN * i + k]).collect();
+                        assert_eq!(column, t.point(usize::from(j)));
+                    }
+                }
                 assert!(!list.is_empty(), "{index}: no neighbours");
                 // Sorted by distance then index, and every point nearer than the last listed is in.
                 let dist = |j: u16| -> i32 {
