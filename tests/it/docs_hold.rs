@@ -1,5 +1,5 @@
 //! What the README, docs/USAGE.md and fixtures/README.md tell a newcomer holds: the virtual
-//! environments the README has one make are ignored by git, the fixture sizes are the ones the files
+//! environments they have one make are ignored by git, the fixture sizes are the ones the files
 //! hold, the example output of `verify` is what the command prints, every flag `--help` lists is in
 //! the reference, and the front page stays short with its two set-up commands near the top.
 
@@ -15,14 +15,14 @@ fn read(rel: &str) -> String {
 }
 
 #[test]
-fn every_virtual_environment_the_readme_makes_is_ignored() {
+fn every_virtual_environment_the_docs_make_is_ignored() {
     let ignored: Vec<String> = read(".gitignore").lines().map(|l| l.trim().trim_end_matches('/').to_string()).collect();
-    let readme = read("README.md");
-    let made: Vec<&str> = readme.split("-m venv ").skip(1).filter_map(|rest| rest.split_whitespace().next()).collect();
-    assert!(!made.is_empty(), "the README makes a virtual environment");
+    let docs = read("README.md") + &read("docs/USAGE.md");
+    let made: Vec<&str> = docs.split("-m venv ").skip(1).filter_map(|rest| rest.split_whitespace().next()).collect();
+    assert!(!made.is_empty(), "the install instructions make a virtual environment");
     for venv in made {
         let venv = venv.trim_end_matches('/');
-        assert!(ignored.iter().any(|i| i == venv), "{venv}/ (made by the README) is not in .gitignore");
+        assert!(ignored.iter().any(|i| i == venv), "{venv}/ (made by the docs) is not in .gitignore");
     }
 }
 
@@ -203,6 +203,10 @@ fn the_front_page_is_short_and_starts_with_the_two_commands() {
     let readme = read("README.md");
     let lines: Vec<&str> = readme.lines().collect();
     assert!(lines.len() <= 300, "README.md has {} lines; the reference belongs in docs/USAGE.md", lines.len());
+    // Its prose read in five minutes, at about 250 words a minute (tables and commands are skimmed).
+    let prose = lines.iter().filter(|l| !l.starts_with('|') && !l.starts_with("    "));
+    let words: usize = prose.map(|l| l.split_whitespace().count()).sum();
+    assert!(words <= 1250, "README.md has {words} words of prose; the reference belongs in docs/USAGE.md");
     for command in ["    cargo run --release -- fixtures/dense out/dense-bf16", "    bash scripts/test.sh"] {
         let at =
             lines.iter().position(|l| *l == command).unwrap_or_else(|| panic!("README.md runs `{}`", command.trim()));
