@@ -2,7 +2,7 @@
 //! allocates to run them: the K and V cache of the full-attention layers for the context, the
 //! linear-attention layers' recurrent state, and an allowance for the runtime and the OS.
 //! `max_size = M − kv_cache_bytes − reserve_bytes`, `reserve_bytes` = state + allowance
-//! (docs/DECISIONS.md, "Memory budget").
+//! (docs/DECISIONS-QUANTIZED.md, "Memory budget").
 
 use crate::checkpoint::architecture::{LayerType, TextModel};
 use crate::failure::{classified, ErrorCode};
