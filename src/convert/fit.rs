@@ -116,22 +116,24 @@ fn at_level(menu: &[FitTensor], level: f64, tables: Option<&[usize]>) -> Option<
         .map(|(n, t)| match (best_within(t, level), tables) {
             (found, _) if t.coded() => found,
             (_, Some(tables)) => Some(tables[n]),
-            (Some(i), None) => Some(i),
-            (None, None) => Some(most_exact(t)),
+            (found, None) => Some(found.unwrap_or_else(|| most_exact(t))),
         })
         .collect()
 }
 
-/// Each table's cheapest option within `level`, its most exact where none is (a coded linear's
-/// entry is left 0: [`at_level`] chooses those).
+/// Each table's option as [`at_level`] chooses it (a coded linear's entry is left 0: [`at_level`]
+/// chooses those), to hold the tables there while the coded linears' level moves.
 fn tables_at(menu: &[FitTensor], level: f64) -> Vec<usize> {
-    menu.iter()
-        .map(|t| match best_within(t, level) {
-            _ if t.coded() => 0,
-            Some(i) => i,
-            None => most_exact(t),
-        })
-        .collect()
+    menu.iter().map(|t| if t.coded() { 0 } else { best_within(t, level).unwrap_or_else(|| most_exact(t)) }).collect()
+}
+
+/// The distinct finite ratios of `entries`' options, ascending: the levels a search runs over.
+fn levels_of<'a>(entries: impl Iterator<Item = &'a FitTensor>) -> Vec<f64> {
+    let mut levels: Vec<f64> =
+        entries.flat_map(|t| (0..t.options.len()).map(move |i| t.ratio(i))).filter(|r| r.is_finite()).collect();
+    levels.sort_by(f64::total_cmp);
+    levels.dedup();
+    levels
 }
 
 fn most_exact(t: &FitTensor) -> usize {
@@ -181,16 +183,13 @@ pub fn largest_table_ratio(menu: &[FitTensor], choice: &[usize]) -> f64 {
 /// recipes whose files fit the same size): a lower largest ratio, and a mean no higher. Where the smallest
 /// largest ratio costs more mean than such a recipe, the largest ratio is let rise (never to the
 /// recipe's) until the mean is low enough; where the recipe reaches its size by squeezing the
-/// tables (which the plan holds to the layers' ratio), the plan
-/// gives up table bytes too, as few as beating it takes, then the recipe's own tables; failing
-/// all, the recipe itself is the start and the bytes it leaves are spent.
+/// tables (which the plan holds to the layers' ratio), the plan gives up table bytes too, as few
+/// as beating it takes, then the recipe's own tables; failing all, the recipe itself is the start
+/// and the bytes it leaves are spent.
 pub fn choose(menu: &[FitTensor], allowance: u64, rivals: &[FitRecipe]) -> Option<Vec<usize>> {
     // The tables' ratios are levels too: past the coded linears' narrowest, the largest ratio
     // rises through them until the tables fit.
-    let mut levels: Vec<f64> =
-        menu.iter().flat_map(|t| (0..t.options.len()).map(move |i| t.ratio(i))).filter(|r| r.is_finite()).collect();
-    levels.sort_by(f64::total_cmp);
-    levels.dedup();
+    let levels = levels_of(menu.iter());
     // Bytes fall as the level rises: the lowest level whose assignment fits, and its plan.
     let fits =
         |level: f64, tables: Option<&[usize]>| at_level(menu, level, tables).filter(|c| bytes(menu, c) <= allowance);
@@ -236,11 +235,7 @@ pub fn choose(menu: &[FitTensor], allowance: u64, rivals: &[FitRecipe]) -> Optio
     // table level at which a plan beats them (a higher one leaves the layers more bytes), so that a
     // table is not squeezed harder than beating the recipe needs.
     let squeezed_tables = || {
-        let mut table_levels: Vec<f64> =
-            menu.iter().filter(|t| !t.coded()).flat_map(|t| (0..t.options.len()).map(|i| t.ratio(i))).collect();
-        table_levels.retain(|r| r.is_finite());
-        table_levels.sort_by(f64::total_cmp);
-        table_levels.dedup();
+        let table_levels = levels_of(menu.iter().filter(|t| !t.coded()));
         let beaten_at = |level: f64| search(Some(&tables_at(menu, level)));
         let first = table_levels.partition_point(|&level| beaten_at(level).is_none());
         table_levels.get(first).and_then(|&level| beaten_at(level))
