@@ -7,8 +7,8 @@
 //! group size 64 with BF16 scales; K-quants: `Q2_K` to `Q6_K` (`kquants::SEARCHED`), a row (20
 //! super-blocks) at a time; `IQ4_XS` and `IQ4_NL` a row at a time; `Q8_0` a row at a time, beside
 //! the bf16 rounding of the same row (what a bf16 output costs there); the legacy types `Q4_0`,
-//! `Q4_1`, `Q5_0` and `Q5_1` a row at a time; the IQ2/IQ3 types (scalar only) a row at a time on
-//! the first 16 rows, with a heavy-tailed per-column importance.
+//! `Q4_1`, `Q5_0` and `Q5_1` a row at a time; the IQ2/IQ3 types a row at a time on the first 16
+//! rows, with a heavy-tailed per-column importance.
 //!
 //! `cargo bench --bench quant -- iqlow` (any words after `--`) runs only the sections whose names
 //! hold one of them: `affine`, `kquants`, `iq4`, `q8_0`, `legacy`, `iqlow`.
@@ -199,23 +199,31 @@ const IQ_ROWS: usize = 16;
 const IQ_REPS: usize = 5;
 
 /// `iqlow::quantize_row` for each IQ2/IQ3 type, row by row, with one importance per column
-/// (heavy-tailed, as llama-imatrix's are).
+/// (heavy-tailed, as llama-imatrix's are): the reference against the best kernel, after checking
+/// that they agree.
 fn iqlow_section(values: &[f32]) {
     let values = &values[..IQ_ROWS * COLS];
     let mut rng = SplitMix64(0x1a40);
     let importance: Vec<f32> = (0..COLS).map(|_| (rng.gaussian() * 1.5).exp() as f32).collect();
     println!();
     println!("iqlow::quantize_row, {IQ_ROWS}×{COLS} block, a row at a time: ns/weight, median (min) of {IQ_REPS}");
-    println!("{:>8}  {:>22}", "type", "reference");
+    let best = iqlow::Kernel::best();
+    println!("{:>8}  {:>22}  {:>22}  speed-up", "type", "reference", best.name());
     let mut out = Vec::new();
     for kind in iqlow::TYPES {
-        let time = ns_per_weight(IQ_REPS, values.len(), || {
+        let run = |kernel: iqlow::Kernel, out: &mut Vec<u8>| {
             out.clear();
             for row in black_box(values).chunks_exact(COLS) {
-                iqlow::quantize_row(kind, row, Some(&importance), &mut out);
+                iqlow::quantize_row_with(kernel, kind, row, Some(&importance), out);
             }
-            black_box(&out);
-        });
-        println!("{:>8}  {time}", kind.name());
+            black_box(&*out);
+        };
+        let mut want = Vec::new();
+        run(iqlow::Kernel::Reference, &mut want);
+        run(best, &mut out);
+        assert!(out == want, "{} differs from the reference for {}", best.name(), kind.name());
+        let reference = ns_per_weight(IQ_REPS, values.len(), || run(iqlow::Kernel::Reference, &mut out));
+        let fast = ns_per_weight(IQ_REPS, values.len(), || run(best, &mut out));
+        println!("{:>8}  {reference}  {fast}  {:6.1}×", kind.name(), reference.median / fast.median);
     }
 }

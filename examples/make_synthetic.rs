@@ -3,7 +3,7 @@
 //! requested size.
 //!
 //!     cargo run --release --example make_synthetic -- OUT_DIR [GB_OF_CODES] [--whole]
-//!         [--layers N] [--vocab N] [--hybrid]
+//!         [--layers N] [--vocab N] [--hybrid] [--mini]
 //!
 //! Every layer is a whole full-attention block (q/k/v/o projections at K=3 and the four norms),
 //! with the int8 embeddings and head (a 4096-token vocabulary, or `--vocab N`) and the final norm:
@@ -13,21 +13,49 @@
 //! out as the 27B does: three linear-attention (Gated `DeltaNet`) blocks in four, their `in_proj_qkv`,
 //! `in_proj_z` and `out_proj` coded at K=2 beside the plain `in_proj_a`/`in_proj_b`, `conv1d`,
 //! `A_log`, `dt_bias` and gated norm (llama.cpp's hybrid memory needs at least one such layer).
+//! `--mini` makes the same model 256 wide (`MINI`): `fixtures/wide` is
+//! `make_synthetic fixtures/wide --mini --hybrid --layers 4 --vocab 512`.
 
 use half::f16;
 use serde_json::json;
 use std::io::Write;
 
-const HIDDEN: usize = 5120;
-const INTERMEDIATE: usize = 17408;
-const HEADS: usize = 24;
-/// The linear-attention (Gated `DeltaNet`) shapes of the 27B.
-const LIN_K_HEADS: usize = 16;
-const LIN_V_HEADS: usize = 48;
-const LIN_DIM: usize = 128;
+/// The model's widths: the 27B's, or a miniature 256 wide.
+#[derive(Clone, Copy)]
+struct Shape {
+    hidden: usize,
+    intermediate: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    /// The linear-attention (Gated `DeltaNet`) heads and their width.
+    lin_k_heads: usize,
+    lin_v_heads: usize,
+    lin_dim: usize,
+}
+
+const FULL: Shape = Shape {
+    hidden: 5120,
+    intermediate: 17408,
+    heads: 24,
+    kv_heads: 4,
+    head_dim: 256,
+    lin_k_heads: 16,
+    lin_v_heads: 48,
+    lin_dim: 128,
+};
+/// Every linear's rows 256 wide (or a multiple), so that every one takes ggml's 256-value types.
+const MINI: Shape = Shape {
+    hidden: 256,
+    intermediate: 512,
+    heads: 1,
+    kv_heads: 1,
+    head_dim: 256,
+    lin_k_heads: 1,
+    lin_v_heads: 2,
+    lin_dim: 128,
+};
 const CONV_KERNEL: usize = 4;
-const KV_HEADS: usize = 4;
-const HEAD_DIM: usize = 256;
 /// The vocabulary: enough for a real embedding and head, small beside the layers.
 const VOCAB: usize = 4096;
 
@@ -39,11 +67,15 @@ struct Tensor {
 }
 
 fn main() -> std::io::Result<()> {
-    const USAGE: &str = "usage: make_synthetic OUT_DIR [GB_OF_CODES] [--whole] [--layers N] [--vocab N]";
+    const USAGE: &str =
+        "usage: make_synthetic OUT_DIR [GB_OF_CODES] [--whole] [--layers N] [--vocab N] [--hybrid] [--mini]";
     let mut args: Vec<String> = std::env::args().skip(1).collect();
     args.retain(|a| a != "--whole");
     let hybrid = args.iter().any(|a| a == "--hybrid");
     args.retain(|a| a != "--hybrid");
+    let shape = if args.iter().any(|a| a == "--mini") { MINI } else { FULL };
+    args.retain(|a| a != "--mini");
+    let Shape { hidden, intermediate, heads, kv_heads, head_dim, lin_k_heads, lin_v_heads, lin_dim } = shape;
     let mut number = |flag: &str| -> Option<usize> {
         let i = args.iter().position(|a| a == flag)?;
         let value = args.get(i + 1).and_then(|v| v.parse().ok());
@@ -78,38 +110,38 @@ fn main() -> std::io::Result<()> {
     let mut layer = 0;
     let mut layer_types = Vec::new();
     let f16_vector = |name: String, n: usize| Tensor { name, dtype: "F16", shape: vec![n], len: 2 * n };
-    let conv_dim = 2 * LIN_K_HEADS * LIN_DIM + LIN_V_HEADS * LIN_DIM;
+    let conv_dim = 2 * lin_k_heads * lin_dim + lin_v_heads * lin_dim;
     let linear_attention: &[(&str, usize, usize, usize)] = &[
-        ("linear_attn.in_proj_qkv", HIDDEN, conv_dim, 2),
-        ("linear_attn.in_proj_z", HIDDEN, LIN_V_HEADS * LIN_DIM, 2),
-        ("linear_attn.out_proj", LIN_V_HEADS * LIN_DIM, HIDDEN, 2),
+        ("linear_attn.in_proj_qkv", hidden, conv_dim, 2),
+        ("linear_attn.in_proj_z", hidden, lin_v_heads * lin_dim, 2),
+        ("linear_attn.out_proj", lin_v_heads * lin_dim, hidden, 2),
     ];
     let attention: &[(&str, usize, usize, usize)] = &[
-        ("self_attn.q_proj", HIDDEN, 2 * HEADS * HEAD_DIM, 3),
-        ("self_attn.k_proj", HIDDEN, KV_HEADS * HEAD_DIM, 3),
-        ("self_attn.v_proj", HIDDEN, KV_HEADS * HEAD_DIM, 3),
-        ("self_attn.o_proj", HEADS * HEAD_DIM, HIDDEN, 3),
+        ("self_attn.q_proj", hidden, 2 * heads * head_dim, 3),
+        ("self_attn.k_proj", hidden, kv_heads * head_dim, 3),
+        ("self_attn.v_proj", hidden, kv_heads * head_dim, 3),
+        ("self_attn.o_proj", heads * head_dim, hidden, 3),
     ];
     let mlp = [
-        ("mlp.gate_proj", HIDDEN, INTERMEDIATE, 2),
-        ("mlp.up_proj", HIDDEN, INTERMEDIATE, 3),
-        ("mlp.down_proj", INTERMEDIATE, HIDDEN, 3),
+        ("mlp.gate_proj", hidden, intermediate, 2),
+        ("mlp.up_proj", hidden, intermediate, 3),
+        ("mlp.down_proj", intermediate, hidden, 3),
     ];
     while layers.map_or((code_bytes as f64) < gb * 1e9, |n| layer < n) {
         let block = format!("model.language_model.layers.{layer}");
         let mut tensors = Vec::new();
-        tensors.push(f16_vector(format!("{block}.input_layernorm.weight"), HIDDEN));
-        tensors.push(f16_vector(format!("{block}.post_attention_layernorm.weight"), HIDDEN));
+        tensors.push(f16_vector(format!("{block}.input_layernorm.weight"), hidden));
+        tensors.push(f16_vector(format!("{block}.post_attention_layernorm.weight"), hidden));
         let linear = hybrid && !(layer + 1).is_multiple_of(4);
         let coded = if linear {
             let a = format!("{block}.linear_attn");
             for ab in ["a", "b"] {
-                let shape = vec![LIN_V_HEADS, HIDDEN];
+                let shape = vec![lin_v_heads, hidden];
                 tensors.push(Tensor {
                     name: format!("{a}.in_proj_{ab}.weight"),
                     dtype: "F16",
                     shape,
-                    len: 2 * LIN_V_HEADS * HIDDEN,
+                    len: 2 * lin_v_heads * hidden,
                 });
             }
             let shape = vec![conv_dim, 1, CONV_KERNEL];
@@ -122,15 +154,15 @@ fn main() -> std::io::Result<()> {
             tensors.push(Tensor {
                 name: format!("{a}.A_log"),
                 dtype: "F32",
-                shape: vec![LIN_V_HEADS],
-                len: 4 * LIN_V_HEADS,
+                shape: vec![lin_v_heads],
+                len: 4 * lin_v_heads,
             });
-            tensors.push(f16_vector(format!("{a}.dt_bias"), LIN_V_HEADS));
-            tensors.push(f16_vector(format!("{a}.norm.weight"), LIN_DIM));
+            tensors.push(f16_vector(format!("{a}.dt_bias"), lin_v_heads));
+            tensors.push(f16_vector(format!("{a}.norm.weight"), lin_dim));
             linear_attention
         } else {
-            tensors.push(f16_vector(format!("{block}.self_attn.q_norm.weight"), HEAD_DIM));
-            tensors.push(f16_vector(format!("{block}.self_attn.k_norm.weight"), HEAD_DIM));
+            tensors.push(f16_vector(format!("{block}.self_attn.q_norm.weight"), head_dim));
+            tensors.push(f16_vector(format!("{block}.self_attn.k_norm.weight"), head_dim));
             attention
         };
         layer_types.push(if linear { "linear_attention" } else { "full_attention" });
@@ -150,10 +182,10 @@ fn main() -> std::io::Result<()> {
         shards.push(tensors);
         layer += 1;
     }
-    let mut tail = vec![f16_vector("model.language_model.norm.weight".into(), HIDDEN)];
+    let mut tail = vec![f16_vector("model.language_model.norm.weight".into(), hidden)];
     for p in ["model.language_model.embed_tokens", "lm_head"] {
-        let len = vocab * HIDDEN;
-        tail.push(Tensor { name: format!("{p}.weight_int8"), dtype: "I8", shape: vec![vocab, HIDDEN], len });
+        let len = vocab * hidden;
+        tail.push(Tensor { name: format!("{p}.weight_int8"), dtype: "I8", shape: vec![vocab, hidden], len });
         tail.push(f16_vector(format!("{p}.weight_scale"), vocab));
     }
     shards.push(tail);
@@ -229,11 +261,11 @@ fn main() -> std::io::Result<()> {
         "quantization_config": {"quant_method": "escha"},
         "tie_word_embeddings": false,
         "text_config": {
-            "model_type": "qwen3_5_text", "hidden_size": HIDDEN, "intermediate_size": INTERMEDIATE,
+            "model_type": "qwen3_5_text", "hidden_size": hidden, "intermediate_size": intermediate,
             "num_hidden_layers": layer, "layer_types": layer_types,
-            "full_attention_interval": if hybrid { 4 } else { 1 }, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS, "head_dim": HEAD_DIM,
-            "linear_num_key_heads": LIN_K_HEADS, "linear_key_head_dim": LIN_DIM,
-            "linear_num_value_heads": LIN_V_HEADS, "linear_value_head_dim": LIN_DIM,
+            "full_attention_interval": if hybrid { 4 } else { 1 }, "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
+            "linear_num_key_heads": lin_k_heads, "linear_key_head_dim": lin_dim,
+            "linear_num_value_heads": lin_v_heads, "linear_value_head_dim": lin_dim,
             "linear_conv_kernel_dim": CONV_KERNEL, "vocab_size": vocab,
             "rms_norm_eps": 1e-6, "max_position_embeddings": 262144,
             "rope_parameters": {"rope_type": "default", "rope_theta": 10000000, "partial_rotary_factor": 0.25,

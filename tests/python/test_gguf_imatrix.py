@@ -3,8 +3,9 @@
 llama.cpp is scripts/llama-cpp.sh's (ESCHA_LLAMA_CPP, ESCHA_LLAMA_BIN with llama-quantize and
 llama-imatrix); without it every test is skipped (a failure under CI=true), as in test_gguf.py.
 
-1. `test_matches_llama_quantize_with_a_synthetic_matrix` (dense, moe x every --gguf-type llama-quantize
-   makes, the low-bit ones included): a heavy-tailed importance matrix written here in llama-imatrix's GGUF format (one entry per
+1. `test_matches_llama_quantize_with_a_synthetic_matrix` (dense, moe and the 256-wide synthetic `wide`,
+   whose every linear takes the 256-value types, x every --gguf-type llama-quantize makes, the low-bit
+   ones included): a heavy-tailed importance matrix written here in llama-imatrix's GGUF format (one entry per
    weight matrix of our file, named as llama.cpp names it, per expert for the MoE's stacked experts;
    sums log-normal over many decades, counts random, an expert never routed to (count 0, which
    llama-quantize reads as importance 1)). Our `--gguf-type T --int8 requant --imatrix M` file must hold
@@ -41,6 +42,9 @@ from test_gguf import GT, LLAMA_BIN, gguf, llama_bin, logits, raw, reader, repor
 from test_gguf_kquants import LLAMA_QUANTIZE, Workspace, squeeze
 
 FIXTURES = ["dense", "moe"]
+# fixtures/wide: every linear's rows 256 or 512 wide, where the fixtures' are mostly 128 (ggml's
+# 256-value types then fall back to others).
+WIDE = "wide"
 # llama-quantize's low-bit file types: most need the matrix (llama-quantize refuses without one).
 LOW_BIT = {
     t: (t.upper(), False)
@@ -220,7 +224,7 @@ def compare(im, fixture, ty, matrix):
 
 
 @pytest.mark.parametrize("ty", list(TYPES))
-@pytest.mark.parametrize("fixture", FIXTURES)
+@pytest.mark.parametrize("fixture", [*FIXTURES, WIDE])
 def test_matches_llama_quantize_with_a_synthetic_matrix(im, fixture, ty):
     compare(im, fixture, ty, synthetic_matrix(im, fixture))
 
