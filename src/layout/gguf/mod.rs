@@ -318,7 +318,7 @@ impl Layout for GgufLayout {
         cat: &Catalog,
         probe: &dyn WeightProbe,
     ) -> Result<Vec<FitTensor>> {
-        types::fit_menu(tensors, cat, probe)
+        types::fit_menu(tensors, cat, probe, self.opts.imatrix)
     }
 
     fn fit_apply(&self, tensors: &mut [OutputTensor], fit: &FitTensor, option: usize) {

@@ -326,25 +326,30 @@ pub(super) fn choose_by_budget(
     Ok(choices)
 }
 
-/// Whether a [`FIT_TYPES`] entry is offered without an importance matrix.
+/// When a [`FIT_TYPES`] entry is offered: as llama-quantize makes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Offered {
     Always,
-    /// Only with `--imatrix`: a type llama-quantize refuses to make without one
-    /// (`tensor_requires_imatrix`: the IQ2 and IQ3 types).
+    /// With `--imatrix`, to any tensor: a type llama-quantize makes without the tensor's entry
+    /// (`IQ3_S`, which its `iq3_*` files give the embedding) but that only its low-bit file types
+    /// use, all of them made with a matrix.
     WithImatrix,
+    /// Only to a tensor with an entry: llama-quantize refuses it without one
+    /// (`tensor_requires_imatrix`).
+    WithEntry,
 }
 
 /// The types `--max-size` chooses among, narrowest first, one line each. A row that is not whole
 /// 256-value blocks gets each K-quant's and IQ type's fallback instead, as llama-quantize gives
 /// it (`Q2_K`, `Q3_K` → `Q4_0`; `IQ4_XS` and the IQ2/IQ3 types → `IQ4_NL`; `Q4_K` → `Q5_0`; …):
-/// the legacy 32-value types.
+/// the legacy 32-value types. Every type of every llama-quantize file type is here, so that each
+/// of its files is a recipe the plan can be held to.
 pub(super) const FIT_TYPES: [(BlockType, Offered); 16] = [
-    (BlockType::IQ2_XXS, Offered::WithImatrix),
-    (BlockType::IQ2_XS, Offered::WithImatrix),
-    (BlockType::IQ2_S, Offered::WithImatrix),
+    (BlockType::IQ2_XXS, Offered::WithEntry),
+    (BlockType::IQ2_XS, Offered::WithEntry),
+    (BlockType::IQ2_S, Offered::WithEntry),
     (BlockType::Q2_K, Offered::Always),
-    (BlockType::IQ3_XXS, Offered::WithImatrix),
+    (BlockType::IQ3_XXS, Offered::WithEntry),
     (BlockType::IQ3_S, Offered::WithImatrix),
     (BlockType::Q3_K, Offered::Always),
     (BlockType::IQ4_XS, Offered::Always),
@@ -358,12 +363,18 @@ pub(super) const FIT_TYPES: [(BlockType, Offered); 16] = [
     (BlockType::Q8_0, Offered::Always),
 ];
 
-/// The block types of [`FIT_TYPES`] a row of `cols` values can hold (those that need a matrix
-/// only with `imatrix`), each in its fallback where its blocks do not divide the row, once each.
-fn fit_types(cols: usize, imatrix: bool) -> Vec<BlockType> {
+/// The block types of [`FIT_TYPES`] a row of `cols` values can hold, given whether there is a
+/// matrix (`imatrix`) and an entry of it for the tensor (`entry`), each in its fallback where its
+/// blocks do not divide the row, once each.
+fn fit_types(cols: usize, imatrix: bool, entry: bool) -> Vec<BlockType> {
     let mut types = Vec::new();
     for (ty, offered) in FIT_TYPES {
-        if offered == Offered::WithImatrix && !imatrix {
+        let offer = match offered {
+            Offered::Always => true,
+            Offered::WithImatrix => imatrix,
+            Offered::WithEntry => entry,
+        };
+        if !offer {
             continue;
         }
         if let Storage::Block(b) = mixture::fallback(ty, cols) {
@@ -377,9 +388,14 @@ fn fit_types(cols: usize, imatrix: bool) -> Vec<BlockType> {
 
 /// `--max-size`: every tensor the converter writes in BF16 that llama.cpp quantizes, and every
 /// exact `Q8_0` int8 table, at each of [`FIT_TYPES`] its rows hold, or that type's fallback (an exact table
-/// also as its exact `Q8_0`, which adds nothing); a type that needs a matrix only where the tensor
-/// has an entry of `--imatrix`.
-pub(super) fn fit_menu(tensors: &[OutputTensor], cat: &Catalog, probe: &dyn WeightProbe) -> Result<Vec<FitTensor>> {
+/// also as its exact `Q8_0`, which adds nothing); a type that needs an entry of the matrix only
+/// where the tensor has one, the other low-bit types only with `imatrix`.
+pub(super) fn fit_menu(
+    tensors: &[OutputTensor],
+    cat: &Catalog,
+    probe: &dyn WeightProbe,
+    imatrix: bool,
+) -> Result<Vec<FitTensor>> {
     let mut menu = Vec::new();
     for (index, t) in tensors.iter().enumerate() {
         let Some(recipe) = &t.recipe else { continue };
@@ -389,7 +405,7 @@ pub(super) fn fit_menu(tensors: &[OutputTensor], cat: &Catalog, probe: &dyn Weig
             continue;
         }
         let cols = t.shape.last().copied().unwrap_or(1);
-        let candidates: Vec<Storage> = fit_types(cols, recipe.importance.is_some())
+        let candidates: Vec<Storage> = fit_types(cols, imatrix, recipe.importance.is_some())
             .into_iter()
             .filter(|b| !(exact && *b == BlockType::Q8_0))
             .map(Storage::Block)
@@ -557,15 +573,19 @@ mod tests {
 
     #[test]
     fn the_fit_menu_offers_the_low_bit_types_or_llama_quantize_s_fallbacks() {
-        // Whole 256-value blocks: every type as itself, the IQ2 and IQ3 types only with a matrix.
-        assert_eq!(fit_types(512, true), FIT_TYPES.map(|(t, _)| t).to_vec());
+        // Whole 256-value blocks: every type as itself, the IQ2 and IQ3 types only with a matrix,
+        // all but IQ3_S only where the tensor has an entry (llama-quantize's iq3_* files give the
+        // embedding, which has none, IQ3_S).
+        assert_eq!(fit_types(512, true, true), FIT_TYPES.map(|(t, _)| t).to_vec());
         let plain: Vec<BlockType> = FIT_TYPES.iter().filter(|(_, o)| *o == Offered::Always).map(|(t, _)| *t).collect();
-        assert_eq!(fit_types(512, false), plain);
+        assert_eq!(fit_types(512, false, false), plain);
         assert!(!plain.iter().any(|t| t.name().starts_with("iq2") || t.name().starts_with("iq3")));
+        let no_entry = fit_types(512, true, false);
+        assert_eq!(no_entry.iter().filter(|t| !plain.contains(t)).collect::<Vec<_>>(), [&T::IQ3_S]);
         // 32-value blocks only: Q2_K and Q3_K fall back to Q4_0, IQ4_XS to IQ4_NL, the other
         // K-quants to their legacy types; each once.
-        assert_eq!(fit_types(128, false), [T::Q4_0, T::IQ4_NL, T::Q5_0, T::Q4_1, T::Q5_1, T::Q8_0]);
+        assert_eq!(fit_types(128, false, false), [T::Q4_0, T::IQ4_NL, T::Q5_0, T::Q4_1, T::Q5_1, T::Q8_0]);
         // No whole block at all: nothing to choose (the tensor stays as laid out).
-        assert!(fit_types(100, true).is_empty());
+        assert!(fit_types(100, true, true).is_empty());
     }
 }
