@@ -88,53 +88,31 @@ fn affine_section(values: &[f32]) {
 /// `kquants::quantize_row` for each K-quant type, row by row: the reference against the best
 /// kernel, after checking that they agree.
 fn kquants_section(values: &[f32]) {
-    let best = kquants::Kernel::best();
     println!();
     println!("kquants::quantize_row, {ROWS}×{COLS} block, a row at a time: ns/weight, median (min) of {REPS}");
-    println!("{:>4}  {:>22}  {:>22}  speed-up", "type", "reference", best.name());
-    let mut out = Vec::new();
+    println!("{:>4}  {:>22}  {:>22}  speed-up", "type", "reference", Kernel::best().name());
     // The types a kernel searches; the others are the reference on every kernel.
     for kind in kquants::SEARCHED {
-        let run = |kernel: kquants::Kernel, out: &mut Vec<u8>| {
-            out.clear();
+        reference_against_best(kind.name(), 4, REPS, values.len(), |kernel, out| {
             for row in black_box(values).chunks_exact(COLS) {
                 kquants::quantize_row_with(kernel, kind, row, out);
             }
-            black_box(&*out);
-        };
-        let mut want = Vec::new();
-        run(kquants::Kernel::Reference, &mut want);
-        run(best, &mut out);
-        assert!(out == want, "{} differs from the reference for {}", best.name(), kind.name());
-        let reference = ns_per_weight(REPS, values.len(), || run(kquants::Kernel::Reference, &mut out));
-        let fast = ns_per_weight(REPS, values.len(), || run(best, &mut out));
-        println!("{:>4}  {reference}  {fast}  {:6.1}×", kind.name(), reference.median / fast.median);
+        });
     }
 }
 
 /// `iq4::quantize_row` for `IQ4_XS` and `IQ4_NL`, row by row: the reference against the best
 /// kernel, after checking that they agree.
 fn iq4_section(values: &[f32]) {
-    let best = iq4::Kernel::best();
     println!();
     println!("iq4::quantize_row, {ROWS}×{COLS} block, a row at a time: ns/weight, median (min) of {REPS}");
-    println!("{:>6}  {:>22}  {:>22}  speed-up", "type", "reference", best.name());
-    let mut out = Vec::new();
+    println!("{:>6}  {:>22}  {:>22}  speed-up", "type", "reference", Kernel::best().name());
     for kind in [BlockType::IQ4_XS, BlockType::IQ4_NL] {
-        let run = |kernel: iq4::Kernel, out: &mut Vec<u8>| {
-            out.clear();
+        reference_against_best(kind.name(), 6, REPS, values.len(), |kernel, out| {
             for row in black_box(values).chunks_exact(COLS) {
                 iq4::quantize_row_with(kernel, kind, row, out);
             }
-            black_box(&*out);
-        };
-        let mut want = Vec::new();
-        run(iq4::Kernel::Reference, &mut want);
-        run(best, &mut out);
-        assert!(out == want, "{} differs from the reference for {}", best.name(), kind.name());
-        let reference = ns_per_weight(REPS, values.len(), || run(iq4::Kernel::Reference, &mut out));
-        let fast = ns_per_weight(REPS, values.len(), || run(best, &mut out));
-        println!("{:>6}  {reference}  {fast}  {:6.1}×", kind.name(), reference.median / fast.median);
+        });
     }
 }
 
@@ -207,23 +185,37 @@ fn iqlow_section(values: &[f32]) {
     let importance: Vec<f32> = (0..COLS).map(|_| (rng.gaussian() * 1.5).exp() as f32).collect();
     println!();
     println!("iqlow::quantize_row, {IQ_ROWS}×{COLS} block, a row at a time: ns/weight, median (min) of {IQ_REPS}");
-    let best = iqlow::Kernel::best();
-    println!("{:>8}  {:>22}  {:>22}  speed-up", "type", "reference", best.name());
-    let mut out = Vec::new();
+    println!("{:>8}  {:>22}  {:>22}  speed-up", "type", "reference", Kernel::best().name());
     for kind in iqlow::TYPES {
-        let run = |kernel: iqlow::Kernel, out: &mut Vec<u8>| {
-            out.clear();
+        reference_against_best(kind.name(), 8, IQ_REPS, values.len(), |kernel, out| {
             for row in black_box(values).chunks_exact(COLS) {
                 iqlow::quantize_row_with(kernel, kind, row, Some(&importance), out);
             }
-            black_box(&*out);
-        };
-        let mut want = Vec::new();
-        run(iqlow::Kernel::Reference, &mut want);
-        run(best, &mut out);
-        assert!(out == want, "{} differs from the reference for {}", best.name(), kind.name());
-        let reference = ns_per_weight(IQ_REPS, values.len(), || run(iqlow::Kernel::Reference, &mut out));
-        let fast = ns_per_weight(IQ_REPS, values.len(), || run(best, &mut out));
-        println!("{:>8}  {reference}  {fast}  {:6.1}×", kind.name(), reference.median / fast.median);
+        });
     }
+}
+
+/// Runs `encode` (appending to the buffer it is given) on the reference kernel and on the best
+/// one, checks that both write the same bytes, then times each and prints `name`'s line (right
+/// aligned to `width`): both timings and the speed-up.
+fn reference_against_best(
+    name: &str,
+    width: usize,
+    reps: usize,
+    weights: usize,
+    encode: impl Fn(Kernel, &mut Vec<u8>),
+) {
+    let best = Kernel::best();
+    let run = |kernel: Kernel, out: &mut Vec<u8>| {
+        out.clear();
+        encode(kernel, out);
+        black_box(&*out);
+    };
+    let (mut want, mut out) = (Vec::new(), Vec::new());
+    run(Kernel::Reference, &mut want);
+    run(best, &mut out);
+    assert!(out == want, "{} differs from the reference for {name}", best.name());
+    let reference = ns_per_weight(reps, weights, || run(Kernel::Reference, &mut out));
+    let fast = ns_per_weight(reps, weights, || run(best, &mut out));
+    println!("{name:>width$}  {reference}  {fast}  {:6.1}×", reference.median / fast.median);
 }
