@@ -14,7 +14,8 @@
 //! `in_proj_z` and `out_proj` coded at K=2 beside the plain `in_proj_a`/`in_proj_b`, `conv1d`,
 //! `A_log`, `dt_bias` and gated norm (llama.cpp's hybrid memory needs at least one such layer).
 //! `--mini` makes the same model 256 wide (`MINI`): `fixtures/wide` is
-//! `make_synthetic fixtures/wide --mini --hybrid --layers 4 --vocab 512`.
+//! `make_synthetic fixtures/wide --mini --hybrid --layers 4 --vocab 256` with `dense/`'s tokenizer
+//! files (fixtures/README.md).
 
 use half::f16;
 use serde_json::json;
