@@ -6,7 +6,7 @@
 //! the mean ratio; where the first plan does not, the largest ratio is let rise (see [`choose`]).
 
 use super::memory::MemoryBudget;
-use crate::layout::{FitRecipe, FitTensor, OutputTensor, WidthChoice, TABLE_BITS};
+use crate::layout::{FitRecipe, FitTensor, OutputTensor, WidthChoice, Yardsticks, TABLE_BITS};
 use crate::text::human_bytes;
 use anyhow::Result;
 use serde::Serialize;
@@ -30,6 +30,9 @@ pub struct BudgetReport {
     /// The format's fixed recipes whose files SIZE would hold too (as the flags that make them),
     /// each with a higher largest ratio and a mean no lower than this plan's.
     pub fixed_recipes_beaten: Vec<String>,
+    /// The fixed recipes not weighed against the plan: each gives a tensor an encoding the menu
+    /// does not offer (the recipe, and that tensor).
+    pub fixed_recipes_off_menu: Vec<String>,
     /// `--fit-memory`: the memory, the context, and the cache and reserve taken off it for SIZE.
     #[serde(flatten)]
     pub memory: Option<MemoryBudget>,
@@ -184,8 +187,9 @@ pub fn largest_table_ratio(menu: &[FitTensor], choice: &[usize]) -> f64 {
 /// largest ratio costs more mean than such a recipe, the largest ratio is let rise (never to the
 /// recipe's) until the mean is low enough; where the recipe reaches its size by squeezing the
 /// tables (which the plan holds to the layers' ratio), the plan gives up table bytes too, as few
-/// as beating it takes, then the recipe's own tables; failing all, the recipe itself is the start
-/// and the bytes it leaves are spent.
+/// as beating it takes, then the recipe's own tables; failing all, the recipe itself is the start:
+/// its worst tensors are raised as far as other tensors' downgrades pay for without raising its
+/// mean ([`traded`]), and the bytes left are spent.
 pub fn choose(menu: &[FitTensor], allowance: u64, rivals: &[FitRecipe]) -> Option<Vec<usize>> {
     // The tables' ratios are levels too: past the coded linears' narrowest, the largest ratio
     // rises through them until the tables fit.
@@ -245,10 +249,59 @@ pub fn choose(menu: &[FitTensor], allowance: u64, rivals: &[FitRecipe]) -> Optio
         // plan's own headers off SIZE.
         let mut choice = best_mean.choice.clone();
         if bytes(menu, &choice) <= allowance {
+            // The lowest level under the recipe's largest ratio that a trade reaches.
+            let coded_levels = levels_of(menu.iter().filter(|t| t.coded()));
+            let own = coded_levels.partition_point(|&level| level < largest_ratio(menu, &choice));
+            let traded_at = |level: f64| traded(menu, &choice, allowance, level);
+            let first = coded_levels[..own].partition_point(|&level| traded_at(level).is_none());
+            if let Some(better) = coded_levels[..own].get(first).and_then(|&level| traded_at(level)) {
+                choice = better;
+            }
             spend(menu, &mut choice, allowance);
         }
         Some(choice)
     })
+}
+
+/// `recipe` (within `allowance`) with every coded linear at `level` or above moved to its cheapest
+/// option under it, paid for by downgrading other coded linears, those that raise the weighted sum
+/// least per byte freed first (none to `level` or past it; the tables keep the recipe's options).
+/// `None` when the bytes cannot be found, or when the changed tensors' weighted sum is not at least
+/// [`MEAN_MARGIN`] under the recipe's for them: the tensors left alone keep the recipe's bytes,
+/// and only the changed ones' estimates can err.
+fn traded(menu: &[FitTensor], recipe: &[usize], allowance: u64, level: f64) -> Option<Vec<usize>> {
+    let mut choice = recipe.to_vec();
+    let mut moved = vec![false; menu.len()];
+    for (n, t) in menu.iter().enumerate().filter(|(n, t)| t.coded() && t.ratio(recipe[*n]) >= level) {
+        choice[n] = (0..t.options.len()).filter(|&i| t.ratio(i) < level).min_by_key(|&i| t.options[i].bytes)?;
+        moved[n] = true;
+    }
+    // Each other coded linear's downgrade that costs the weighted sum least per byte it frees.
+    let mut downgrades: Vec<(f64, usize, usize)> = menu
+        .iter()
+        .enumerate()
+        .filter(|&(n, t)| t.coded() && !moved[n])
+        .filter_map(|(n, t)| {
+            let now = &t.options[recipe[n]];
+            (0..t.options.len())
+                .filter(|&i| t.options[i].bytes < now.bytes && t.ratio(i) < level)
+                .map(|i| {
+                    let freed = (now.bytes - t.options[i].bytes) as f64;
+                    (t.weights as f64 * (t.ratio(i) - t.ratio(recipe[n])) / freed, n, i)
+                })
+                .min_by(|a, b| a.0.total_cmp(&b.0))
+        })
+        .collect();
+    downgrades.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let mut downgrades = downgrades.into_iter();
+    while bytes(menu, &choice) > allowance {
+        let (_, n, i) = downgrades.next()?;
+        choice[n] = i;
+    }
+    let weighed = |c: &[usize], n: usize| menu[n].weights as f64 * menu[n].ratio(c[n]);
+    let changed = (0..menu.len()).filter(|&n| choice[n] != recipe[n]);
+    let (was, now) = changed.fold((0.0, 0.0), |(was, now), n| (was + weighed(recipe, n), now + weighed(&choice, n)));
+    (now <= was * (1.0 - MEAN_MARGIN)).then_some(choice)
 }
 
 /// How far under a rival's estimated mean ratio a plan's must be to count as beating it.
@@ -292,7 +345,7 @@ pub const MEASURED_ROW_STEP: usize = 16;
 /// `apply`. Fails, naming the smallest size, when even the smallest assignment exceeds it.
 pub fn fit(
     menu: &[FitTensor],
-    recipes: &[FitRecipe],
+    yardsticks: &Yardsticks,
     tensors: &mut [OutputTensor],
     max_size: u64,
     weighted_by_imatrix: bool,
@@ -310,7 +363,7 @@ pub fn fit(
     // The recipes whose files fit SIZE, to be beaten. One may be smaller than the plan's own
     // smallest: it squeezes the tables, which the plan holds to the layers' ratio.
     let mut rivals = Vec::new();
-    for r in recipes {
+    for r in &yardsticks.recipes {
         set(tensors, &r.choice);
         let b = model_bytes(tensors)?;
         if b < least_bytes {
@@ -375,6 +428,7 @@ pub fn fit(
         max_table_ratio: largest_table_ratio(menu, &choice),
         weighted_by_imatrix,
         fixed_recipes_beaten,
+        fixed_recipes_off_menu: yardsticks.off_menu.clone(),
         memory: None,
     };
     Ok((widths, report))
@@ -460,6 +514,28 @@ mod tests {
         assert_eq!(choose(&menu, 45, &[]), Some(vec![1, 0, 1]));
         // Beside the recipe (largest ratio 0.9), the plan squeezes the table as it does: 0.85.
         assert_eq!(choose(&menu, 45, &[recipe(&[1, 2, 0])]), Some(vec![1, 1, 0]));
+    }
+
+    #[test]
+    fn a_recipe_s_worst_tensor_is_raised_with_the_bytes_of_the_downgrades_that_cost_least() {
+        // K=2, ratios over 0.25: A 3.0 or 1.0; B 1.8 or 0.8; C 1.6 or 0.5. The recipe (40 bytes)
+        // leaves A at 3.0.
+        let menu = [
+            entry(Some(2), 1, &[(10, 0.75), (20, 0.25)]),
+            entry(Some(2), 1, &[(5, 0.45), (15, 0.2)]),
+            entry(Some(2), 1, &[(5, 0.4), (15, 0.125)]),
+        ];
+        let recipe = [0, 1, 1];
+        // Under 2.0, A's 10 more bytes come from B, whose downgrade costs 0.1 a byte (C's 0.11).
+        assert_eq!(traded(&menu, &recipe, 40, 2.0), Some(vec![1, 0, 1]));
+        // Under 1.7, B's 1.8 is barred: C pays.
+        assert_eq!(traded(&menu, &recipe, 40, 1.7), Some(vec![1, 1, 0]));
+        // Under 1.55 neither may pay; under 1.0 A has no option.
+        assert_eq!(traded(&menu, &recipe, 40, 1.55), None);
+        assert_eq!(traded(&menu, &recipe, 40, 1.0), None);
+        // A payer whose weights make its downgrade cost more than A's gain is no trade.
+        let heavy = [menu[0].clone(), entry(Some(2), 10, &[(5, 0.45), (15, 0.2)])];
+        assert_eq!(traded(&heavy, &[0, 1], 25, 2.0), None);
     }
 
     #[test]

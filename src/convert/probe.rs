@@ -59,6 +59,14 @@ impl Probe<'_> {
         ck.release_all(inputs.map(|name| ck.entry(name)).collect::<Result<Vec<_>>>()?);
         Ok(folded)
     }
+
+    /// Every how many sampled rows an importance-weighted error is measured: every row of a
+    /// tensor of up to 2047 rows (a small tensor's few rows are all the measure has, and its
+    /// largest ratio may be the plan's), of a larger one every 2nd … 4th.
+    fn weighted_row_step(&self, source: &RowSource) -> Result<usize> {
+        let (leads, rows, _) = dims(source, self.reader.ck, self.reader.cat)?;
+        Ok((leads * rows / MEASURED_ROWS).clamp(1, self.measured_row_step.div_ceil(4)))
+    }
 }
 
 impl WeightProbe for Probe<'_> {
@@ -94,12 +102,8 @@ impl WeightProbe for Probe<'_> {
         scale_dtype: Dtype,
         importance: Option<&Importance>,
     ) -> Result<Vec<WidthErrors>> {
-        // Weighted, every row of a tensor of up to 2047 rows is measured (a small tensor's few
-        // rows are all the measure has), of a larger one every 2nd … 4th sampled row, as GGUF's
-        // weighted types are measured on every 4th; and of a large unit, rows holding about
-        // WEIGHTED_MEASURED_VALUES values, as theirs.
-        let (leads, rows, _) = dims(source, self.reader.ck, self.reader.cat)?;
-        let step = (leads * rows / MEASURED_ROWS).clamp(1, self.measured_row_step.div_ceil(4));
+        // Of a large unit, rows holding about WEIGHTED_MEASURED_VALUES values, as GGUF's.
+        let step = self.weighted_row_step(source)?;
         self.fold_rows(
             source,
             adjust,
@@ -130,6 +134,7 @@ impl WeightProbe for Probe<'_> {
         exact: bool,
         importance: Option<&'i Importance>,
     ) -> Result<(StorageErrors, Option<StorageErrors>)> {
+        let step = if importance.is_some() { self.weighted_row_step(source)? } else { self.measured_row_step };
         self.fold_rows(
             source,
             adjust,
@@ -141,7 +146,7 @@ impl WeightProbe for Probe<'_> {
                     importance.of_row(span.rows.start + i, rows_per_lead, cols, span.cols.clone())
                 };
                 let weights = importance.map(|_| &of_row as &dyn Fn(usize) -> &'i [f32]);
-                estimate.add_weighted(values, width, self.measured_row_step, weights);
+                estimate.add_weighted(values, width, step, weights);
                 if let Some(m) = measured {
                     m.add_exact(values, width);
                 }

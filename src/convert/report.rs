@@ -196,6 +196,13 @@ fn render_budget(s: &mut String, b: &super::fit::BudgetReport, choices: &[WidthC
             b.fixed_recipes_beaten.join(", ")
         );
     }
+    if !b.fixed_recipes_off_menu.is_empty() {
+        let _ = writeln!(
+            s,
+            "not weighed against (a tensor's type is not on the menu): {}",
+            b.fixed_recipes_off_menu.join(", ")
+        );
+    }
     if let Some(m) = &b.memory {
         let _ = writeln!(s, "--fit-memory: {}", m.words().replace('`', ""));
     }

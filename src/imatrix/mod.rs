@@ -3,9 +3,9 @@
 //! expert tensor. Two files: the GGUF one (`<name>.in_sum2` and `<name>.counts`, `imatrix.datasets`,
 //! `imatrix.chunk_count`, `imatrix.chunk_size`; `gguf.rs`) and the legacy `.dat` (`dat.rs`). The
 //! values are what llama-quantize hands ggml (`load_imatrix` of tools/quantize): each sum divided by
-//! its expert's count (rounded to an integer first, 1 where the count is 0), or for `.dat` by the
-//! call count. Every length in the file is checked against what is left of it before anything is
-//! allocated; NaN, infinite or negative values are refused, naming the entry.
+//! its expert's count (rounded to an integer first; every value 1 for an expert whose count is 0),
+//! or for `.dat` by the call count. Every length in the file is checked against what is left of it
+//! before anything is allocated; NaN, infinite or negative values are refused, naming the entry.
 
 mod dat;
 mod gguf;
@@ -85,8 +85,8 @@ impl Imatrix {
     }
 }
 
-/// llama-quantize's values of one entry: GGUF sums over the rounded count of their expert (1
-/// where it is 0), `.dat` sums over the call count (as they are where it is not positive).
+/// llama-quantize's values of one entry: GGUF sums over the rounded count of their expert (every
+/// value 1 where it is 0), `.dat` sums over the call count (as they are where it is not positive).
 fn normalize(sums: &[f32], counts: &[f32], legacy: bool) -> Result<Vec<f32>> {
     if let Some(i) = sums.iter().position(|v| !v.is_finite() || *v < 0.0) {
         bail!("value {i} is {}: an importance is a finite mean square, never negative", sums[i]);

@@ -69,14 +69,23 @@ pub struct FitRecipe {
     pub choice: Vec<usize>,
 }
 
-impl FitRecipe {
-    /// The recipe that gives each menu entry `pick(entry)`; `None` when it cannot be written as
-    /// options of this menu (an entry it would give something the menu does not offer).
-    pub fn from_menu(
-        name: String,
-        menu: &[FitTensor],
-        pick: impl Fn(&FitTensor) -> Option<usize>,
-    ) -> Option<FitRecipe> {
-        Some(FitRecipe { name, choice: menu.iter().map(pick).collect::<Option<_>>()? })
+/// The fixed recipes a plan is weighed against, and by name those it cannot be: each gives a menu
+/// entry an encoding the menu does not offer (reported, so that a yardstick never goes missing
+/// unseen).
+#[derive(Clone, Debug, Default)]
+pub struct Yardsticks {
+    pub recipes: Vec<FitRecipe>,
+    /// `"--gguf-type q3_k_m (token_embd.weight)"`: the recipe and the first entry off the menu.
+    pub off_menu: Vec<String>,
+}
+
+impl Yardsticks {
+    /// Adds the recipe that gives each menu entry `pick(entry)`, or names it off the menu when
+    /// `pick` finds no option for an entry.
+    pub fn add(&mut self, name: String, menu: &[FitTensor], pick: impl Fn(&FitTensor) -> Option<usize>) {
+        match menu.iter().map(|t| pick(t).ok_or(t)).collect::<Result<Vec<_>, _>>() {
+            Ok(choice) => self.recipes.push(FitRecipe { name, choice }),
+            Err(t) => self.off_menu.push(format!("{name} ({})", t.name)),
+        }
     }
 }

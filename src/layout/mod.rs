@@ -23,7 +23,7 @@ mod tensor;
 
 pub use choice::{Chosen, WidthChoice};
 pub use exl3::Exl3Layout;
-pub use fit::{FitOption, FitRecipe, FitTensor, TABLE_BITS};
+pub use fit::{FitOption, FitRecipe, FitTensor, Yardsticks, TABLE_BITS};
 pub use flags::FlagWords;
 pub use gguf::{GgufLayout, GgufOptions, GgufType};
 pub use hf::{DenseDtype, HfLayout};

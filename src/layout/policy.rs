@@ -2,7 +2,7 @@
 //! and what goes into the files around them.
 
 use super::choice::WidthChoice;
-use super::fit::{FitRecipe, FitTensor};
+use super::fit::{FitTensor, Yardsticks};
 use super::flags::FlagWords;
 use super::mtp::is_mtp;
 use super::options::BiasMode;
@@ -133,9 +133,9 @@ pub trait Layout: Sync {
     fn fit_apply(&self, _tensors: &mut [OutputTensor], _fit: &FitTensor, _option: usize) {}
 
     /// `--max-size`: the format's fixed recipes as choices on `menu` (made by [`Layout::fit_menu`]
-    /// from `tensors`), those that can be written as its options.
-    fn fit_recipes(&self, _ck: &Checkpoint, _tensors: &[OutputTensor], _menu: &[FitTensor]) -> Result<Vec<FitRecipe>> {
-        Ok(Vec::new())
+    /// from `tensors`), and by name those that cannot be written as its options.
+    fn fit_recipes(&self, _ck: &Checkpoint, _tensors: &[OutputTensor], _menu: &[FitTensor]) -> Result<Yardsticks> {
+        Ok(Yardsticks::default())
     }
 
     /// `--fit-memory`: bytes of one K or V element of the cache the format's client keeps for

@@ -65,7 +65,7 @@ impl StorageErrors {
     /// column's importance where `importance` gives row `r` of `values` its columns' (`--imatrix`:
     /// the error ggml's weighted encoders minimize). With an importance every block type is
     /// measured with those encoders (they fit their scales to it, which a range does not see) on
-    /// every `step / 4`-th row, and on a large unit on evenly spread rows holding about
+    /// every `step`-th row, and on a large unit on evenly spread rows holding about
     /// [`WEIGHTED_MEASURED_VALUES`] values ([`GRID_MEASURED_VALUES`] for a grid type).
     pub fn add_weighted<'w>(
         &mut self,
@@ -80,7 +80,7 @@ impl StorageErrors {
                 return step.max(1);
             }
             let target = if on_grid(b) { GRID_MEASURED_VALUES } else { WEIGHTED_MEASURED_VALUES };
-            step.div_ceil(4).max(values.len().div_ceil(target)).max(1)
+            step.max(values.len().div_ceil(target)).max(1)
         };
         self.add(values, cols, importance, |c, row, w, i| match c {
             Storage::Block(b) if !ranged(b) && i % every(b) != 0 => None,
@@ -301,17 +301,20 @@ mod tests {
         let of = |_: usize| w.as_slice();
         let candidates = [Storage::Block(BlockType::Q4_K), Storage::Block(BlockType::IQ2_XXS)];
         let mut e = StorageErrors::new(&candidates);
-        e.add_weighted(&values, cols, 16, Some(&of));
+        e.add_weighted(&values, cols, 4, Some(&of));
         let norm_of =
             |step: usize| (0..rows).step_by(step).map(|r| norm_sq(&values[r * cols..][..cols], None)).sum::<f64>();
         assert_eq!(e.norms[0], norm_of(10));
         assert_eq!(e.norms[1], norm_of(40));
-        // A small unit (a fixture's whole tensor) keeps every 4th row for both.
+        // A small unit keeps the step it is given for both: every 4th row, or every row (a small
+        // tensor's, `Probe::weighted_row_step`).
         let small = &values[..64 * 256];
-        let mut e = StorageErrors::new(&candidates);
-        e.add_weighted(small, 256, 16, Some(&|_| &w[..256]));
-        let every_4th = (0..64).step_by(4).map(|r| norm_sq(&small[r * 256..][..256], None)).sum::<f64>();
-        assert_eq!((e.norms[0], e.norms[1]), (every_4th, every_4th));
+        for step in [4, 1] {
+            let mut e = StorageErrors::new(&candidates);
+            e.add_weighted(small, 256, step, Some(&|_| &w[..256]));
+            let kept = (0..64).step_by(step).map(|r| norm_sq(&small[r * 256..][..256], None)).sum::<f64>();
+            assert_eq!((e.norms[0], e.norms[1]), (kept, kept));
+        }
     }
 
     #[test]

@@ -243,6 +243,9 @@ fn the_report_names_the_fixed_recipes_of_that_size_it_beats() {
             assert_eq!(code, 0, "{stderr}");
             let beaten = report["budget"]["fixed_recipes_beaten"].as_array().unwrap();
             assert!(beaten.iter().any(|r| r == recipe), "{format} {name}: {beaten:?}");
+            // Every fixed recipe is a yardstick: none gives a tensor a type off the menu.
+            let off_menu = &report["budget"]["fixed_recipes_off_menu"];
+            assert_eq!(off_menu, &serde_json::json!([]), "{format} {name}");
             let card = std::fs::read_to_string(out.join("README.md")).unwrap();
             assert!(card.contains(&format!("`{recipe}`")), "{card}");
         }

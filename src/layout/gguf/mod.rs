@@ -17,7 +17,7 @@ use types::{choose_by_budget, quantize_as_llama_does};
 mod vocab;
 
 use super::choice::WidthChoice;
-use super::fit::{FitRecipe, FitTensor};
+use super::fit::{FitTensor, Yardsticks};
 use super::flags::FlagWords;
 use super::hf::{self, DenseDtype};
 use super::mtp::{self, MtpMode};
@@ -325,7 +325,7 @@ impl Layout for GgufLayout {
         types::fit_apply(tensors, fit, option);
     }
 
-    fn fit_recipes(&self, ck: &Checkpoint, tensors: &[OutputTensor], menu: &[FitTensor]) -> Result<Vec<FitRecipe>> {
+    fn fit_recipes(&self, ck: &Checkpoint, tensors: &[OutputTensor], menu: &[FitTensor]) -> Result<Yardsticks> {
         let hp = Hparams::new(ck.config.as_ref())?;
         types::fit_recipes(tensors, menu, &hp, u64::from(hp.layers()?), self.opts.imatrix)
     }

@@ -11,7 +11,7 @@ use crate::block_type::BlockType;
 use crate::checkpoint::{Catalog, Checkpoint};
 use crate::layout::{AutoBits, Int8Mode};
 use crate::layout::{
-    Chosen, Encoding, FitOption, FitRecipe, FitTensor, OutputTensor, RowSource, WeightProbe, WidthChoice,
+    Chosen, Encoding, FitOption, FitTensor, OutputTensor, RowSource, WeightProbe, WidthChoice, Yardsticks,
 };
 use crate::quant::budget::{budget, narrowest_within};
 use crate::storage::Storage;
@@ -536,8 +536,8 @@ pub(super) fn fit_recipes(
     hp: &Hparams,
     layers: u64,
     imatrix: bool,
-) -> Result<Vec<FitRecipe>> {
-    let mut recipes = Vec::new();
+) -> Result<Yardsticks> {
+    let mut recipes = Yardsticks::default();
     let low: &[GgufType] = if imatrix { &IMATRIX_RECIPES } else { &[] };
     let types = FIXED_RECIPES.iter().chain(low).copied();
     for (ty, requant) in types.flat_map(|ty| [(ty, false), (ty, true)]) {
@@ -561,7 +561,7 @@ pub(super) fn fit_recipes(
             t.options.iter().position(|o| (o.lossless == lossless && o.storage == as_typed.storage) || exact_q8(o))
         };
         let name = format!("--gguf-type {}{}", ty.name(), if requant { " --int8 requant" } else { "" });
-        recipes.extend(FitRecipe::from_menu(name, menu, pick));
+        recipes.add(name, menu, pick);
     }
     Ok(recipes)
 }

@@ -34,7 +34,7 @@ pub use options::{MlxOptions, INT8_SCALE_DTYPE, ROUTER_SPEC};
 pub use tensors::{family, is_offset_norm, mlx_name, model_dtype, tensors, Dropped, Family};
 
 use super::choice::WidthChoice;
-use super::fit::{FitRecipe, FitTensor};
+use super::fit::{FitTensor, Yardsticks};
 use super::flags::FlagWords;
 use super::gguf::LlamaNames;
 use super::mtp;
@@ -153,7 +153,7 @@ impl Layout for MlxLayout {
 
     /// A uniform `--bits B --group-size G` run: every menu tensor at that setting, an exactly
     /// repacked int8 table kept exact (as this run's `--int8` keeps it).
-    fn fit_recipes(&self, _ck: &Checkpoint, _tensors: &[OutputTensor], menu: &[FitTensor]) -> Result<Vec<FitRecipe>> {
+    fn fit_recipes(&self, _ck: &Checkpoint, _tensors: &[OutputTensor], menu: &[FitTensor]) -> Result<Yardsticks> {
         Ok(widths::fit_recipes(menu))
     }
 

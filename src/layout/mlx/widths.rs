@@ -7,7 +7,7 @@ use super::options::{MlxOptions, INT8_SCALE_DTYPE};
 use super::tensors::{is_router, model_dtype};
 use crate::checkpoint::{Catalog, Checkpoint};
 use crate::layout::choice::{Chosen, WidthChoice};
-use crate::layout::fit::{FitOption, FitRecipe, FitTensor};
+use crate::layout::fit::{FitOption, FitTensor, Yardsticks};
 use crate::layout::policy::WeightProbe;
 use crate::layout::tensor::{Encoding, OutputTensor, Recipe};
 use crate::quant::affine::{AffineSpec, BITS, GROUP_SIZES};
@@ -124,15 +124,15 @@ pub(super) fn fit_menu(
 
 /// A uniform `--bits B --group-size G` run: every menu tensor at that setting, an exactly
 /// repacked int8 table kept exact (as this run's `--int8` keeps it).
-pub(super) fn fit_recipes(menu: &[FitTensor]) -> Vec<FitRecipe> {
-    let mut recipes = Vec::new();
+pub(super) fn fit_recipes(menu: &[FitTensor]) -> Yardsticks {
+    let mut recipes = Yardsticks::default();
     for group_size in GROUP_SIZES {
         for bits in BITS {
             let name = format!("--bits {bits} --group-size {group_size}");
             let at = |o: &FitOption| !o.lossless && o.chosen == Chosen::Bits(bits) && o.group_size == Some(group_size);
             let pick =
                 |t: &FitTensor| t.options.iter().position(|o| o.lossless).or_else(|| t.options.iter().position(at));
-            recipes.extend(FitRecipe::from_menu(name, menu, pick));
+            recipes.add(name, menu, pick);
         }
     }
     recipes
