@@ -251,7 +251,8 @@ pub fn choose(menu: &[FitTensor], allowance: u64, rivals: &[FitRecipe]) -> Optio
         if bytes(menu, &choice) <= allowance {
             // The lowest level under the recipe's largest ratio that a trade reaches.
             let coded_levels = levels_of(menu.iter().filter(|t| t.coded()));
-            let own = coded_levels.partition_point(|&level| level < largest_ratio(menu, &choice));
+            let worst = largest_ratio(menu, &choice);
+            let own = coded_levels.partition_point(|&level| level < worst);
             let traded_at = |level: f64| traded(menu, &choice, allowance, level);
             let first = coded_levels[..own].partition_point(|&level| traded_at(level).is_none());
             if let Some(better) = coded_levels[..own].get(first).and_then(|&level| traded_at(level)) {
@@ -294,8 +295,10 @@ fn traded(menu: &[FitTensor], recipe: &[usize], allowance: u64, level: f64) -> O
         .collect();
     downgrades.sort_by(|a, b| a.0.total_cmp(&b.0));
     let mut downgrades = downgrades.into_iter();
-    while bytes(menu, &choice) > allowance {
+    let mut total = bytes(menu, &choice);
+    while total > allowance {
         let (_, n, i) = downgrades.next()?;
+        total -= menu[n].options[recipe[n]].bytes - menu[n].options[i].bytes;
         choice[n] = i;
     }
     let weighed = |c: &[usize], n: usize| menu[n].weights as f64 * menu[n].ratio(c[n]);

@@ -102,7 +102,6 @@ impl WeightProbe for Probe<'_> {
         scale_dtype: Dtype,
         importance: Option<&Importance>,
     ) -> Result<Vec<WidthErrors>> {
-        // Of a large unit, rows holding about WEIGHTED_MEASURED_VALUES values, as GGUF's.
         let step = self.weighted_row_step(source)?;
         self.fold_rows(
             source,
@@ -116,6 +115,7 @@ impl WeightProbe for Probe<'_> {
                     Some(importance) => {
                         let of_row =
                             |i: usize| importance.of_row(span.rows.start + i, rows_per_lead, cols, span.cols.clone());
+                        // Of a large unit, rows holding about WEIGHTED_MEASURED_VALUES values, as GGUF's.
                         let step = step.max(values.len().div_ceil(WEIGHTED_MEASURED_VALUES));
                         WidthErrors::add_measured_at(errors, values, width, group_sizes, scale_dtype, step, &of_row);
                     }
