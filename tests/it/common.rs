@@ -24,6 +24,12 @@ pub fn escha_convert() -> Command {
     }
 }
 
+/// The exit code of a finished run; a run killed by a signal (which the tool never dies of) fails
+/// the test naming the signal, with what the run printed on stderr.
+pub fn exit_code(o: &std::process::Output) -> i32 {
+    o.status.code().unwrap_or_else(|| panic!("{}; stderr:\n{}", o.status, String::from_utf8_lossy(&o.stderr)))
+}
+
 /// Path of a file under `fixtures/`.
 pub fn fixture(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(rel)

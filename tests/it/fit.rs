@@ -1,6 +1,6 @@
 //! `--max-size`: the most faithful MLX or GGUF model whose model files fit SIZE bytes.
 
-use crate::common::{escha_convert, fixture};
+use crate::common::{escha_convert, exit_code, fixture};
 use serde_json::Value;
 use std::path::Path;
 
@@ -28,7 +28,7 @@ fn fit(fixture_name: &str, out: &Path, format: &str, size: u64, extra: &[&str]) 
         .output()
         .unwrap();
     let report = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
-    (o.status.code().unwrap(), report, String::from_utf8_lossy(&o.stderr).into_owned())
+    (exit_code(&o), report, String::from_utf8_lossy(&o.stderr).into_owned())
 }
 
 /// The smallest size the format can make of a fixture, as the refusal of one byte names it.

@@ -1,7 +1,7 @@
 //! `--fit-memory M [--context N] [--reserve R]`: `--max-size` from a machine's memory, less the
 //! K/V cache the client allocates for N tokens, the linear-attention state and an allowance.
 
-use crate::common::{escha_convert, fixture};
+use crate::common::{escha_convert, exit_code, fixture};
 use serde_json::Value;
 use std::path::Path;
 
@@ -12,7 +12,7 @@ const FIXTURES: [&str; 2] = ["dense", "moe"];
 fn run(name: &str, out: &Path, args: &[&str]) -> (i32, Value, String) {
     let o = escha_convert().arg(fixture(name)).arg(out).args(["--quiet", "--json"]).args(args).output().unwrap();
     let doc = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
-    (o.status.code().unwrap(), doc, String::from_utf8_lossy(&o.stderr).into_owned())
+    (exit_code(&o), doc, String::from_utf8_lossy(&o.stderr).into_owned())
 }
 
 /// The text model's keys of a fixture's config.json.

@@ -5,7 +5,7 @@
 //! llama.cpp's loader reads, of llama.cpp's file type, the same at every thread count. (Its bytes are held to llama-quantize's by
 //! `tests/python/test_gguf_imatrix.py`, the encoders to ggml's C by `weighted_ref.rs`.)
 
-use crate::common::{convert_json, escha_convert, fixture};
+use crate::common::{convert_json, escha_convert, exit_code, fixture};
 use std::path::Path;
 
 /// A GGUF importance matrix as llama-imatrix writes it: per entry `<name>.in_sum2` (`[cols, experts]`)
@@ -89,7 +89,7 @@ fn refusal(dir: &Path, matrix: &Path, extra: &[&str]) -> (i32, String) {
         .unwrap();
     assert!(!o.status.success(), "{extra:?} {}: accepted", matrix.display());
     assert!(!dir.join("out").exists(), "nothing written");
-    (o.status.code().unwrap(), String::from_utf8_lossy(&o.stderr).into_owned())
+    (exit_code(&o), String::from_utf8_lossy(&o.stderr).into_owned())
 }
 
 #[test]
