@@ -4,8 +4,7 @@
 # without an importance matrix (a heavy-tailed one, scripts/synthetic_imatrix.py: no text has run
 # through a synthetic); wall, CPU and the ratios each run reports (importance-weighted with the
 # matrix, plain without). A run marked `:dry` is `--dry-run` (the choosing alone: its CPU against
-# the same run's is what choosing costs). With CLIENTS=1 llama.cpp evaluates each 9.5 GB GGUF
-# written.
+# the same run's is what choosing costs). With CLIENTS=1 llama.cpp evaluates each GGUF written.
 #
 #     bash scripts/bench-fit-16gb.sh [LAYERS] [VOCAB] [RUNS]
 #
@@ -62,7 +61,7 @@ for run in $RUNS; do
         convert "$name" "${flags[@]}" "${ask[@]}"
     fi
     printf "%s\t%s\t%s\t%s\t%s\t%s\n" "$name" "$format" "$matrix" "${ask[*]}${dry:+ --dry-run}" "$(tr ' ' '\t' < "$DIR/time.txt")" >> "$ROWS"
-    if [ "${CLIENTS:-0}" = 1 ] && [[ $name == gguf-*-9.5GB ]]; then
+    if [ "${CLIENTS:-0}" = 1 ] && [ "$format" = gguf ] && [ "$dry" != dry ]; then
         # shellcheck disable=SC1090
         . "$(bash scripts/llama-cpp.sh --print-env)"
         "$ESCHA_LLAMA_BIN/llama_logits" -t 2 -o "$DIR/logits.f32" "$OUT/model.gguf" 1,2,3,4 2>/dev/null
