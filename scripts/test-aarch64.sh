@@ -82,6 +82,7 @@ echo "build: $((SECONDS - t0)) s"
 # reported and tried once more, and the tests that failed are named and run once more by name; a
 # second failure fails the step.
 tests_log=$(mktemp)
+trap 'rm -f "$tests_log"' EXIT
 for try in 1 2; do
     echo "cargo test --locked --target $TARGET -- --skip encoder:: (try $try, at most 25 min)"
     t0=$SECONDS
