@@ -1,6 +1,7 @@
 //! Malformed inputs: each gets exit code 1, one error line naming the file, tensor and problem,
 //! and leaves no output (finished or partial) behind.
 
+use crate::common::stderr;
 use crate::synth::*;
 use std::path::{Path, PathBuf};
 
@@ -12,7 +13,7 @@ fn fails(input: &Path, expect: &[&str]) -> String {
     let out = parent.path().join("out");
     let before = snapshot(input);
     let o = crate::common::escha_convert().arg(input).arg(&out).output().unwrap();
-    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "exit code; stderr: {err}");
     assert_eq!(err.trim_end().lines().count(), 1, "one error line: {err}");
     assert!(err.starts_with("escha-convert: error: "), "{err}");
@@ -198,7 +199,7 @@ fn a_codebook_no_release_uses_is_decoded_with_a_warning() {
     });
     let out = tmp.path().join("out");
     let o = crate::common::escha_convert().arg(&dir).arg(&out).output().unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = stderr(&o);
     assert!(o.status.success(), "{err}");
     assert!(
         err.contains(&format!("{CODED}: escha_config names codebook 3INST (0), which no Escha release uses")),
@@ -255,7 +256,7 @@ fn sharded_checkpoint_with_modules_straddling_shards_converts() {
     let (tmp, dir) = sharded(|_| {});
     let out = tmp.path().join("out");
     let o = crate::common::escha_convert().arg(&dir).arg(&out).arg("--quiet").output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
 }
 
 #[test]

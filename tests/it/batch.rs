@@ -1,7 +1,7 @@
 //! Batch jobs: a conversion split into parts that merge into the one-machine output, checksums,
 //! the model card, convert-and-prove, and the MTP head where clients look for it.
 
-use crate::common::{copy_tree, escha_convert, fixture};
+use crate::common::{copy_tree, escha_convert, fixture, stderr};
 use crate::synth::read_safetensors;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -10,7 +10,7 @@ use std::process::Output;
 
 fn convert(input: &Path, out: &Path, extra: &[&str]) -> Output {
     let o = escha_convert().arg(input).arg(out).arg("--quiet").args(extra).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
     o
 }
 
@@ -68,7 +68,7 @@ fn parts_merge_into_the_one_machine_output_byte_for_byte() {
             }
             // The README's merge step.
             let o = escha_convert().arg("merge").arg(&merged).output().unwrap();
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+            assert!(o.status.success(), "{}", stderr(&o));
             check_sums(&merged);
             assert!(
                 files(&one) == files(&merged),
@@ -94,7 +94,7 @@ fn merge(tmp: &Path, name: &str, parts: &[&std::path::PathBuf]) -> (Option<i32>,
         copy_into(part, &dir);
     }
     let o = escha_convert().arg("merge").arg(&dir).output().unwrap();
-    (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    (o.status.code(), stderr(&o))
 }
 
 #[test]
@@ -251,11 +251,7 @@ fn convert_and_prove_in_one_step() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(1));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("--verify-base: FAIL"),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert!(stderr(&o).contains("--verify-base: FAIL"), "{}", stderr(&o));
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 2, "no OUT, no staging");
 }
 
@@ -286,12 +282,8 @@ fn a_swapped_scale_vector_fails_the_proof() {
         .arg(fixture("moe-base"))
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(1), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("layers.2.mlp.experts.down_proj"),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(stderr(&o).contains("layers.2.mlp.experts.down_proj"), "{}", stderr(&o));
     assert!(!out.exists());
 }
 
@@ -345,7 +337,7 @@ fn merge_within(dir: &Path) -> (Option<i32>, String) {
     cmd.arg("merge").arg(dir);
     let o = crate::common::output_within(&mut cmd, std::time::Duration::from_secs(30))
         .unwrap_or_else(|e| panic!("merge {}: {e}", dir.display()));
-    (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    (o.status.code(), stderr(&o))
 }
 
 /// Edits the JSON file `dir/name`.
@@ -441,7 +433,7 @@ fn merge_and_force_follow_no_marker_name_out_of_the_directory() {
     let out = fresh("force");
     edit_json(&out, ".escha-convert.json", |m| m["files"]["../outside"] = Value::Null);
     let o = escha_convert().arg(fixture("dense")).arg(&out).args(["--quiet", "--force"]).output().unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("\"../outside\"") && err.contains("not a file name"), "{err}");
     assert!(out.join(sums).exists(), "the old directory is in place");
@@ -449,7 +441,7 @@ fn merge_and_force_follow_no_marker_name_out_of_the_directory() {
     std::fs::create_dir(&stale).unwrap();
     copy_into(&out, &stale);
     let o = escha_convert().arg(fixture("dense")).arg(tmp.path().join("fresh-out")).arg("--json").output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
     let report: Value = serde_json::from_slice(&o.stdout).unwrap();
     let warnings = report["warnings"].to_string();
     assert!(warnings.contains("kept") && warnings.contains("../outside"), "{warnings}");

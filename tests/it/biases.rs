@@ -2,7 +2,7 @@
 //! runtime treats it (Escha's reference runtime never applies one, exllamav3 adds an EXL3
 //! linear's), and whenever a non-zero one is left out the run says so (`bias_dropped`).
 
-use crate::common::{convert_json as convert, copy_tree, escha_convert, fixture};
+use crate::common::{convert_json as convert, copy_tree, escha_convert, fixture, stderr};
 use crate::synth::{bf16s, edit_tensors, f16s, read_dir_safetensors as tensors, read_safetensors};
 use std::path::{Path, PathBuf};
 
@@ -46,7 +46,7 @@ fn escha_biases_dropped_by_default_are_reported_in_every_format() {
     let out = tmp.path().join("written");
     let o = escha_convert().arg(fixture("dense")).arg(&out).args(["--format", "exl3"]).output().unwrap();
     assert!(o.status.success());
-    assert!(String::from_utf8_lossy(&o.stderr).contains("dropped 25 non-zero bias tensors"));
+    assert!(stderr(&o).contains("dropped 25 non-zero bias tensors"));
     assert!(!tensors(&out).keys().any(|n| is_bias(n)));
 }
 
@@ -116,7 +116,7 @@ fn an_exl3_bias_llama_cpp_has_no_slot_for_is_refused_with_the_way_out() {
     convert(&fixture("dense"), &exl3, &["--format", "exl3", "--bias", "keep"]);
     let o = escha_convert().arg(&exl3).arg(tmp.path().join("gguf")).args(["--format", "gguf"]).output().unwrap();
     assert_eq!(o.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = stderr(&o);
     assert!(err.contains("tensor blk.0.attn_qkv.bias") && err.contains("--bias drop"), "{err}");
     let report = convert(&exl3, &tmp.path().join("dropped"), &["--format", "gguf", "--bias", "drop"]);
     let dropped = warnings(&report, "bias_dropped");

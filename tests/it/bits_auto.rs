@@ -1,6 +1,6 @@
 //! `--format mlx --bits auto`: widths chosen per coded linear from the decoded weights.
 
-use crate::common::{escha_convert, fixture};
+use crate::common::{escha_convert, fixture, stderr};
 use serde_json::Value;
 
 #[test]
@@ -13,7 +13,7 @@ fn widths_follow_the_trellis_rate_and_are_reported() {
         .args(["--quiet", "--json", "--format", "mlx", "--bits", "auto", "--measure-error"])
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
     let report: Value = serde_json::from_slice(&o.stdout).unwrap();
     let choices = report["width_choices"].as_array().unwrap();
     assert_eq!(choices.len(), 25, "every coded linear");
@@ -55,5 +55,5 @@ fn auto_options_need_bits_auto() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("or auto"));
+    assert!(stderr(&o).contains("or auto"));
 }

@@ -3,7 +3,7 @@
 
 use escha_convert::rng::SplitMix64;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output};
 
 /// The `escha-convert` binary as a command.
 ///
@@ -26,8 +26,13 @@ pub fn escha_convert() -> Command {
 
 /// The exit code of a finished run; a run killed by a signal (which the tool never dies of) fails
 /// the test naming the signal, with what the run printed on stderr.
-pub fn exit_code(o: &std::process::Output) -> i32 {
-    o.status.code().unwrap_or_else(|| panic!("{}; stderr:\n{}", o.status, String::from_utf8_lossy(&o.stderr)))
+pub fn exit_code(o: &Output) -> i32 {
+    o.status.code().unwrap_or_else(|| panic!("{}; stderr:\n{}", o.status, stderr(o)))
+}
+
+/// What a finished run printed on stderr, as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// Path of a file under `fixtures/`.
@@ -154,6 +159,6 @@ pub fn output_within(cmd: &mut Command, deadline: std::time::Duration) -> Result
 /// Converts `input` into `out` with `args`; the `--json` report (success required).
 pub fn convert_json(input: &std::path::Path, out: &std::path::Path, args: &[&str]) -> serde_json::Value {
     let o = escha_convert().arg(input).arg(out).args(args).args(["--json", "--quiet"]).output().unwrap();
-    assert!(o.status.success(), "{args:?}: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
     serde_json::from_slice(&o.stdout).unwrap()
 }

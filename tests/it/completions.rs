@@ -6,7 +6,7 @@
 //! A shell that is not installed is skipped with the reason printed, except under `CI=true`,
 //! where .ci/run installs bash, zsh and fish and a missing one fails the test.
 
-use crate::common::escha_convert;
+use crate::common::{escha_convert, stderr};
 use clap::CommandFactory;
 use escha_convert::cli::Cli;
 use std::fmt::Write;
@@ -72,7 +72,7 @@ fn queries() -> Vec<Query> {
 /// The completion script for `shell`, written into `dir`.
 fn script(dir: &Path, shell: &str) -> std::path::PathBuf {
     let o = escha_convert().args(["completions", shell]).output().unwrap();
-    assert!(o.status.success(), "{shell}: {}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{shell}: {}", stderr(&o));
     let path = dir.join(format!("{BIN}.{shell}"));
     std::fs::write(&path, &o.stdout).unwrap();
     path
@@ -123,7 +123,7 @@ fn bash_answers(dir: &Path, queries: &[Query]) -> Vec<Vec<String>> {
         let _ = writeln!(driver, "ask {}", words.join(" "));
     }
     let o = Command::new("bash").arg("-c").arg(&driver).current_dir(dir).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
     String::from_utf8_lossy(&o.stdout).lines().map(|l| l.split_whitespace().map(String::from).collect()).collect()
 }
 
@@ -207,7 +207,7 @@ fn fish_completes_every_subcommand_flag_and_value() {
         .env("HOME", tmp.path())
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
     let stdout = String::from_utf8_lossy(&o.stdout);
     let mut answers = vec![Vec::new()];
     for line in stdout.lines() {
@@ -278,7 +278,7 @@ fn zsh_completes_every_subcommand_flag_and_value() {
     let mut cmd = Command::new("zsh");
     cmd.arg("-f").arg(&ask).arg(&setup).args(&lines).current_dir(tmp.path()).env("HOME", tmp.path());
     let o = crate::common::output_within(&mut cmd, std::time::Duration::from_secs(120)).expect("zsh answers");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
     let mut answers = vec![Vec::new()];
     for line in String::from_utf8_lossy(&o.stdout).lines() {
         if line == "<end>" {

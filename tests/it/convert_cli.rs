@@ -1,5 +1,6 @@
 //! End-to-end conversion through the binary: values, layout, determinism, data safety.
 
+use crate::common::stderr;
 use crate::synth::*;
 use escha_convert::codec::Codebook;
 use std::path::{Path, PathBuf};
@@ -11,10 +12,6 @@ fn bin() -> Command {
 
 fn run(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
     bin().args(args.iter().map(std::convert::AsRef::as_ref)).output().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// Every file of a directory tree, relative path → bytes.

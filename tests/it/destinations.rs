@@ -6,7 +6,7 @@
 //! Some cases need root (mounts, namespaces); they are skipped with the reason printed, except
 //! under `CI=true`, where a missing facility fails the test.
 
-use crate::common::{copy_tree, escha_convert, fixture, snapshot};
+use crate::common::{copy_tree, escha_convert, fixture, snapshot, stderr};
 use crate::synth::*;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -14,10 +14,6 @@ use std::time::{Duration, Instant};
 
 fn run(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
     escha_convert().args(args.iter().map(AsRef::as_ref)).output().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 fn checkpoint(dir: &Path) -> PathBuf {

@@ -3,7 +3,7 @@
 //! hold, the example output of `verify` is what the command prints, every flag `--help` lists is in
 //! the reference, and the front page stays short with its two set-up commands near the top.
 
-use crate::common::{escha_convert, fixture};
+use crate::common::{escha_convert, fixture, stderr};
 use crate::synth::read_safetensors;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -155,7 +155,7 @@ fn the_docs_show_what_verify_prints() {
         .current_dir(ROOT)
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let printed = String::from_utf8_lossy(&o.stdout);
     let lines: Vec<&str> = printed.lines().map(str::trim_end).collect();
     // Abridged with `…`; the decoder named in the first line is the machine's.

@@ -1,7 +1,7 @@
 //! Honest outcomes at the edges: what is read from IN, what is refused, what happens to the
 //! user's files, inputs that change underneath, and the command line's manners.
 
-use crate::common::fixture;
+use crate::common::{fixture, stderr};
 use crate::synth::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -14,10 +14,6 @@ fn bin() -> Command {
 
 fn run(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
     bin().args(args.iter().map(AsRef::as_ref)).output().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// A small valid checkpoint in `dir` after `edit`.

@@ -3,7 +3,7 @@
 //! to bf16 (its per-expert linears stacked back into the fused expert tensors) equals the direct bf16 conversion, byte for byte where `s_in` = `s_out` = 1 and within the
 //! fold's reported change otherwise.
 
-use crate::common::{convert_json as convert, copy_tree, escha_convert, fixture};
+use crate::common::{convert_json as convert, copy_tree, escha_convert, fixture, stderr};
 use crate::synth::{
     bf16s, f16s, f32s, read_dir_safetensors as tensors, read_safetensors, write_safetensors, Tensors, T,
 };
@@ -286,7 +286,7 @@ fn every_k_and_codebook_goes_to_exl3_and_back_unchanged() {
 /// `verify OUT --base` on an EXL3 output, as JSON, with its exit code.
 fn verify(out: &Path, base: &str) -> (Option<i32>, serde_json::Value) {
     let o = escha_convert().arg("verify").arg(out).arg("--base").arg(fixture(base)).arg("--json").output().unwrap();
-    let report = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&o.stderr)));
+    let report = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", stderr(&o)));
     (o.status.code(), report)
 }
 
@@ -365,9 +365,9 @@ fn card_summary_and_warnings_speak_of_exllamav3_and_the_fold() {
     let out = tmp.path().join("out");
     let o =
         escha_convert().arg(fixture("dense")).arg(&out).args(["--format", "exl3", "--bias", "keep"]).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
     // The summary and the warnings go to stderr.
-    let stderr = String::from_utf8_lossy(&o.stderr);
+    let stderr = stderr(&o);
     assert!(stderr.contains("one rounding per channel; largest relative change"), "{stderr}");
     assert!(stderr.contains("quantization_config.json"), "{stderr}");
     assert!(stderr.contains("which the output's runtime adds after the matmul"), "{stderr}");
@@ -423,7 +423,7 @@ fn padded_linears_are_refused_naming_the_tensor() {
     write_safetensors(&shard, &ts);
     let o = escha_convert().arg(&input).arg(tmp.path().join("out")).args(["--format", "exl3"]).output().unwrap();
     assert!(!o.status.success());
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = stderr(&o);
     assert!(err.contains("layers.0.mlp.experts.down_proj.escha_code") && err.contains("padded"), "{err}");
 }
 
@@ -510,7 +510,7 @@ fn parts_merge_into_the_one_run_output_and_only_selects_expert_modules() {
         }
     }
     let o = escha_convert().arg("merge").arg(&merged).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
     for file in ["config.json", "quantization_config.json", "SHA256SUMS", "model.safetensors.index.json"] {
         assert_eq!(std::fs::read(whole.join(file)).unwrap(), std::fs::read(merged.join(file)).unwrap(), "{file}");
     }
@@ -544,7 +544,7 @@ fn a_fractional_bitrate_is_refused_as_not_read_yet() {
     for format in ["exl3", "bf16"] {
         let o = escha_convert().arg(&dir).arg(tmp.path().join(format)).args(["--format", format]).output().unwrap();
         assert_eq!(o.status.code(), Some(1));
-        let err = String::from_utf8_lossy(&o.stderr);
+        let err = stderr(&o);
         for needle in [&format!("{p}.trellis"), "K = 2.5", "fractional", "not read yet"] {
             assert!(err.contains(needle), "{needle:?} in {err}");
         }

@@ -1,6 +1,6 @@
 //! `--max-size`: the most faithful MLX or GGUF model whose model files fit SIZE bytes.
 
-use crate::common::{escha_convert, exit_code, fixture};
+use crate::common::{escha_convert, exit_code, fixture, stderr};
 use serde_json::Value;
 use std::path::Path;
 
@@ -28,7 +28,7 @@ fn fit(fixture_name: &str, out: &Path, format: &str, size: u64, extra: &[&str]) 
         .output()
         .unwrap();
     let report = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
-    (exit_code(&o), report, String::from_utf8_lossy(&o.stderr).into_owned())
+    (exit_code(&o), report, stderr(&o))
 }
 
 /// The smallest size the format can make of a fixture, as the refusal of one byte names it.
@@ -129,7 +129,7 @@ fn a_size_budget_is_refused_where_nothing_can_be_chosen() {
             .output()
             .unwrap();
         assert_eq!(o.status.code(), Some(2), "{format}");
-        let stderr = String::from_utf8_lossy(&o.stderr);
+        let stderr = stderr(&o);
         assert!(stderr.contains("--max-size applies to --format mlx and gguf only"), "{stderr}");
     }
 }
@@ -153,7 +153,7 @@ fn a_size_budget_conflicts_with_a_fixed_or_error_budgeted_choice() {
             .output()
             .unwrap();
         assert_eq!(o.status.code(), Some(2), "{args:?}");
-        let stderr = String::from_utf8_lossy(&o.stderr);
+        let stderr = stderr(&o);
         assert!(stderr.contains(&format!("--max-size and {flag} conflict")), "{args:?}: {stderr}");
     }
 }
@@ -339,8 +339,8 @@ fn the_summary_sums_up_the_choices_and_v_lists_them() {
                 .args(extra)
                 .output()
                 .unwrap();
-            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-            (String::from_utf8_lossy(&o.stderr).into_owned(), String::from_utf8_lossy(&o.stdout).into_owned())
+            assert!(o.status.success(), "{}", stderr(&o));
+            (stderr(&o), String::from_utf8_lossy(&o.stdout).into_owned())
         };
         let (short, _) = summary("short", &[]);
         let tensors = |text: &str| text.lines().filter(|l| l.contains(" K=")).count();
@@ -401,8 +401,8 @@ fn the_recipes_beaten_are_claimed_as_estimates_at_q5_k_m_size_on_the_moe_fixture
         .status();
     assert!(made.unwrap().success());
     let out = tmp.path().join("fit");
-    let (code, report, stderr) = fit("moe", &out, "gguf", model_bytes(&fixed), &[]);
-    assert_eq!(code, 0, "{stderr}");
+    let (code, report, err) = fit("moe", &out, "gguf", model_bytes(&fixed), &[]);
+    assert_eq!(code, 0, "{err}");
     let beaten = report["budget"]["fixed_recipes_beaten"].as_array().unwrap();
     assert!(beaten.iter().any(|r| r == "--gguf-type q5_k_m"), "{beaten:?}");
     let card = std::fs::read_to_string(out.join("README.md")).unwrap();
@@ -416,7 +416,7 @@ fn the_recipes_beaten_are_claimed_as_estimates_at_q5_k_m_size_on_the_moe_fixture
         .args(["--format", "gguf", "--max-size", &model_bytes(&fixed).to_string()])
         .output()
         .unwrap();
-    let summary = String::from_utf8_lossy(&o.stderr);
+    let summary = stderr(&o);
     assert!(summary.contains("by the same estimate, both figures are lower"), "{summary}");
     let o = escha_convert()
         .arg(fixture("moe"))

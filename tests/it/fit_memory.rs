@@ -1,7 +1,7 @@
 //! `--fit-memory M [--context N] [--reserve R]`: `--max-size` from a machine's memory, less the
 //! K/V cache the client allocates for N tokens, the linear-attention state and an allowance.
 
-use crate::common::{escha_convert, exit_code, fixture};
+use crate::common::{escha_convert, exit_code, fixture, stderr};
 use serde_json::Value;
 use std::path::Path;
 
@@ -12,7 +12,7 @@ const FIXTURES: [&str; 2] = ["dense", "moe"];
 fn run(name: &str, out: &Path, args: &[&str]) -> (i32, Value, String) {
     let o = escha_convert().arg(fixture(name)).arg(out).args(["--quiet", "--json"]).args(args).output().unwrap();
     let doc = serde_json::from_slice(&o.stdout).unwrap_or(Value::Null);
-    (exit_code(&o), doc, String::from_utf8_lossy(&o.stderr).into_owned())
+    (exit_code(&o), doc, stderr(&o))
 }
 
 /// The text model's keys of a fixture's config.json.
@@ -166,7 +166,7 @@ fn dry_run_shows_the_arithmetic() {
         .args(["--format", "gguf", "--dry-run", "--fit-memory", "5MB", "--context", "1024", "--reserve", "1MB"])
         .output()
         .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
     let (kv, state) = expected(&text_config("dense"), 1024, 2);
     let left = 5_000_000 - kv - state - 1_000_000;
     let line = String::from_utf8_lossy(&o.stdout).lines().find(|l| l.starts_with("--fit-memory: ")).map(String::from);
@@ -250,7 +250,7 @@ fn a_model_without_config_json_is_a_usage_error() {
             .args(["--quiet", "--format", format, "--fit-memory", "5MB"])
             .output()
             .unwrap();
-        let e = String::from_utf8_lossy(&o.stderr);
+        let e = stderr(&o);
         if format == "gguf" {
             // GGUF refuses a single file first: its model keys are written from config.json.
             assert_eq!(o.status.code(), Some(1), "{e}");

@@ -8,7 +8,7 @@
 //! Each case converts a fixture twice: once with the tensors of a position widened to
 //! F32, once to F64 (the same values): the weights written must be the same bytes.
 
-use crate::common::{copy_tree, escha_convert, fixture};
+use crate::common::{copy_tree, escha_convert, fixture, stderr};
 use crate::synth::{f16s, f32s, read_safetensors, write_safetensors, T};
 use half::{bf16, f16};
 use std::path::{Path, PathBuf};
@@ -93,7 +93,7 @@ fn weights(out: &Path) -> Vec<(String, Vec<u8>)> {
 
 fn convert(input: &Path, out: &Path, args: &[&str]) {
     let o = escha_convert().arg(input).arg(out).args(args).arg("--quiet").output().unwrap();
-    assert!(o.status.success(), "{args:?} {}: {}", input.display(), String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{args:?} {}: {}", input.display(), stderr(&o));
 }
 
 const FORMATS: [&[&str]; 4] = [&[], &["--format", "mlx"], &["--format", "gguf"], &["--format", "exl3"]];
@@ -189,7 +189,7 @@ fn an_f64_value_beyond_f32_is_refused_naming_the_tensor() {
     for (j, format) in FORMATS.into_iter().enumerate() {
         let out = tmp.path().join(format!("out-{j}"));
         let o = escha_convert().arg(&input).arg(&out).args(format).arg("--quiet").output().unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
+        let err = stderr(&o);
         assert_eq!(o.status.code(), Some(1), "{format:?}: {err}");
         // The output's name for it (GGUF's is `blk.1.post_attention_norm.weight`).
         assert!(err.contains(".1.post_attention_"), "{format:?}: names the tensor: {err}");

@@ -3,6 +3,7 @@
 //! sdist), run as one process a test that answers framed requests (see the C file's header).
 //! Used by `kquants_ref.rs`, `iq_ref.rs` and `weighted_ref.rs`.
 
+use crate::common::stderr;
 use escha_convert::block_type::BlockType;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -68,7 +69,7 @@ impl Harness {
             .arg(&exe)
             .output()
             .expect("running cc");
-        assert!(out.status.success(), "building the ggml harness failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success(), "building the ggml harness failed:\n{}", stderr(&out));
         let mut child =
             Command::new(&exe).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
         let requests = child.stdin.take().unwrap();

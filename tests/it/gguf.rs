@@ -4,7 +4,7 @@
 //! replaces only its own earlier output; failures that leave nothing behind; and `--dry-run --json`
 //! / `--json` that tell the truth. The refusals are in `gguf_refusals.rs`.
 
-use crate::common::{copy_tree, escha_convert, fixture, limit_address_space, output_within, snapshot};
+use crate::common::{copy_tree, escha_convert, fixture, limit_address_space, output_within, snapshot, stderr};
 use crate::gguf_reader::{check_layout, ggml_type, tensor_bytes, GgufFile, Val};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,10 +13,6 @@ use std::process::Output;
 use std::time::{Duration, Instant};
 // ---------------------------------------------------------------------------------------------
 // Running the tool.
-
-pub(crate) fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
 
 pub(crate) fn convert(input: &Path, out: &Path, extra: &[&str]) -> Output {
     let o = escha_convert().arg(input).arg(out).args(["--format", "gguf", "--quiet"]).args(extra).output().unwrap();

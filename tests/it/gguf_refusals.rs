@@ -2,8 +2,8 @@
 //! with a clear message, in bounded time and memory, leaving nothing behind; and an exit 0 that is
 //! always a file llama.cpp loads (what it would refuse, or compute as NaN, is refused first).
 
-use crate::common::{copy_tree, fixture};
-use crate::gguf::{convert, edited, fails, failure, run_bounded, stderr, text};
+use crate::common::{copy_tree, fixture, stderr};
+use crate::gguf::{convert, edited, fails, failure, run_bounded, text};
 use crate::gguf_reader::{check_layout, Val};
 use serde_json::Value;
 use std::path::{Path, PathBuf};

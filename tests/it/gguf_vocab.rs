@@ -4,8 +4,8 @@
 //! the vocabulary is skipped with a warning; a long chat template is written and reads back; and a
 //! file without a vocabulary says so and gives the vocabulary's size.
 
-use crate::common::{escha_convert, fixture};
-use crate::gguf::{convert, edited, fails, failure, run_bounded, stderr, text};
+use crate::common::{escha_convert, fixture, stderr};
+use crate::gguf::{convert, edited, fails, failure, run_bounded, text};
 use crate::gguf_reader::{check_layout, Val};
 use crate::gguf_refusals::all_refused;
 use serde_json::{json, Value};

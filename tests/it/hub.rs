@@ -3,7 +3,7 @@
 //! relative links into `../../blobs/`, refs naming commits), found through `HF_HUB_CACHE`,
 //! `HF_HOME` or the home directory set on the child process only.
 
-use crate::common::{escha_convert, fixture, snapshot};
+use crate::common::{escha_convert, fixture, snapshot, stderr};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::fmt::Write;
@@ -29,10 +29,6 @@ fn cmd(vars: Vars) -> Command {
         c.env(k, v);
     }
     c
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 fn json(o: &Output) -> Value {

@@ -5,7 +5,7 @@
 //! llama.cpp's loader reads, of llama.cpp's file type, the same at every thread count. (Its bytes are held to llama-quantize's by
 //! `tests/python/test_gguf_imatrix.py`, the encoders to ggml's C by `weighted_ref.rs`.)
 
-use crate::common::{convert_json, escha_convert, exit_code, fixture};
+use crate::common::{convert_json, escha_convert, exit_code, fixture, stderr};
 use std::path::Path;
 
 /// A GGUF importance matrix as llama-imatrix writes it: per entry `<name>.in_sum2` (`[cols, experts]`)
@@ -89,7 +89,7 @@ fn refusal(dir: &Path, matrix: &Path, extra: &[&str]) -> (i32, String) {
         .unwrap();
     assert!(!o.status.success(), "{extra:?} {}: accepted", matrix.display());
     assert!(!dir.join("out").exists(), "nothing written");
-    (exit_code(&o), String::from_utf8_lossy(&o.stderr).into_owned())
+    (exit_code(&o), stderr(&o))
 }
 
 #[test]
@@ -220,7 +220,7 @@ fn the_low_bit_types_need_a_matrix_where_llama_quantize_does() {
             c.arg("--imatrix").arg(m);
         }
         let o = c.output().unwrap();
-        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+        (o.status.code(), stderr(&o))
     };
     // llama-quantize refuses these without a matrix (a tensor of IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS,
     // or Q2_K in a Q2_K_S file): so do we, before anything is written, saying how to make one.

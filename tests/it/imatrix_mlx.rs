@@ -3,7 +3,7 @@
 //! model is refused naming the entry; without a size budget it is a usage error. (mlx-lm loading
 //! the output and the weighted error measured with `mx.dequantize`: `tests/python/test_mlx_imatrix.py`.)
 
-use crate::common::{convert_json, escha_convert, fixture};
+use crate::common::{convert_json, escha_convert, fixture, stderr};
 use crate::imatrix::{entries_of, write_gguf};
 use serde_json::Value;
 use std::path::Path;
@@ -94,7 +94,7 @@ fn an_mlx_run_refuses_a_matrix_of_another_model() {
             .output()
             .unwrap();
         assert!(!out.exists(), "nothing written");
-        (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+        (o.status.code(), stderr(&o))
     };
     let mut stray = good.clone();
     stray.push(("blk.99.attn_q.weight".into(), vec![1.0; 128], 1));
@@ -123,7 +123,7 @@ fn an_mlx_run_refuses_a_matrix_of_another_model() {
             .output();
         let o = o.unwrap();
         assert_eq!(o.status.code(), Some(2), "{args:?}: a usage error");
-        let e = String::from_utf8_lossy(&o.stderr);
+        let e = stderr(&o);
         assert!(e.contains("--imatrix"), "{args:?}: {e}");
     }
 }

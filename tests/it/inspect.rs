@@ -1,11 +1,11 @@
 //! `inspect` on the bundled fixtures.
 
-use crate::common::fixture;
+use crate::common::{fixture, stderr};
 use serde_json::Value;
 
 fn inspect(model: &str) -> Value {
     let o = crate::common::escha_convert().arg("inspect").arg(fixture(model)).arg("--json").output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
     serde_json::from_slice(&o.stdout).unwrap()
 }
 
@@ -126,7 +126,7 @@ fn the_27b_shapes_give_the_published_bits_per_weight() {
     f.set_len(8 + text.len() as u64 + offset).unwrap();
 
     let o = crate::common::escha_convert().arg("inspect").arg(&path).arg("--json").output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(r["coded"].as_array().unwrap().len(), 400);
     assert_eq!(r["coded_weights"], 24_326_963_200u64);

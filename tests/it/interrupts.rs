@@ -7,7 +7,7 @@
 //! before the staging directory exists; `in_place`, just after the output was renamed into place)
 //! or, for a report blocked on its reader, with a pipe nobody reads until the signal was sent.
 
-use crate::common::{copy_tree, escha_convert, fixture};
+use crate::common::{copy_tree, escha_convert, fixture, stderr};
 use crate::synth::*;
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read};
@@ -85,7 +85,7 @@ fn a_signal_while_a_report_of_no_output_waits_for_its_reader_ends_in_that_one_re
     let mut stdout = Vec::new();
     child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
     let o = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = stderr(&o);
     assert_eq!(o.status.code(), Some(0), "{err}");
     let doc = one_document(&stdout);
     assert_eq!(doc["dry_run"], true, "{err}");
@@ -108,7 +108,7 @@ fn a_signal_while_the_report_waits_for_its_reader_leaves_a_successful_run() {
     let mut stdout = Vec::new();
     child.stdout.take().unwrap().read_to_end(&mut stdout).unwrap();
     let o = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = stderr(&o);
     assert_eq!(o.status.code(), Some(0), "{err}");
     let doc = one_document(&stdout);
     assert!(doc.get("error").is_none(), "{err}");
@@ -132,7 +132,7 @@ fn a_signal_once_the_output_is_in_place_ends_in_success_for_every_command_that_w
     let (parts, pristine) = (tmp.path().join("parts"), tmp.path().join("pristine"));
     let o =
         escha_convert().arg(&dense).arg(&pristine).args(["--checksums", "--part", "1/1", "--quiet"]).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
     let (out, old, page) = (tmp.path().join("out"), tmp.path().join("old"), tmp.path().join("page.html"));
     let o = escha_convert().arg(&dense).arg(&old).arg("--quiet").output().unwrap();
     assert!(o.status.success());
@@ -208,7 +208,7 @@ fn a_signal_while_writing_removes_the_partial_output_and_says_so() {
     let child = crate::edges::start_slow_with(&input, &work.join("out"), &["--json"]);
     kill(&child, libc::SIGTERM);
     let o = child.wait_with_output().unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = stderr(&o);
     assert_eq!(o.status.code(), Some(130), "{err}");
     let line = "interrupted; partial output removed";
     let doc = one_document(&o.stdout);

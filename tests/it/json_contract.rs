@@ -10,7 +10,7 @@
 //! refuses to start, a report that does not serialise): no test can provoke it without breaking the
 //! machine the test runs on, so none does.
 
-use crate::common::{copy_tree, escha_convert, fixture};
+use crate::common::{copy_tree, escha_convert, fixture, stderr};
 use crate::synth::{read_safetensors, write_safetensors, T};
 use serde_json::Value;
 use std::process::Output;
@@ -30,10 +30,6 @@ fn error_document(o: &Output) -> Value {
     assert_eq!(error.keys().collect::<Vec<_>>(), ["code", "message", "exit_status"], "{doc}");
     assert_eq!(doc["error"]["exit_status"].as_i64(), o.status.code().map(i64::from), "{doc}");
     doc
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 #[test]

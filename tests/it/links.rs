@@ -3,7 +3,7 @@
 //! same rule (a Hub snapshot's files are all links). Also the config's claims that once drove
 //! loops.
 
-use crate::common::{escha_convert, fixture};
+use crate::common::{escha_convert, fixture, stderr};
 use crate::synth::*;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -11,10 +11,6 @@ use std::time::{Duration, Instant};
 
 fn run(args: &[&dyn AsRef<std::ffi::OsStr>]) -> Output {
     escha_convert().args(args.iter().map(AsRef::as_ref)).output().unwrap()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
 /// A Hub cache repository `models--org--name` in `root` whose snapshot `rev` links every file of

@@ -4,7 +4,7 @@
 //! address-space limit far above what a normal run needs, and must end with exit 0 or 1 within a
 //! deadline: never a signal (an allocation the limit refuses aborts the process), never a panic.
 
-use crate::common::{copy_tree, escha_convert, fixture, limit_address_space, output_within};
+use crate::common::{copy_tree, escha_convert, fixture, limit_address_space, output_within, stderr};
 use serde_json::{Map, Value};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -54,7 +54,7 @@ fn check(input: &Path, normal: bool) -> Vec<String> {
                 continue;
             }
         };
-        let err = String::from_utf8_lossy(&o.stderr);
+        let err = stderr(&o);
         let first = err.lines().find(|l| !l.contains(": warning: ")).unwrap_or_default();
         if normal && !o.status.success() || !matches!(o.status.code(), Some(0 | 1)) || err.contains("panicked") {
             wrong.push(format!("{case} {what}: {:?}: {}", o.status, err.trim_end()));

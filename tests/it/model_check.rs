@@ -3,7 +3,7 @@
 //! dtype, a deleted or stray tensor, or no config at all: exit 1 (`input_refused`), one line
 //! naming the key or tensor, nothing written, whatever the format.
 
-use crate::common::{copy_tree, escha_convert, fixture};
+use crate::common::{copy_tree, escha_convert, fixture, stderr};
 use crate::synth::{read_safetensors, write_safetensors, T};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -64,7 +64,7 @@ fn refused_by_every_format(input: &Path, expect: &[&str]) {
         let parent = tempfile::tempdir().unwrap();
         let out = parent.path().join("out");
         let o = escha_convert().arg(input).arg(&out).args(["--format", format, "--json"]).output().unwrap();
-        let err = String::from_utf8_lossy(&o.stderr);
+        let err = stderr(&o);
         assert_eq!(o.status.code(), Some(1), "{format}: {err}");
         assert_eq!(err.trim_end().lines().count(), 1, "{format}: one line: {err}");
         for e in expect {
@@ -335,7 +335,7 @@ fn an_exl3_output_read_back_is_held_to_its_config_too() {
     let tmp = tempfile::tempdir().unwrap();
     let exl3 = tmp.path().join("exl3");
     let o = escha_convert().arg(fixture("moe")).arg(&exl3).args(["--format", "exl3", "--quiet"]).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
     // Flattened to the text model: the keys are at the top.
     let path = exl3.join("config.json");
     let mut config: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
@@ -515,5 +515,5 @@ fn values_a_client_exponentiates_are_refused_by_every_format_beyond_what_it_comp
     });
     let out = t.join("fine-out");
     let o = escha_convert().arg(&fine).arg(&out).arg("--quiet").output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.status.success(), "{}", stderr(&o));
 }

@@ -3,7 +3,7 @@
 //! transformers, mlx-lm and exllamav3; llama.cpp's `rope.scaling.*` keys in GGUF); a scaling one
 //! client would not run is refused for that client's format only, naming it.
 
-use crate::common::{copy_tree, escha_convert, fixture};
+use crate::common::{copy_tree, escha_convert, fixture, stderr};
 use crate::gguf_reader::{check_layout, Val};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -46,7 +46,7 @@ fn yarn_as_the_card_documents_it_converts_in_every_format() {
         for format in ["bf16", "mlx", "gguf", "exl3"] {
             let out = tmp.path().join(format!("{model}-{format}"));
             let o = run(&input, &out, format);
-            assert!(o.status.success(), "{model} {format}: {}", String::from_utf8_lossy(&o.stderr));
+            assert!(o.status.success(), "{model} {format}: {}", stderr(&o));
             if format == "gguf" {
                 let arch = if model == "moe" { "qwen35moe" } else { "qwen35" };
                 let f = check_layout(&out.join("model.gguf"));
@@ -102,7 +102,7 @@ fn a_scaling_one_client_does_not_run_is_refused_for_its_format_only() {
         for format in refused {
             let out = t.join(format!("{key}-{format}"));
             let o = run(&input, &out, format);
-            let err = String::from_utf8_lossy(&o.stderr);
+            let err = stderr(&o);
             assert_eq!(o.status.code(), Some(1), "{key} {format}: {err}");
             let client = if *format == "gguf" { "llama.cpp" } else { "exllamav3" };
             assert!(err.contains(key) && err.contains(client), "{key} {format}: {err}");
@@ -111,7 +111,7 @@ fn a_scaling_one_client_does_not_run_is_refused_for_its_format_only() {
         for format in converted {
             let out = t.join(format!("{key}-{format}"));
             let o = run(&input, &out, format);
-            assert!(o.status.success(), "{key} {format}: {}", String::from_utf8_lossy(&o.stderr));
+            assert!(o.status.success(), "{key} {format}: {}", stderr(&o));
         }
     }
 }

@@ -3,7 +3,7 @@
 //! `svh` within 2^-11 or not at all; a dense f16 or GGUF block output holds no weights below f16's
 //! normal range; bf16 holds them.
 
-use crate::common::{copy_tree, escha_convert, fixture};
+use crate::common::{copy_tree, escha_convert, fixture, stderr};
 use crate::synth::{bf16s, edit_tensors, f32s, read_safetensors};
 use std::path::{Path, PathBuf};
 
@@ -24,7 +24,7 @@ fn scaled_s_out(dir: &Path, factor: f32) -> PathBuf {
 /// Runs a conversion of `input` to `out` with `args`: exit code and stderr.
 fn run(input: &Path, out: &Path, args: &[&str]) -> (Option<i32>, String) {
     let o = escha_convert().arg(input).arg(out).args(args).arg("--quiet").output().unwrap();
-    (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+    (o.status.code(), stderr(&o))
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! `verify` on the bundled fixtures and on deliberately broken copies of them.
 
-use crate::common::fixture;
+use crate::common::{fixture, stderr};
 use crate::synth::{read_safetensors, write_safetensors, T};
 use escha_convert::codec::{Codebook, ScalarDecoder, TileDecoder};
 use escha_convert::verify::VerifyOptions;
@@ -12,7 +12,7 @@ fn verify(input: &Path, base: &Path) -> (Option<i32>, Value) {
         .args(["verify".as_ref(), input.as_os_str(), "--base".as_ref(), base.as_os_str(), "--json".as_ref()])
         .output()
         .unwrap();
-    let report = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&o.stderr)));
+    let report = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", stderr(&o)));
     (o.status.code(), report)
 }
 
@@ -215,7 +215,7 @@ fn convert_with_verify_base_names_a_failing_norm_and_writes_nothing() {
         .arg(fixture("dense-base"))
         .output()
         .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
+    let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains(&format!("{n}: norm offset")), "{err}");
     assert!(!out.exists());
@@ -244,7 +244,7 @@ fn a_quantized_checkpoint_is_refused_as_base_with_exit_2() {
         .output()
         .unwrap();
     assert_eq!(o.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("BASE is quantized (trellis codes"));
+    assert!(stderr(&o).contains("BASE is quantized (trellis codes"));
 }
 
 #[test]
@@ -261,7 +261,7 @@ fn sampling_checks_n_squares_per_tensor() {
         ])
         .output()
         .unwrap();
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let r: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(r["sampled_blocks"], 3);
     for row in r["coded"].as_array().unwrap() {

@@ -1,7 +1,7 @@
 //! `verify --html FILE`: the page for every fixture and base kind, written even when checks fail,
 //! self-contained, and safe with hostile tensor names.
 
-use crate::common::fixture;
+use crate::common::{fixture, stderr};
 use escha_convert::verify::{render_html, verify, VerifyOptions};
 use serde_json::Value;
 use std::process::Output;
@@ -39,8 +39,7 @@ fn page_and_report(model: &str, base: &str, extra: &[&str]) -> (Option<i32>, Str
     ];
     args.extend(extra.iter().map(std::ffi::OsStr::new));
     let o = run(&args);
-    let report: Value =
-        serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&o.stderr)));
+    let report: Value = serde_json::from_slice(&o.stdout).unwrap_or_else(|_| panic!("{}", stderr(&o)));
     let page = std::fs::read_to_string(&html).unwrap_or_else(|e| panic!("{model} vs {}: no page: {e}", base.display()));
     let left: Vec<_> = std::fs::read_dir(tmp.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(left, vec!["report.html"], "temporary files left behind");
@@ -111,7 +110,7 @@ fn the_text_report_still_goes_to_stdout_and_an_old_page_is_replaced() {
         "--html".as_ref(),
         html.as_os_str(),
     ]);
-    assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(String::from_utf8_lossy(&o.stdout).contains("PASS: 48 checked, 0 failed"));
     let page = std::fs::read_to_string(&html).unwrap();
     assert!(page.contains("(Hugging Face layout, fp8)"));
